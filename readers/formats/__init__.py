@@ -1,0 +1,76 @@
+"""Shard file formats: one adapter module per format, registered by `FileFormat`.
+
+Record schema shared by every format (see README "Shard format"):
+
+* image: uint8, shape (H, W, 3), row-major RGB
+* mask (segmentation): class map, shape (H, W), uint8 (uint16 when more than 255
+  classes, little-endian), ignore index in the manifest's ``mask.ignore_index``;
+  or with ``mask.encoding == "onehot"`` uint8 planes of shape (H, W, C)
+* label (classification): int64 class index
+* key: the source image path relative to SRC, '/'-separated
+
+TFRecord: one ``tf.train.Example`` per sample with features ``image`` (bytes, raw),
+``mask`` (bytes, raw) or ``label`` (int64), ``height`` (int64), ``width`` (int64),
+``key`` (bytes, UTF-8).
+
+NPZ: one ``.npz`` per shard holding ``images`` (N,H,W,3) uint8, ``masks`` (N,H,W)
+or ``labels`` (N,) int64, and ``keys`` (N,) unicode; never pickled objects.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class FileFormat(str, enum.Enum):
+    TFRECORD = "tfrecord"
+    NPZ = "npz"
+
+    @classmethod
+    def parse(cls, value: "str | FileFormat") -> "FileFormat":
+        if isinstance(value, FileFormat):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            raise ValueError(
+                f"Unknown format. Expected one of {[f.value for f in cls]}. Received: {value!r}"
+            ) from None
+
+
+#: Allowed compressions per format; the first is the default.
+COMPRESSIONS = {
+    FileFormat.TFRECORD: ("none", "gzip"),
+    FileFormat.NPZ: ("deflate", "none"),
+}
+
+#: File suffix per format.
+SUFFIXES = {FileFormat.TFRECORD: ".tfrecord", FileFormat.NPZ: ".npz"}
+
+FEATURE_IMAGE = "image"
+FEATURE_MASK = "mask"
+FEATURE_LABEL = "label"
+FEATURE_HEIGHT = "height"
+FEATURE_WIDTH = "width"
+FEATURE_KEY = "key"
+
+NPZ_IMAGES = "images"
+NPZ_MASKS = "masks"
+NPZ_LABELS = "labels"
+NPZ_KEYS = "keys"
+
+
+def default_compression(fmt: "str | FileFormat") -> str:
+    return COMPRESSIONS[FileFormat.parse(fmt)][0]
+
+
+def check_compression(fmt: "str | FileFormat", compression: "str | None") -> str:
+    fmt = FileFormat.parse(fmt)
+    if compression is None:
+        return COMPRESSIONS[fmt][0]
+    if compression not in COMPRESSIONS[fmt]:
+        raise ValueError(
+            f"compression for format {fmt.value!r} must be one of {list(COMPRESSIONS[fmt])}. "
+            f"Received: {compression!r}"
+        )
+    return compression

@@ -1,0 +1,334 @@
+"""The manifest (`imgshard.json`): the contract between the converter and the readers.
+
+This module has no dependency beyond the standard library so that both sides (and
+any tool of the user's) can import it cheaply. The converter builds a `Manifest`,
+publishes it last and atomically; the readers start from it and nothing else.
+
+Layout of the JSON document (format version 1)::
+
+    {
+      "imgshard_manifest": 1,
+      "tool_version": "0.1.0",
+      "task": "segmentation",            # or "classification"
+      "format": "tfrecord",              # or "npz"
+      "compression": "none",             # tfrecord: none|gzip; npz: none|deflate
+      "options": {...},                  # every option that changes the output bytes
+      "image": {"height": 512, "width": 512, "channels": 3, "dtype": "uint8"},
+      "mask": {"dtype": "uint8", "encoding": "class_map", "ignore_index": 255},  # null for classification
+      "classes": [{"name": "Sky", "color": [128, 128, 128]}, ...],
+      "splits": {
+        "train": {
+          "next_shard_index": 3,
+          "shards": [
+            {"file": "train-00000.tfrecord", "records": 75, "bytes": 58982400,
+             "sha256": "...", "class_pixels": [..], "ignore_pixels": 0,
+             "samples": [{"key": "train/0001.png",
+                          "image": {"path": "train/0001.png", "size": 1, "mtime_ns": 1, "sha256": "..."},
+                          "mask": {...} or null}, ...]},
+          ]
+        }
+      },
+      "history": [{"time": "2026-11-21T06:00:00Z", "added": 150, "replaced": 0, "pruned": 0,
+                   "tool_version": "0.1.0"}]
+    }
+
+Shard files are always named relative to the dataset folder; a manifest naming a path
+outside it (absolute, or with ``..``) is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, Iterator, Mapping, Sequence
+
+MANIFEST_NAME = "imgshard.json"
+MANIFEST_VERSION = 1
+REPORTS_DIR = "reports"
+HISTORY_LIMIT = 50
+
+TASKS = ("segmentation", "classification")
+
+
+class ManifestError(ValueError):
+    """The manifest is missing, malformed, or hostile."""
+
+
+def _check_relative(name: str, what: str, manifest_path: str) -> str:
+    """Refuse names that would escape the dataset folder."""
+    if not isinstance(name, str) or not name:
+        raise ManifestError(f"{manifest_path}: {what} must be a non-empty string. Received: {name!r}")
+    p = PurePosixPath(name)
+    if p.is_absolute() or "\\" in name or ".." in p.parts or name.startswith("~") or ":" in p.parts[0]:
+        raise ManifestError(
+            f"{manifest_path}: {what} {name!r} points outside the dataset folder; "
+            "shard names must be plain relative paths. Refusing to open a hostile manifest."
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    name: str
+    color: tuple[int, int, int] | None  # None for classification classes
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "color": list(self.color) if self.color is not None else None}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "ClassInfo":
+        color = d.get("color")
+        return cls(str(d["name"]), tuple(int(c) for c in color) if color is not None else None)
+
+
+@dataclass(frozen=True)
+class SourceFingerprint:
+    """Identity of one source file at conversion time (for incremental runs)."""
+
+    path: str  # relative to the source root, '/'-separated (or absolute for explicit folders)
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "SourceFingerprint":
+        return cls(str(d["path"]), int(d["size"]), int(d["mtime_ns"]), str(d["sha256"]))
+
+
+@dataclass(frozen=True)
+class SampleEntry:
+    key: str
+    image: SourceFingerprint
+    mask: SourceFingerprint | None = None
+    label: int | None = None  # classification only
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"key": self.key, "image": self.image.to_json(),
+                             "mask": self.mask.to_json() if self.mask else None}
+        if self.label is not None:
+            d["label"] = self.label
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "SampleEntry":
+        return cls(
+            key=str(d["key"]),
+            image=SourceFingerprint.from_json(d["image"]),
+            mask=SourceFingerprint.from_json(d["mask"]) if d.get("mask") else None,
+            label=int(d["label"]) if d.get("label") is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    file: str
+    records: int
+    bytes: int
+    sha256: str
+    class_pixels: tuple[int, ...] = ()
+    ignore_pixels: int = 0
+    samples: tuple[SampleEntry, ...] = ()
+
+    @property
+    def keys(self) -> list[str]:
+        return [s.key for s in self.samples]
+
+    def to_json(self) -> dict:
+        return {
+            "file": self.file,
+            "records": self.records,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+            "class_pixels": list(self.class_pixels),
+            "ignore_pixels": self.ignore_pixels,
+            "samples": [s.to_json() for s in self.samples],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME) -> "ShardEntry":
+        samples = tuple(SampleEntry.from_json(s) for s in d.get("samples", ()))
+        entry = cls(
+            file=_check_relative(d["file"], "shard file", manifest_path),
+            records=int(d["records"]),
+            bytes=int(d["bytes"]),
+            sha256=str(d["sha256"]),
+            class_pixels=tuple(int(c) for c in d.get("class_pixels", ())),
+            ignore_pixels=int(d.get("ignore_pixels", 0)),
+            samples=samples,
+        )
+        if samples and len(samples) != entry.records:
+            raise ManifestError(
+                f"{manifest_path}: shard {entry.file} lists {len(samples)} samples but "
+                f"records={entry.records}; the manifest is inconsistent."
+            )
+        return entry
+
+
+@dataclass(frozen=True)
+class SplitEntry:
+    shards: tuple[ShardEntry, ...] = ()
+    next_shard_index: int = 0
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.records for s in self.shards)
+
+    def class_pixels(self, num_classes: int) -> list[int]:
+        total = [0] * num_classes
+        for shard in self.shards:
+            for i, c in enumerate(shard.class_pixels[:num_classes]):
+                total[i] += c
+        return total
+
+    def to_json(self) -> dict:
+        return {"next_shard_index": self.next_shard_index, "shards": [s.to_json() for s in self.shards]}
+
+    @classmethod
+    def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME) -> "SplitEntry":
+        return cls(
+            shards=tuple(ShardEntry.from_json(s, manifest_path) for s in d.get("shards", ())),
+            next_shard_index=int(d.get("next_shard_index", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    tool_version: str
+    task: str
+    format: str
+    compression: str
+    options: Mapping[str, Any]
+    image: Mapping[str, Any]
+    mask: Mapping[str, Any] | None
+    classes: tuple[ClassInfo, ...]
+    splits: Mapping[str, SplitEntry]
+    history: tuple[Mapping[str, Any], ...] = ()
+    version: int = MANIFEST_VERSION
+
+    # -- derived views -------------------------------------------------------------
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return (int(self.image["height"]), int(self.image["width"]), int(self.image.get("channels", 3)))
+
+    def shards(self, split: str) -> tuple[ShardEntry, ...]:
+        return self.split(split).shards
+
+    def split(self, split: str) -> SplitEntry:
+        try:
+            return self.splits[split]
+        except KeyError:
+            raise KeyError(
+                f"Unknown split {split!r}. Expected one of {sorted(self.splits)}. Received: {split!r}"
+            ) from None
+
+    def iter_shards(self) -> Iterator[tuple[str, ShardEntry]]:
+        for name in sorted(self.splits):
+            for shard in self.splits[name].shards:
+                yield name, shard
+
+    # -- (de)serialisation ---------------------------------------------------------
+    def to_json(self) -> dict:
+        return {
+            "imgshard_manifest": self.version,
+            "tool_version": self.tool_version,
+            "task": self.task,
+            "format": self.format,
+            "compression": self.compression,
+            "options": dict(self.options),
+            "image": dict(self.image),
+            "mask": dict(self.mask) if self.mask is not None else None,
+            "classes": [c.to_json() for c in self.classes],
+            "splits": {k: self.splits[k].to_json() for k in sorted(self.splits)},
+            "history": [dict(h) for h in self.history],
+        }
+
+    def dumps(self) -> str:
+        """Canonical text: sorted keys, so identical content gives identical bytes."""
+        return json.dumps(self.to_json(), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME) -> "Manifest":
+        if not isinstance(d, Mapping) or "imgshard_manifest" not in d:
+            raise ManifestError(f"{manifest_path} is not an imgshard manifest (no 'imgshard_manifest' key).")
+        version = d["imgshard_manifest"]
+        if version != MANIFEST_VERSION:
+            raise ManifestError(
+                f"{manifest_path} has manifest version {version!r}; this imgshard reads version "
+                f"{MANIFEST_VERSION}. Upgrade imgshard, or re-convert with --rebuild."
+            )
+        try:
+            task = d["task"]
+            if task not in TASKS:
+                raise ManifestError(f"{manifest_path}: task must be one of {TASKS}. Received: {task!r}")
+            splits = {}
+            for name, s in d["splits"].items():
+                _check_relative(name, "split name", manifest_path)
+                splits[name] = SplitEntry.from_json(s, manifest_path)
+            return cls(
+                version=version,
+                tool_version=str(d.get("tool_version", "?")),
+                task=task,
+                format=str(d["format"]),
+                compression=str(d.get("compression", "none")),
+                options=dict(d.get("options", {})),
+                image=dict(d["image"]),
+                mask=dict(d["mask"]) if d.get("mask") is not None else None,
+                classes=tuple(ClassInfo.from_json(c) for c in d["classes"]),
+                splits=splits,
+                history=tuple(d.get("history", ())),
+            )
+        except ManifestError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise ManifestError(f"{manifest_path} is malformed: {type(e).__name__}: {e}") from e
+
+    @classmethod
+    def load(cls, root: str | os.PathLike) -> "Manifest":
+        """Load `root/imgshard.json` (or the manifest file itself when given)."""
+        path = os.fspath(root)
+        if os.path.isdir(path):
+            path = os.path.join(path, MANIFEST_NAME)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"No imgshard dataset at {os.fspath(root)!r}: {MANIFEST_NAME} not found. "
+                "Run `imgshard convert SRC OUT` first, or pass the folder that holds the manifest."
+            )
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ManifestError(f"{path} is not valid JSON ({e}); the dataset cannot be opened.") from e
+        return cls.from_json(data, path)
+
+    def replace(self, **changes: Any) -> "Manifest":
+        return dataclasses.replace(self, **changes)
+
+
+def empty_splits(names: Sequence[str]) -> dict[str, SplitEntry]:
+    return {n: SplitEntry() for n in names}
+
+
+__all__ = [
+    "MANIFEST_NAME",
+    "MANIFEST_VERSION",
+    "REPORTS_DIR",
+    "HISTORY_LIMIT",
+    "ClassInfo",
+    "Manifest",
+    "ManifestError",
+    "SampleEntry",
+    "ShardEntry",
+    "SourceFingerprint",
+    "SplitEntry",
+    "empty_splits",
+]
