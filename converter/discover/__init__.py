@@ -1,0 +1,1 @@
+"""Stage 1: find the sources (pairs, splits, classes)."""

@@ -1,0 +1,174 @@
+"""Find image/mask pairs and their splits in the source folders.
+
+Supported layouts:
+
+* CamVid / Semantic-Segmentation-Suite: ``SRC/{split}/`` images, ``SRC/{split}_labels/``
+  masks named ``<stem>_L.png`` or ``<stem>.png``, ``SRC/class_dict.csv``.
+* Explicit folders: ``--images DIR --masks DIR [--split NAME] --classes CSV``.
+
+Discovery only lists files; it never decodes. Problems found here (an image without
+a mask, a mask without an image, an empty file) are returned as `BadInput`s so that
+every problem of a run is collected and reported together.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from converter.options import SourceSpec
+
+log = logging.getLogger(__name__)
+
+IMAGE_EXTENSIONS = frozenset(
+    {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm", ".jfif"}
+)
+MASK_SUFFIXES = ("_L", "")  # CamVid writes <stem>_L.png; many datasets use <stem>.png
+LABELS_SUFFIX = "_labels"
+WELL_KNOWN_SPLITS = ("train", "val", "valid", "validation", "test")
+
+
+@dataclass(frozen=True)
+class SourceSample:
+    """One sample to convert: its key (stable identity), split and files."""
+
+    split: str
+    key: str
+    image: str  # absolute path
+    mask: str | None = None  # absolute path; None for classification
+    label: int | None = None  # classification only
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """A source problem: the file, the reason, and how to fix it."""
+
+    path: str
+    reason: str
+    fix: str = ""
+    key: str | None = None
+    kind: str = "other"
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "kind": self.kind, "reason": self.reason, "fix": self.fix, "key": self.key}
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}" + (f" ({self.fix})" if self.fix else "")
+
+
+@dataclass(frozen=True)
+class Discovery:
+    samples: tuple[SourceSample, ...]
+    bad: tuple[BadInput, ...]
+    splits: tuple[str, ...]
+    classes_csv: str | None
+
+
+def _is_image_name(name: str) -> bool:
+    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def list_images(folder: str) -> list[str]:
+    """Image files below `folder`, relative, '/'-separated, sorted (recursive, hidden skipped)."""
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        rel_dir = os.path.relpath(dirpath, folder)
+        for name in filenames:
+            if _is_image_name(name):
+                rel = name if rel_dir == "." else os.path.join(rel_dir, name)
+                out.append(rel.replace(os.sep, "/"))
+            elif not name.startswith("."):
+                log.info("skipping %s: not an image file extension", os.path.join(dirpath, name))
+    out.sort()
+    return out
+
+
+def _mask_index(masks_dir: str) -> dict[str, str]:
+    """Map '<rel dir>/<stem>' -> mask relative path."""
+    return {os.path.splitext(rel)[0]: rel for rel in list_images(masks_dir)} if os.path.isdir(masks_dir) else {}
+
+
+def pair_folder(images_dir: str, masks_dir: str, split: str, key_prefix: str) -> tuple[list[SourceSample], list[BadInput]]:
+    """Pair every image in `images_dir` with its mask in `masks_dir`."""
+    images = list_images(images_dir)
+    masks = _mask_index(masks_dir)
+    used: set[str] = set()
+    samples: list[SourceSample] = []
+    bad: list[BadInput] = []
+    for rel in images:
+        stem = os.path.splitext(rel)[0]
+        key = f"{key_prefix}{rel}"
+        image_path = os.path.join(images_dir, rel)
+        found = None
+        for suffix in MASK_SUFFIXES:
+            if stem + suffix in masks:
+                found = stem + suffix
+                break
+        if found is None:
+            expect = os.path.join(masks_dir, stem + "_L.png")
+            bad.append(BadInput(image_path, "image without mask",
+                                f"expected {expect} or {stem}.png in {masks_dir}", key, "missing_mask"))
+            continue
+        used.add(found)
+        samples.append(SourceSample(split, key, image_path, os.path.join(masks_dir, masks[found])))
+    for stem, rel in sorted(masks.items()):
+        if stem in used:
+            continue
+        bad.append(BadInput(os.path.join(masks_dir, rel), "mask without image",
+                            f"add the image to {images_dir} or remove the mask", None, "missing_image"))
+    return samples, bad
+
+
+def discover_camvid(root: str) -> tuple[list[str], list[SourceSample], list[BadInput]]:
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"Source folder not found: {root}. Pass the folder that holds train/, train_labels/ ...")
+    entries = sorted(e for e in os.listdir(root) if os.path.isdir(os.path.join(root, e)) and not e.startswith("."))
+    splits = [
+        e for e in entries
+        if not e.endswith(LABELS_SUFFIX) and (e + LABELS_SUFFIX in entries or e in WELL_KNOWN_SPLITS)
+    ]
+    if not splits:
+        raise FileNotFoundError(
+            f"No split folders found in {root}. Expected the CamVid layout: {root}/train/ with images and "
+            f"{root}/train_labels/ with masks (val and test are optional). Found folders: {entries}. "
+            "For other layouts pass --images DIR --masks DIR --classes CSV."
+        )
+    samples: list[SourceSample] = []
+    bad: list[BadInput] = []
+    for split in splits:
+        s, b = pair_folder(os.path.join(root, split), os.path.join(root, split + LABELS_SUFFIX), split, f"{split}/")
+        samples += s
+        bad += b
+    return splits, samples, bad
+
+
+def discover(spec: SourceSpec) -> Discovery:
+    """List samples and source problems for a `SourceSpec`."""
+    if spec.root is not None:
+        root = os.path.abspath(spec.root)
+        splits, samples, bad = discover_camvid(root)
+        csv_path = spec.classes or os.path.join(root, "class_dict.csv")
+    else:
+        images = os.path.abspath(spec.images)  # type: ignore[arg-type]
+        if not os.path.isdir(images):
+            raise FileNotFoundError(f"--images folder not found: {images}")
+        if spec.masks is None:
+            raise ValueError("--images needs --masks DIR for segmentation.")
+        masks = os.path.abspath(spec.masks)
+        if not os.path.isdir(masks):
+            raise FileNotFoundError(f"--masks folder not found: {masks}")
+        samples, bad = pair_folder(images, masks, spec.split, f"{spec.split}/")
+        splits = [spec.split]
+        csv_path = spec.classes
+        if csv_path is None:
+            raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
+    for s in samples:
+        if os.path.getsize(s.image) == 0:
+            bad.append(BadInput(s.image, "zero-byte file", "re-copy the file from its origin", s.key, "empty_file"))
+        elif s.mask is not None and os.path.getsize(s.mask) == 0:
+            bad.append(BadInput(s.mask, "zero-byte file", "re-copy the file from its origin", s.key, "empty_file"))
+    empty = {b.key for b in bad if b.kind == "empty_file"}
+    samples = [s for s in samples if s.key not in empty]
+    return Discovery(tuple(samples), tuple(bad), tuple(splits), csv_path)

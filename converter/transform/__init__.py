@@ -1,0 +1,1 @@
+"""Stage 3: decode, resize, colour -> class. Pure functions of one sample."""

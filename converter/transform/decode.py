@@ -1,0 +1,199 @@
+"""Decode source files into NumPy arrays, with one clear error per bad file.
+
+PNG files that are plain 8-bit greyscale, RGB or RGBA go through libspng (`pyspng`),
+which decodes the same files 1.5-2x faster than Pillow and gives identical pixels;
+every other file (JPEG, palette or 16-bit PNG, BMP, GIF, ...) goes through Pillow.
+
+Images come out as (H, W) greyscale or (H, W, 3) RGB uint8 (alpha dropped, palette
+resolved; greyscale stays one channel so that resizing costs a third). Masks come out
+as a `MaskArray`: either packed 24-bit colours (H, W) uint32, or 8-bit indices (H, W)
+plus a 256-entry table of packed colours (palette and greyscale masks), so the colour
+-> class lookup can work on 256 entries instead of every pixel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import struct
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+try:  # optional accelerator; Pillow does everything when it is missing
+    import pyspng
+except ImportError:  # pragma: no cover - exercised only without pyspng
+    pyspng = None
+
+from PIL import Image, ImageOps
+
+from readers.manifest import SourceFingerprint
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+class DecodeError(ValueError):
+    """A source file cannot be used. `kind` is a short machine-readable category."""
+
+    def __init__(self, path: str, kind: str, reason: str, fix: str = "") -> None:
+        super().__init__(f"{path}: {reason}" + (f" ({fix})" if fix else ""))
+        self.path = path
+        self.kind = kind
+        self.reason = reason
+        self.fix = fix
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """The bytes of a source file and its fingerprint (hashed while reading)."""
+
+    path: str
+    data: bytes
+    fingerprint: SourceFingerprint
+
+
+def read_source(path: str, rel: str) -> SourceFile:
+    """Read a whole file once: its bytes feed both the hash and the decoder."""
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError as e:
+        raise DecodeError(path, "missing", "file disappeared while converting", "re-run convert") from e
+    except OSError as e:
+        raise DecodeError(path, "unreadable", f"cannot read file: {e.strerror or e}", "check permissions") from e
+    if not data:
+        raise DecodeError(path, "empty_file", "zero-byte file", "re-copy the file from its origin")
+    fp = SourceFingerprint(rel, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+    return SourceFile(path, data, fp)
+
+
+def _png_header(data: bytes) -> tuple[int, int, int, int] | None:
+    """(width, height, bit_depth, colour_type) of a PNG, or None if not a PNG."""
+    if len(data) < 33 or not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR":
+        return None
+    width, height, depth, ctype = struct.unpack(">IIBB", data[16:26])
+    return width, height, depth, ctype
+
+
+def _check_pixels(path: str, width: int, height: int, max_pixels: int) -> None:
+    if width * height > max_pixels:
+        raise DecodeError(
+            path, "too_large",
+            f"{width}x{height} = {width * height} pixels is over --max-pixels {max_pixels}",
+            "raise --max-pixels if the file is genuine (it may be a decompression bomb)",
+        )
+
+
+def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(src.data))
+            _check_pixels(src.path, im.width, im.height, max_pixels)
+            im.load()
+        return im
+    except DecodeError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise DecodeError(src.path, "too_large", f"Pillow refused it as a decompression bomb: {e}",
+                          "check the file; raise --max-pixels only if it is genuine") from e
+    except Image.UnidentifiedImageError as e:
+        raise DecodeError(src.path, "not_an_image", "not an image Pillow can identify",
+                          "remove the file or replace it with a real image") from e
+    except (OSError, SyntaxError, ValueError, struct.error, EOFError) as e:
+        reason = str(e) or type(e).__name__
+        kind = "truncated" if "truncated" in reason.lower() else "corrupt"
+        raise DecodeError(src.path, kind, f"cannot decode image: {reason}",
+                          "re-copy or re-export the file") from e
+
+
+def _spng(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -> np.ndarray | None:
+    """Decode a plain 8-bit grey/RGB/RGBA PNG with libspng, else return None."""
+    width, height, depth, ctype = header
+    _check_pixels(src.path, width, height, max_pixels)
+    if pyspng is None or depth != 8 or ctype not in (0, 2, 6):
+        return None
+    try:
+        arr = pyspng.load(src.data)
+    except Exception as e:  # libspng raises plain Exception subclasses; name the file and go on
+        raise DecodeError(src.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
+    if arr.shape[:2] != (height, width):
+        raise DecodeError(src.path, "corrupt", f"PNG decoded to {arr.shape}, header says {height}x{width}")
+    return arr
+
+
+def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = False) -> np.ndarray:
+    """Decode to (H, W) uint8 greyscale or (H, W, 3) uint8 RGB."""
+    header = _png_header(src.data)
+    if header is not None:
+        arr = _spng(src, header, max_pixels)
+        if arr is not None:
+            if arr.ndim == 3 and arr.shape[2] == 4:
+                arr = arr[:, :, :3]
+            return arr
+    im = _open_pillow(src, max_pixels)
+    if exif_transpose:
+        im = ImageOps.exif_transpose(im)
+    if im.mode == "L":
+        return np.asarray(im)
+    if im.mode != "RGB":
+        im = im.convert("RGB")  # P, RGBA (alpha dropped), CMYK, I;16, LA, 1 ...
+    return np.asarray(im)
+
+
+@dataclass(frozen=True)
+class MaskArray:
+    """A decoded mask: packed 0xRRGGBB colours, or 8-bit indices with a colour table."""
+
+    height: int
+    width: int
+    packed: np.ndarray | None = None  # (H, W) uint32
+    indices: np.ndarray | None = None  # (H, W) uint8
+    table: np.ndarray | None = None  # (256,) uint32 packed colours for `indices`
+
+    @property
+    def array(self) -> np.ndarray:
+        """The 2-D array that geometry applies to (packed colours or indices)."""
+        return self.packed if self.packed is not None else self.indices  # type: ignore[return-value]
+
+
+_GREY_TABLE = (np.arange(256, dtype=np.uint32) * 0x010101).astype(np.uint32)
+
+
+def pack_rgb(rgb: np.ndarray) -> np.ndarray:
+    """(H, W, 3+) uint8 -> (H, W) uint32 0xRRGGBB."""
+    out = rgb[:, :, 0].astype(np.uint32)
+    out <<= 8
+    out |= rgb[:, :, 1]
+    out <<= 8
+    out |= rgb[:, :, 2]
+    return out
+
+
+def decode_mask(src: SourceFile, max_pixels: int) -> MaskArray:
+    """Decode a colour, palette or greyscale mask (alpha ignored)."""
+    header = _png_header(src.data)
+    if header is not None:
+        arr = _spng(src, header, max_pixels)
+        if arr is not None:
+            h, w = arr.shape[:2]
+            if arr.ndim == 2:
+                return MaskArray(h, w, indices=arr, table=_GREY_TABLE)
+            return MaskArray(h, w, packed=pack_rgb(arr))
+    im = _open_pillow(src, max_pixels)
+    h, w = im.height, im.width
+    if im.mode == "P":
+        pal = im.getpalette("RGB") or []
+        pal = (pal + [0] * 768)[:768]
+        table = pack_rgb(np.asarray(pal, dtype=np.uint8).reshape(1, 256, 3))[0]
+        return MaskArray(h, w, indices=np.asarray(im), table=table)
+    if im.mode == "L":
+        return MaskArray(h, w, indices=np.asarray(im), table=_GREY_TABLE)
+    if im.mode in ("LA", "La"):
+        return MaskArray(h, w, indices=np.asarray(im.getchannel(0)), table=_GREY_TABLE)
+    if im.mode not in ("RGB", "RGBA"):
+        im = im.convert("RGB")
+    return MaskArray(h, w, packed=pack_rgb(np.asarray(im)))

@@ -1,0 +1,107 @@
+"""Transform one source sample into its output arrays: decode, fit, colour -> class.
+
+`SampleTransformer` is built once per worker (it owns the colour lookup table) and
+called once per sample. It returns a `Transformed` sample or raises `DecodeError`
+naming the bad file; it never touches the output folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from converter.discover.layout import SourceSample
+from converter.options import MaskEncoding, OutputOptions, Task, UnknownColor
+from converter.transform.colormap import ColorMap, UnknownColors
+from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
+from converter.transform.resize import plan_geometry, resize_image, resize_nearest
+from readers.manifest import ClassInfo, SampleEntry
+
+
+@dataclass(frozen=True)
+class Transformed:
+    entry: SampleEntry
+    image: np.ndarray  # (H, W, 3) uint8
+    mask: np.ndarray | None  # (H, W) class map, or (H, W, C) uint8 one-hot planes
+    label: int | None
+    class_pixels: np.ndarray  # (C,) int64
+    ignore_pixels: int
+
+
+class UnknownColorError(DecodeError):
+    """A mask holds colours that are not in the class table."""
+
+    def __init__(self, path: str, unknown: UnknownColors, colormap: ColorMap) -> None:
+        parts = []
+        for color, n in sorted(unknown.counts.items(), key=lambda kv: -kv[1])[:8]:
+            name, dist = colormap.nearest(color)
+            parts.append(f"{color} x{n} px (nearest {name!r}, distance {dist})")
+        for color, n in sorted(unknown.ambiguous.items(), key=lambda kv: -kv[1])[:8]:
+            parts.append(f"{color} x{n} px is within --color-tolerance of two classes (ambiguous)")
+        kind = "ambiguous_color" if unknown.ambiguous and not unknown.counts else "unknown_color"
+        super().__init__(
+            path, kind, "unknown mask colours: " + "; ".join(parts),
+            "fix the mask or class_dict.csv, or use --color-tolerance N / --unknown-color ignore",
+        )
+        self.unknown = unknown
+
+
+def relative_key_path(path: str, base: str) -> str:
+    """`path` relative to the source base, '/'-separated (absolute when outside it)."""
+    rel = os.path.relpath(path, base)
+    return path if rel.startswith("..") else rel.replace(os.sep, "/")
+
+
+class SampleTransformer:
+    """Decode + fit + colour lookup for one worker; reuse it for every sample."""
+
+    def __init__(self, options: OutputOptions, classes: tuple[ClassInfo, ...], source_base: str,
+                 max_pixels: int) -> None:
+        self.options = options
+        self.classes = classes
+        self.base = source_base
+        self.max_pixels = max_pixels
+        self.segmentation = options.task is Task.SEGMENTATION
+        self.colormap = ColorMap(classes, options.color_tolerance) if self.segmentation else None
+        self.num_classes = len(classes)
+
+    def __call__(self, sample: SourceSample) -> Transformed:
+        opts = self.options
+        img_src = read_source(sample.image, relative_key_path(sample.image, self.base))
+        mask_src = read_source(sample.mask, relative_key_path(sample.mask, self.base)) if sample.mask else None
+        image = decode_image(img_src, self.max_pixels, exif_transpose=not self.segmentation)
+        geom = plan_geometry(image.shape[:2], opts.size, opts.fit)
+        out_image = resize_image(image, geom, opts.image_filter)
+        entry = SampleEntry(sample.key, img_src.fingerprint, mask_src.fingerprint if mask_src else None, sample.label)
+        if not self.segmentation:
+            counts = np.zeros(self.num_classes, dtype=np.int64)
+            counts[sample.label] = 1
+            return Transformed(entry, out_image, None, sample.label, counts, 0)
+
+        if mask_src is None:
+            raise DecodeError(sample.image, "missing_mask", "image without mask")
+        mask = decode_mask(mask_src, self.max_pixels)
+        if (mask.height, mask.width) != image.shape[:2]:
+            raise DecodeError(
+                sample.mask or "", "size_mismatch",
+                f"mask is {mask.width}x{mask.height} but its image {sample.image} is "
+                f"{image.shape[1]}x{image.shape[0]}",
+                "masks must have the same size as their images",
+            )
+        cmap = self.colormap
+        classes, unknown = cmap.lookup(mask)  # type: ignore[union-attr]
+        if unknown.ambiguous or (unknown.counts and opts.unknown_color is UnknownColor.FAIL):
+            raise UnknownColorError(sample.mask or "", unknown, cmap)  # type: ignore[arg-type]
+        class_map = resize_nearest(classes, geom, cmap.ignore_index)  # type: ignore[union-attr]
+        class_map = cmap.finish(class_map, ignore_unknown=True)  # type: ignore[union-attr]
+        counts = np.bincount(class_map.ravel(), minlength=max(self.num_classes, cmap.ignore_index + 1))  # type: ignore[union-attr]
+        class_pixels = counts[: self.num_classes].astype(np.int64)
+        ignore_pixels = int(counts[cmap.ignore_index])  # type: ignore[union-attr]
+        if opts.mask_encoding is MaskEncoding.ONEHOT:
+            planes = np.arange(self.num_classes, dtype=class_map.dtype)
+            out_mask = (class_map[:, :, None] == planes).astype(np.uint8)
+        else:
+            out_mask = class_map
+        return Transformed(entry, out_image, out_mask, None, class_pixels, ignore_pixels)

@@ -1,0 +1,1 @@
+"""Stage 4: write shards (one base writer; one encoder per format)."""
