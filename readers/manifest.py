@@ -254,7 +254,7 @@ class Manifest:
 
     def dumps(self) -> str:
         """Canonical text: sorted keys, so identical content gives identical bytes."""
-        return json.dumps(self.to_json(), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
 
     @classmethod
     def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME) -> "Manifest":

@@ -67,6 +67,21 @@ class SampleTransformer:
         self.colormap = ColorMap(classes, options.color_tolerance) if self.segmentation else None
         self.num_classes = len(classes)
 
+    def count_classes(self, mask: np.ndarray | None, label: int | None) -> tuple[np.ndarray, int]:
+        """Per-class pixel counts of a stored mask (class map or one-hot), or a one-sample label count."""
+        counts = np.zeros(self.num_classes, dtype=np.int64)
+        if mask is None:
+            if label is not None:
+                counts[label] = 1
+            return counts, 0
+        if mask.ndim == 3:  # one-hot planes; an all-zero row is the ignore index
+            counts += mask.reshape(-1, mask.shape[-1]).sum(axis=0, dtype=np.int64)[: self.num_classes]
+            return counts, int(mask.shape[0] * mask.shape[1] - counts.sum())
+        ignore = self.colormap.ignore_index  # type: ignore[union-attr]
+        full = np.bincount(mask.ravel(), minlength=max(self.num_classes, ignore + 1))
+        counts += full[: self.num_classes]
+        return counts, int(full[ignore])
+
     def __call__(self, sample: SourceSample) -> Transformed:
         opts = self.options
         img_src = read_source(sample.image, relative_key_path(sample.image, self.base))
@@ -76,8 +91,7 @@ class SampleTransformer:
         out_image = resize_image(image, geom, opts.image_filter)
         entry = SampleEntry(sample.key, img_src.fingerprint, mask_src.fingerprint if mask_src else None, sample.label)
         if not self.segmentation:
-            counts = np.zeros(self.num_classes, dtype=np.int64)
-            counts[sample.label] = 1
+            counts, _ = self.count_classes(None, sample.label)
             return Transformed(entry, out_image, None, sample.label, counts, 0)
 
         if mask_src is None:
@@ -96,9 +110,7 @@ class SampleTransformer:
             raise UnknownColorError(sample.mask or "", unknown, cmap)  # type: ignore[arg-type]
         class_map = resize_nearest(classes, geom, cmap.ignore_index)  # type: ignore[union-attr]
         class_map = cmap.finish(class_map, ignore_unknown=True)  # type: ignore[union-attr]
-        counts = np.bincount(class_map.ravel(), minlength=max(self.num_classes, cmap.ignore_index + 1))  # type: ignore[union-attr]
-        class_pixels = counts[: self.num_classes].astype(np.int64)
-        ignore_pixels = int(counts[cmap.ignore_index])  # type: ignore[union-attr]
+        class_pixels, ignore_pixels = self.count_classes(class_map, None)
         if opts.mask_encoding is MaskEncoding.ONEHOT:
             planes = np.arange(self.num_classes, dtype=class_map.dtype)
             out_mask = (class_map[:, :, None] == planes).astype(np.uint8)

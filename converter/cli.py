@@ -1,0 +1,63 @@
+"""`imgshard`: argparse subcommands. Each command module has `register(subparsers)` and `main(args)`.
+
+The CLI only parses, reports and sets exit codes; the work lives in the stage modules.
+Exit codes: 0 success, 1 unexpected error, 2 bad arguments, 65 bad input data,
+74 output I/O error (disk full), 75 another run holds the output folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from converter import __version__
+
+#: Subcommand modules, in the order `imgshard --help` lists them.
+COMMANDS = ("convert", "verify", "scan", "inspect", "preview", "bench")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="imgshard",
+        description="Convert image/mask folders once into sharded TFRecord or NPZ files, and read them fast.",
+    )
+    parser.add_argument("--version", action="version", version=f"imgshard {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"converter.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"converter.commands.{name}":
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="imgshard: %(levelname)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("imgshard: interrupted; nothing was published.", file=sys.stderr)
+        return 130
+    except Exception as e:  # report, with the exit code the error carries
+        code = getattr(e, "exit_code", None)
+        if code is None:
+            if isinstance(e, (ValueError, FileNotFoundError, KeyError, TypeError)):
+                code = 1
+            else:
+                raise
+        print(f"imgshard {args.command}: error: {e}", file=sys.stderr)
+        return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

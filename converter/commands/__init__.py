@@ -1,0 +1,1 @@
+"""One module per CLI subcommand: `register(subparsers)` adds it, `main(args)` runs it."""

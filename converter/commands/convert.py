@@ -1,0 +1,142 @@
+"""`imgshard convert SRC OUT --size HxW`: the main job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from converter.options import (
+    DEFAULT_MAX_PIXELS,
+    Fit,
+    ImageFilter,
+    MaskEncoding,
+    OnChange,
+    OutputOptions,
+    RunOptions,
+    SourceSpec,
+    UnknownColor,
+    parse_bytes,
+)
+from readers.formats import FileFormat
+
+
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    """Source selection shared by `convert`, `scan` and `preview`."""
+    p.add_argument("src", nargs="?", help="source folder (CamVid layout: train/, train_labels/, class_dict.csv)")
+    p.add_argument("--images", help="explicit images folder (instead of SRC)")
+    p.add_argument("--masks", help="explicit masks folder (with --images)")
+    p.add_argument("--split", default="train", help="split name for --images/--masks (default: train)")
+    p.add_argument("--classes", help="class table CSV (default: SRC/class_dict.csv)")
+
+
+def source_spec(args: argparse.Namespace) -> SourceSpec:
+    return SourceSpec(root=args.src, images=args.images, masks=args.masks, split=args.split, classes=args.classes)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert", help="convert sources into shards + manifest (incremental, cron-safe)",
+                       description=__doc__)
+    add_source_arguments(p)
+    p.add_argument("out", nargs="?", help="output folder (created if missing)")
+    p.add_argument("-o", "--out", dest="out_opt", help="output folder (alternative to the positional OUT)")
+    p.add_argument("--size", required=True, help="output size HxW, e.g. 512x512")
+    p.add_argument("--fit", choices=Fit.values(), default=Fit.STRETCH.value, help="how to fit the size (default: stretch)")
+    p.add_argument("--image-filter", choices=ImageFilter.values(), default=ImageFilter.BILINEAR.value,
+                   help="image resampling filter (Pillow; default: bilinear). Masks always use nearest.")
+    p.add_argument("--format", choices=[f.value for f in FileFormat], default=FileFormat.TFRECORD.value)
+    p.add_argument("--compression", choices=["none", "gzip", "deflate"], default=None,
+                   help="tfrecord: none (default) or gzip; npz: deflate (default) or none")
+    p.add_argument("--mask-encoding", choices=MaskEncoding.values(), default=MaskEncoding.CLASS_MAP.value,
+                   help="class_map (1 byte/pixel, default) or onehot (uint8 planes)")
+    p.add_argument("--color-tolerance", type=int, default=0, metavar="N",
+                   help="snap mask colours within N per channel to their class (default 0: exact)")
+    p.add_argument("--unknown-color", choices=UnknownColor.values(), default=UnknownColor.FAIL.value,
+                   help="fail (default) or ignore: map unknown colours to the ignore index")
+    p.add_argument("--seed", type=int, default=0, help="seed of the shard shuffle (default 0)")
+    p.add_argument("--shard-size", default="128MB", help="maximum uncompressed shard size (default 128MB)")
+    p.add_argument("--workers", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument("--max-bad", type=int, default=0, metavar="N",
+                   help="publish the good samples when at most N sources are bad (default 0)")
+    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="refuse larger images (decompression bombs)")
+    p.add_argument("--on-change", choices=OnChange.values(), default=OnChange.KEEP.value,
+                   help="a converted source changed: keep the old record (default), replace it, or fail")
+    p.add_argument("--prune", action=argparse.BooleanOptionalAction, default=False,
+                   help="drop records whose source was deleted")
+    p.add_argument("--rebuild", action=argparse.BooleanOptionalAction, default=False,
+                   help="convert everything again when the options differ from the dataset's")
+    p.add_argument("--backend", choices=["local", "dask"], default="local", help="where workers run (default local)")
+    p.add_argument("--scheduler", help="Dask scheduler address tcp://HOST:PORT (with --backend dask)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from converter.convert import convert
+
+    out = args.out_opt or args.out
+    if out is None:
+        raise ValueError("Give the output folder: imgshard convert SRC OUT --size HxW (or -o OUT).")
+    compression = args.compression
+    if compression == "gzip" and args.format == "npz":
+        compression = "deflate"
+    options = OutputOptions(
+        size=args.size, fit=args.fit, image_filter=args.image_filter, format=args.format, compression=compression,
+        mask_encoding=args.mask_encoding, color_tolerance=args.color_tolerance, unknown_color=args.unknown_color,
+        seed=args.seed,
+    )
+    run = RunOptions(
+        workers=args.workers, shard_size_bytes=parse_bytes(args.shard_size), max_bad=args.max_bad,
+        max_pixels=args.max_pixels, on_change=args.on_change, prune=args.prune, rebuild=args.rebuild,
+        backend=args.backend, scheduler=args.scheduler,
+    )
+    spec = source_spec(args)
+    bar = None
+
+    def on_plan(plan) -> None:
+        nonlocal bar
+        total = sum(t.num_samples for t in plan.tasks)
+        if not args.quiet and total:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, unit="sample", desc="convert", file=sys.stderr, dynamic_ncols=True)
+
+    def on_progress(n: int) -> None:
+        if bar is not None:
+            bar.update(n)
+
+    t0 = time.perf_counter()
+    try:
+        result = convert(spec, out, options, run, on_plan=on_plan, on_progress=on_progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - t0
+    if not args.quiet:
+        print(summary(result, seconds), file=sys.stderr)
+    return 0
+
+
+def summary(result, seconds: float) -> str:
+    plan = result.plan
+    lines = []
+    if not result.published and plan.nothing_to_do:
+        lines.append(f"Nothing new: {plan.unchanged} sample(s) already converted in {result.out_dir}; no shard changed.")
+    else:
+        n = result.samples_written
+        rate = n / seconds if seconds > 0 else 0.0
+        lines.append(
+            f"Converted {plan.new} new, {plan.replaced} replaced, {plan.pruned} pruned sample(s): wrote "
+            f"{n} record(s) in {len(result.written)} shard(s), {result.bytes_written / 1e6:.1f} MB, "
+            f"in {seconds:.1f} s ({rate:.1f} samples/s) -> {result.out_dir}"
+        )
+    if result.bad:
+        lines.append(f"{len(result.bad)} bad source file(s) skipped (within --max-bad); see {result.report_path}")
+        for b in result.bad[:20]:
+            lines.append(f"  {b}")
+    if plan.changed_kept:
+        lines.append(f"warning: {len(plan.changed_kept)} source(s) changed since conversion; kept the old records "
+                     "(--on-change replace re-converts them)")
+    if plan.deleted_kept:
+        lines.append(f"warning: {len(plan.deleted_kept)} source(s) deleted; kept their records (--prune drops them)")
+    return "\n".join(lines)

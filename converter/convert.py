@@ -1,0 +1,296 @@
+"""The conversion, stage by stage: discover -> plan -> transform + write -> publish.
+
+`convert()` is the Python API behind `imgshard convert`. It holds the output lock for
+the whole run, never publishes a half-done dataset, and returns a `ConvertResult`
+(or raises an error that says what went wrong, where, and what to do).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from converter import __version__
+from converter.discover.classes import load_class_table
+from converter.discover.layout import BadInput, discover
+from converter.execute import run_tasks
+from converter.lock import OutputLock
+from converter.options import OutputOptions, RunOptions, SourceSpec
+from converter.plan import Plan, PlanError, make_plan
+from converter.publish import publish_manifest, remove_files, sweep_leftovers, utc_now, write_report
+from converter.transform.colormap import ColorMap, ignore_index_for, mask_dtype_for
+from converter.write.task import ShardResult, WorkerContext
+from readers.manifest import (
+    HISTORY_LIMIT,
+    MANIFEST_NAME,
+    ClassInfo,
+    Manifest,
+    ShardEntry,
+    SplitEntry,
+)
+
+log = logging.getLogger(__name__)
+
+EX_DATAERR = 65
+EX_IOERR = 74
+
+
+class BadInputError(ValueError):
+    """Too many bad source files; nothing was published."""
+
+    exit_code = EX_DATAERR
+
+    def __init__(self, message: str, bad: list[BadInput], report_path: str | None) -> None:
+        super().__init__(message)
+        self.bad = bad
+        self.report_path = report_path
+
+
+class OutputWriteError(OSError):
+    """Writing the output failed (disk full, I/O error); the previous dataset is intact."""
+
+    exit_code = EX_IOERR
+
+
+@dataclass
+class ConvertResult:
+    out_dir: str
+    manifest: Manifest | None
+    plan: Plan
+    written: list[ShardEntry] = field(default_factory=list)
+    bad: list[BadInput] = field(default_factory=list)
+    unknown_colors: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
+    seconds: float = 0.0
+    report_path: str | None = None
+    published: bool = False
+
+    @property
+    def samples_written(self) -> int:
+        return sum(s.records for s in self.written)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(s.bytes for s in self.written)
+
+
+def _describe_unknown(unknown: dict[tuple[int, int, int], list[int]], cmap: ColorMap | None, limit: int = 20) -> list[str]:
+    lines = []
+    for color, (pixels, files) in sorted(unknown.items(), key=lambda kv: -kv[1][0])[:limit]:
+        near = ""
+        if cmap is not None:
+            name, dist = cmap.nearest(color)
+            near = f", nearest class {name!r} at distance {dist}"
+        lines.append(f"  colour {color}: {pixels} px in {files} file(s){near}")
+    if len(unknown) > limit:
+        lines.append(f"  ... and {len(unknown) - limit} more colours (see the report)")
+    return lines
+
+
+def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[ClassInfo, ...]) -> None:
+    diffs = []
+    try:
+        stored = OutputOptions.from_json(old.options)
+        diffs = options.differences(stored)
+    except (TypeError, ValueError, KeyError) as e:
+        diffs = [f"stored options unreadable ({e})"]
+    if tuple(old.classes) != tuple(classes):
+        diffs.append("classes: the class table differs from the one the dataset was built with")
+    if diffs:
+        raise PlanError(
+            "The output folder holds a dataset built with other options:\n  " + "\n  ".join(diffs)
+            + "\nRe-run with the same options to add new samples, or add --rebuild to convert everything again."
+        )
+
+
+def _mask_spec(options: OutputOptions, classes: tuple[ClassInfo, ...]) -> dict | None:
+    if options.task.value != "segmentation":
+        return None
+    n = len(classes)
+    return {"dtype": mask_dtype_for(n).name if n <= 255 else "uint16", "encoding": options.mask_encoding.value,
+            "ignore_index": ignore_index_for(n)}
+
+
+def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOptions | None = None, *,
+            on_plan: Callable[[Plan], None] | None = None,
+            on_progress: Callable[[int], None] | None = None) -> ConvertResult:
+    """Convert the sources in `spec` into `out_dir`. See the module docstring."""
+    run = run or RunOptions()
+    t0 = time.perf_counter()
+    out_dir = os.path.abspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    with OutputLock(out_dir):
+        return _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress)
+
+
+def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
+    classes = load_class_table(_classes_csv(spec)) if options.task.value == "segmentation" else _classification_classes(spec)
+    found = discover(spec)
+    old = Manifest.load(out_dir) if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) else None
+    if old is not None and not run.rebuild:
+        _check_compatible(old, options, classes)
+    sweep_leftovers(out_dir, old)
+
+    base_manifest = None if run.rebuild else old
+    next_index = {s: e.next_shard_index for s, e in old.splits.items()} if old is not None else {}
+    plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index)
+    if run.rebuild and old is not None:
+        plan.drop_shards |= {s.file for _, s in old.iter_shards()}
+    for key in plan.changed_kept:
+        log.warning("%s changed since it was converted; keeping the old record (--on-change replace re-converts it)", key)
+    for key in plan.deleted_kept:
+        log.warning("%s: its source is gone; keeping its record (--prune drops it)", key)
+    if on_plan is not None:
+        on_plan(plan)
+
+    result = ConvertResult(out_dir, old, plan, bad=list(found.bad))
+    ctx = WorkerContext(out_dir, options, classes, spec.base, run.max_pixels,
+                        os.path.join(out_dir, MANIFEST_NAME) if old is not None else None)
+    results: list[ShardResult] = []
+    try:
+        for r in run_tasks(plan.tasks, ctx, workers=run.effective_workers, backend=run.backend,
+                           scheduler=run.scheduler, on_progress=on_progress):
+            results.append(r)
+    except OSError as e:
+        remove_files(out_dir, [t.file for t in plan.tasks])
+        sweep_leftovers(out_dir, old)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS):
+            raise OutputWriteError(
+                e.errno, f"Writing shards to {out_dir} failed: {e.strerror} ({e.filename or 'shard'}). "
+                "Nothing was published; the previous dataset is intact. Free space (or fix the disk) and re-run."
+            ) from e
+        raise
+    except BaseException:
+        remove_files(out_dir, [t.file for t in plan.tasks])
+        raise
+
+    for r in results:
+        result.bad.extend(r.bad)
+        for color, (px, files) in r.unknown_colors.items():
+            agg = result.unknown_colors.setdefault(color, [0, 0])
+            agg[0] += px
+            agg[1] += files
+    result.bad.sort(key=lambda b: (b.path, b.reason))
+    result.written = sorted((r.entry for r in results if r.entry is not None), key=lambda e: e.file)
+    result.seconds = time.perf_counter() - t0
+
+    cmap = ColorMap(classes) if options.task.value == "segmentation" else None
+    report = _report(result, options, run, cmap)
+    if len(result.bad) > run.max_bad:
+        remove_files(out_dir, [t.file for t in plan.tasks])
+        result.report_path = write_report(out_dir, report | {"published": False})
+        raise BadInputError(_bad_message(result, run, cmap), result.bad, result.report_path)
+
+    if plan.nothing_to_do:
+        result.report_path = write_report(out_dir, report | {"published": False, "nothing_new": True})
+        return result
+
+    manifest = _assemble(old if not run.rebuild else None, result, options, classes, plan)
+    try:
+        publish_manifest(out_dir, manifest)
+    except OSError as e:
+        remove_files(out_dir, [t.file for t in plan.tasks])
+        raise OutputWriteError(
+            e.errno, f"Publishing {MANIFEST_NAME} in {out_dir} failed: {e.strerror}. "
+            "The previous dataset is intact; fix the disk and re-run."
+        ) from e
+    remove_files(out_dir, sorted(plan.drop_shards))
+    result.manifest = manifest
+    result.published = True
+    result.report_path = write_report(out_dir, report | {"published": True})
+    return result
+
+
+def _classes_csv(spec: SourceSpec) -> str:
+    if spec.classes is not None:
+        return spec.classes
+    if spec.root is not None:
+        return os.path.join(spec.root, "class_dict.csv")
+    raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
+
+
+def _classification_classes(spec: SourceSpec) -> tuple[ClassInfo, ...]:
+    raise ValueError("classification datasets are not supported yet; see the README.")
+
+
+def _assemble(old: Manifest | None, result: ConvertResult, options: OutputOptions,
+              classes: tuple[ClassInfo, ...], plan: Plan) -> Manifest:
+    splits: dict[str, list[ShardEntry]] = {}
+    if old is not None:
+        for split, entry in old.splits.items():
+            splits[split] = [s for s in entry.shards if s.file not in plan.drop_shards]
+    for e in result.written:
+        split = next(t.split for t in plan.tasks if t.file == e.file)
+        splits.setdefault(split, []).append(e)
+    if plan.refreshed:
+        for split, shards in splits.items():
+            splits[split] = [
+                s if not any(x.key in plan.refreshed for x in s.samples)
+                else ShardEntry(s.file, s.records, s.bytes, s.sha256, s.class_pixels, s.ignore_pixels,
+                                tuple(plan.refreshed.get(x.key, x) for x in s.samples))
+                for s in shards
+            ]
+    split_entries = {
+        name: SplitEntry(tuple(sorted(shards, key=lambda s: s.file)), plan.next_index.get(name, 0))
+        for name, shards in splits.items()
+    }
+    history = list(old.history) if old is not None else []
+    history.append({"time": utc_now(), "added": plan.new - sum(1 for b in result.bad if b.key and b.kind not in ("missing_image",)),
+                    "replaced": plan.replaced, "pruned": plan.pruned, "tool_version": __version__})
+    h, w = options.size
+    return Manifest(
+        tool_version=__version__,
+        task=options.task.value,
+        format=options.format.value,
+        compression=options.compression,  # type: ignore[arg-type]
+        options=options.to_json(),
+        image={"height": h, "width": w, "channels": 3, "dtype": "uint8"},
+        mask=_mask_spec(options, classes),
+        classes=classes,
+        splits=split_entries,
+        history=tuple(history[-HISTORY_LIMIT:]),
+    )
+
+
+def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap: ColorMap | None) -> dict:
+    plan = result.plan
+    return {
+        "tool_version": __version__,
+        "time": utc_now(),
+        "out_dir": result.out_dir,
+        "options": options.to_json(),
+        "max_bad": run.max_bad,
+        "counts": {"new": plan.new, "replaced": plan.replaced, "pruned": plan.pruned, "unchanged": plan.unchanged,
+                   "changed_kept": len(plan.changed_kept), "deleted_kept": len(plan.deleted_kept),
+                   "written_samples": result.samples_written, "written_shards": len(result.written),
+                   "bad": len(result.bad)},
+        "bad": [b.to_json() for b in result.bad],
+        "unknown_colors": [
+            {"color": list(c), "pixels": px, "files": files,
+             **({"nearest": cmap.nearest(c)[0], "distance": cmap.nearest(c)[1]} if cmap else {})}
+            for c, (px, files) in sorted(result.unknown_colors.items(), key=lambda kv: -kv[1][0])
+        ],
+        "changed_kept": plan.changed_kept,
+        "deleted_kept": plan.deleted_kept,
+        "seconds": round(result.seconds, 3),
+        "shards": [s.file for s in result.written],
+    }
+
+
+def _bad_message(result: ConvertResult, run: RunOptions, cmap: ColorMap | None) -> str:
+    n = len(result.bad)
+    lines = [f"{n} bad source file(s) (allowed: --max-bad {run.max_bad}); nothing was published:"]
+    for b in result.bad[:50]:
+        lines.append(f"  {b}")
+    if n > 50:
+        lines.append(f"  ... and {n - 50} more (see the report)")
+    if result.unknown_colors:
+        lines.append("Unknown mask colours (not in the class table):")
+        lines += _describe_unknown(result.unknown_colors, cmap)
+        lines.append("Fix the masks or class_dict.csv, snap near colours with --color-tolerance N, "
+                     "or map them to the ignore index with --unknown-color ignore.")
+    lines.append(f"Convert the good samples anyway with --max-bad {n}.")
+    return "\n".join(lines)

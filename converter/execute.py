@@ -1,0 +1,82 @@
+"""Run planned shard tasks on workers and stream their results back.
+
+`local` (default): joblib's loky process pool; workers import NumPy, Pillow and
+libspng, never TensorFlow. With one worker the tasks run in this process. Progress
+(samples done) flows back through a queue that a thread drains, so the bar moves
+per sample, not per shard; a worker that dies ends the run with joblib's error
+instead of leaving the bar waiting.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable, Iterator, Sequence
+
+from converter.plan import ShardTask
+from converter.write.task import ShardResult, WorkerContext, run_shard_task
+
+ProgressFn = Callable[[int], None]
+
+
+class _QueueProgress:
+    """Picklable progress callback that puts counts on a manager queue."""
+
+    def __init__(self, q) -> None:
+        self.q = q
+
+    def __call__(self, n: int) -> None:
+        self.q.put(n)
+
+
+def _drain(q, on_progress: ProgressFn, stop: threading.Event) -> None:
+    while not stop.is_set() or not q.empty():
+        try:
+            on_progress(q.get(timeout=0.1))
+        except queue.Empty:
+            continue
+        except (EOFError, OSError, BrokenPipeError):
+            return
+
+
+def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
+              on_progress: ProgressFn | None = None) -> Iterator[ShardResult]:
+    """Yield results as shards finish (unordered)."""
+    if workers <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            yield run_shard_task(task, ctx, on_progress)
+        return
+    import multiprocessing
+
+    from joblib import Parallel, delayed
+
+    manager = multiprocessing.Manager() if on_progress is not None else None
+    stop = threading.Event()
+    drainer = None
+    progress = None
+    if manager is not None:
+        q = manager.Queue()
+        progress = _QueueProgress(q)
+        drainer = threading.Thread(target=_drain, args=(q, on_progress, stop), daemon=True)
+        drainer.start()
+    try:
+        parallel = Parallel(n_jobs=min(workers, len(tasks)), backend="loky", return_as="generator_unordered",
+                            pre_dispatch="all")
+        yield from parallel(delayed(run_shard_task)(t, ctx, progress) for t in tasks)
+    finally:
+        stop.set()
+        if drainer is not None:
+            drainer.join(timeout=5)
+        if manager is not None:
+            manager.shutdown()
+
+
+def run_tasks(tasks: Sequence[ShardTask], ctx: WorkerContext, *, workers: int, backend: str = "local",
+              scheduler: str | None = None, on_progress: ProgressFn | None = None) -> Iterator[ShardResult]:
+    if backend == "local":
+        return run_local(tasks, ctx, workers, on_progress)
+    if backend == "dask":
+        from converter.execute_dask import run_dask
+
+        return run_dask(tasks, ctx, workers=workers, scheduler=scheduler, on_progress=on_progress)
+    raise ValueError(f"backend must be one of ['local', 'dask']. Received: {backend!r}")

@@ -1,0 +1,91 @@
+"""Stage 5: publish. The manifest is replaced atomically, last; leftovers are swept.
+
+Order of a publish: every new shard was already fsynced and renamed by its writer;
+fsync the folder (the renames become durable), write the manifest to a temporary
+file, fsync it, rename it over `imgshard.json`, fsync the folder again. A reader sees
+the old manifest or the new one, and either lists only complete shards. Shards the
+new manifest no longer lists are deleted only after that.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from typing import Any, Iterable
+
+from converter.write.base import TMP_PREFIX, fsync_dir
+from readers.formats import SUFFIXES
+from readers.manifest import MANIFEST_NAME, REPORTS_DIR, Manifest
+
+log = logging.getLogger(__name__)
+
+_SHARD_RE = re.compile(r"^[A-Za-z0-9_.]+-\d{5,}(" + "|".join(re.escape(s) for s in SUFFIXES.values()) + r")$")
+
+
+def utc_now() -> str:
+    """Run time for the history; honours SOURCE_DATE_EPOCH for reproducible builds."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    t = time.gmtime(int(epoch)) if epoch and epoch.isdigit() else time.gmtime()
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", t)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Temporary file, fsync, rename, fsync of the folder."""
+    folder = os.path.dirname(path) or "."
+    tmp = os.path.join(folder, f"{TMP_PREFIX}{os.path.basename(path)}-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(folder)
+
+
+def publish_manifest(out_dir: str, manifest: Manifest) -> None:
+    fsync_dir(out_dir)  # the shard renames first
+    write_atomic(os.path.join(out_dir, MANIFEST_NAME), manifest.dumps().encode("utf-8"))
+
+
+def is_shard_name(name: str) -> bool:
+    return bool(_SHARD_RE.match(name))
+
+
+def sweep_leftovers(out_dir: str, manifest: Manifest | None) -> list[str]:
+    """Remove temporary files and shard files the manifest does not list (crashed runs)."""
+    listed = {s.file for _, s in manifest.iter_shards()} if manifest is not None else set()
+    removed = []
+    for name in sorted(os.listdir(out_dir)):
+        if name.startswith(TMP_PREFIX) or (is_shard_name(name) and name not in listed):
+            os.unlink(os.path.join(out_dir, name))
+            removed.append(name)
+    if removed:
+        log.info("removed %d leftover file(s) of an earlier run: %s", len(removed), ", ".join(removed[:5]))
+    return removed
+
+
+def remove_files(out_dir: str, names: Iterable[str]) -> None:
+    for name in names:
+        try:
+            os.unlink(os.path.join(out_dir, name))
+        except FileNotFoundError:
+            pass
+
+
+def write_report(out_dir: str, report: dict[str, Any]) -> str:
+    """A JSON report of the run under OUT/reports/ (also on failure). Returns its path."""
+    folder = os.path.join(out_dir, REPORTS_DIR)
+    os.makedirs(folder, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = os.path.join(folder, f"convert-{stamp}-{os.getpid()}.json")
+    write_atomic(path, (json.dumps(report, indent=1, sort_keys=True, default=str) + "\n").encode("utf-8"))
+    return path

@@ -1,0 +1,147 @@
+"""The one shard writer: temporary name, encode, flush, fsync, rename, checksum.
+
+Format adapters (`ShardEncoder` subclasses) only turn samples into bytes; everything
+that makes a shard safe on disk lives here:
+
+* the shard is written under a temporary name (`.tmp-<name>-<pid>`) in the output
+  folder, so a crash leaves nothing under a final name that a manifest could list;
+* on a clean exit of the ``with`` block the encoder finishes, the file is flushed
+  and fsynced, hashed (sha256) and renamed to its final name;
+* on an exception the temporary file is removed and nothing is renamed (a writer that
+  publishes on failure is the classic way to ship half a dataset).
+
+Publishing the manifest is `converter.publish`'s job; the directory fsync that makes
+the renames durable happens there, once per run.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import IO, Any
+
+import numpy as np
+
+TMP_PREFIX = ".tmp-"
+HASH_CHUNK_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class SampleArrays:
+    """What an encoder receives for one sample."""
+
+    key: str
+    image: np.ndarray  # (H, W, 3) uint8
+    mask: np.ndarray | None  # class map or one-hot planes
+    label: int | None
+
+
+class ShardEncoder(abc.ABC):
+    """Turns samples into one shard's bytes. Subclasses: one per format."""
+
+    suffix: str = ""
+
+    def __init__(self, fileobj: IO[bytes], *, compression: str, capacity: int) -> None:
+        self.fileobj = fileobj
+        self.compression = compression
+        self.capacity = capacity  # planned number of samples (an upper bound)
+
+    @abc.abstractmethod
+    def add(self, sample: SampleArrays) -> None:
+        """Encode one sample."""
+
+    @abc.abstractmethod
+    def finish(self) -> None:
+        """Write whatever is buffered; do not close `fileobj`."""
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fsync_dir(path: str) -> None:
+    """Make renames in `path` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class WrittenShard:
+    file: str
+    records: int
+    bytes: int
+    sha256: str
+
+
+class ShardWriter:
+    """Context manager writing one shard atomically.
+
+    >>> with ShardWriter(out_dir, "train-00000.tfrecord", encoder_cls, compression="none", capacity=8) as w:
+    ...     w.add(sample)
+    >>> w.result  # WrittenShard, set only after a clean exit
+    """
+
+    def __init__(self, out_dir: str, name: str, encoder_cls: type[ShardEncoder], *, compression: str,
+                 capacity: int) -> None:
+        if os.sep in name or name.startswith("."):
+            raise ValueError(f"shard name must be a plain file name. Received: {name!r}")
+        self.out_dir = out_dir
+        self.name = name
+        self.final_path = os.path.join(out_dir, name)
+        self.tmp_path = os.path.join(out_dir, f"{TMP_PREFIX}{name}-{os.getpid()}")
+        self._encoder_cls = encoder_cls
+        self._compression = compression
+        self._capacity = capacity
+        self._file: IO[bytes] | None = None
+        self._encoder: ShardEncoder | None = None
+        self.records = 0
+        self.result: WrittenShard | None = None
+
+    def __enter__(self) -> "ShardWriter":
+        self._file = open(self.tmp_path, "wb")
+        self._encoder = self._encoder_cls(self._file, compression=self._compression, capacity=self._capacity)
+        return self
+
+    def add(self, sample: SampleArrays) -> None:
+        if self._encoder is None:
+            raise RuntimeError("ShardWriter.add called outside its `with` block")
+        self._encoder.add(sample)
+        self.records += 1
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        f = self._file
+        try:
+            if exc_type is None and f is not None and self._encoder is not None:
+                self._encoder.finish()
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()
+                size = os.path.getsize(self.tmp_path)
+                digest = sha256_file(self.tmp_path)
+                os.replace(self.tmp_path, self.final_path)
+                self.result = WrittenShard(self.name, self.records, size, digest)
+                return
+        except BaseException:
+            self._discard(f)
+            raise
+        self._discard(f)
+
+    def _discard(self, f: IO[bytes] | None) -> None:
+        if f is not None and not f.closed:
+            f.close()
+        try:
+            os.unlink(self.tmp_path)
+        except FileNotFoundError:
+            pass
