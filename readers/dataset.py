@@ -1,0 +1,307 @@
+"""`readers.open()` and `Dataset`: one converted dataset, read three ways.
+
+* `Dataset.records()`: NumPy `Record`s, no TensorFlow (for JAX, PyTorch, checks).
+* `Dataset.tf_dataset()`: a `tf.data.Dataset` of (x, y) batches for `model.fit`.
+* `Dataset.keras_dataset()`: a `keras.utils.PyDataset` with random access.
+
+Example::
+
+    ds = readers.open("out/")
+    print(ds.splits, ds.num_classes)
+    model.fit(ds.tf_dataset("train", 16, seed=0), validation_data=ds.tf_dataset("val", 16, shuffle=False))
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import warnings
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+
+from readers.errors import FIX_HINT, ShardError, shard_error
+from readers.formats import FileFormat, check_compression
+from readers.formats.base import PipelineOptions, Record, RecordSpec, ShardRef
+from readers.formats.registry import get_adapter
+from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
+logger = logging.getLogger(__name__)
+
+
+def open(path: str | os.PathLike) -> "Dataset":  # noqa: A001 - readers.open mirrors io.open
+    """Open a converted dataset: the folder holding `imgshard.json`, or that file.
+
+    Loads the manifest and `os.stat`s every shard. A missing shard raises
+    `FileNotFoundError`; a shard whose size differs from the manifest raises
+    `readers.errors.ShardError` (a `ValueError`); both name the file and the fix.
+    """
+    return Dataset(path)
+
+
+class Dataset:
+    """A converted dataset opened for reading (see `open`)."""
+
+    def __init__(self, path: str | os.PathLike):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike. Received: {type(path).__name__}")
+        root = os.fspath(path)
+        if os.path.isfile(root):
+            root = os.path.dirname(os.path.abspath(root))
+        self._path = os.path.abspath(root)
+        self._manifest = Manifest.load(path)
+        where = os.path.join(self._path, MANIFEST_NAME)
+        try:
+            fmt = FileFormat.parse(self._manifest.format)
+            check_compression(fmt, self._manifest.compression)
+        except ValueError as e:
+            raise ManifestError(f"{where}: {e}") from e
+        self._adapter = get_adapter(fmt)
+        self._spec = RecordSpec.from_manifest(self._manifest, where)
+        self._refs: dict[str, list[ShardRef]] = {}
+        for split, split_entry in self._manifest.splits.items():
+            refs = []
+            for position, entry in enumerate(split_entry.shards):
+                shard_path = os.path.normpath(os.path.join(self._path, entry.file))
+                if os.path.commonpath([self._path, shard_path]) != self._path:
+                    raise ManifestError(f"{where}: shard file {entry.file!r} points outside the dataset folder.")
+                _check_shard_file(shard_path, entry.bytes)
+                refs.append(ShardRef(shard_path, entry, position))
+            self._refs[split] = refs
+
+    # -- description ----------------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        """The dataset folder (absolute)."""
+        return self._path
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    @property
+    def task(self) -> str:
+        """"segmentation" or "classification"."""
+        return self._manifest.task
+
+    @property
+    def splits(self) -> dict[str, int]:
+        """Split name -> number of samples."""
+        return {name: entry.num_samples for name, entry in sorted(self._manifest.splits.items())}
+
+    @property
+    def classes(self) -> list[tuple[str, tuple[int, int, int] | None]]:
+        """(name, (r, g, b)) per class, in class-index order; colour None for classification."""
+        return [(c.name, c.color) for c in self._manifest.classes]
+
+    @property
+    def num_classes(self) -> int:
+        return self._manifest.num_classes
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(height, width, channels) of every image."""
+        return self._spec.image_shape
+
+    @property
+    def format(self) -> str:
+        return self._adapter.file_format.value
+
+    def __repr__(self) -> str:
+        return (f"readers.Dataset({self._path!r}, format={self.format!r}, task={self.task!r}, "
+                f"splits={self.splits}, image_shape={self.image_shape}, num_classes={self.num_classes})")
+
+    def class_pixel_counts(self, split: str) -> np.ndarray:
+        """Pixels of each class in `split` (int64, length num_classes): the sum of the shards'
+        `class_pixels` in the manifest; no shard is read. Ignored pixels are not counted."""
+        return np.asarray(self._manifest.split(split).class_pixels(self.num_classes), np.int64)
+
+    # -- shard selection ------------------------------------------------------------------------
+    def shards(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> list[ShardRef]:
+        """The shards of `split` whose position i satisfies i % num_shards == shard_index."""
+        _check_sharding(num_shards, shard_index, "num_shards", "shard_index")
+        self._manifest.split(split)  # KeyError naming the valid splits
+        return [ref for ref in self._refs[split] if ref.position % num_shards == shard_index]
+
+    # -- NumPy ----------------------------------------------------------------------------------
+    def records(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> Iterator[Record]:
+        """Iterate the `Record`s of `split` in manifest shard order and record order.
+
+        num_shards/shard_index select shards i with i % num_shards == shard_index (one
+        share per process for JAX / PyTorch multi-process loading). NumPy only; arrays
+        are read-only views. Any read or decode error is re-raised as `ShardError`
+        naming the shard file and record index, and so is a shard whose records or keys
+        differ from the manifest.
+        """
+        shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
+        return self._iter_records(shards)
+
+    def _iter_records(self, shards: list[ShardRef]) -> Iterator[Record]:
+        for shard in shards:
+            keys = shard.entry.keys
+            count = 0
+            for record in self._adapter.iter_shard(shard, self._spec):
+                if count >= shard.records:
+                    raise shard_error(shard.path, f"holds more records than the {shard.records} in the manifest",
+                                      record=count)
+                if keys and record.key != keys[count]:
+                    raise shard_error(
+                        shard.path, f"record key {record.key!r} differs from the manifest's {keys[count]!r}",
+                        record=count,
+                    )
+                count += 1
+                yield record
+            if count != shard.records:
+                raise shard_error(shard.path, f"holds {count} records, the manifest says {shard.records}")
+
+    # -- tf.data --------------------------------------------------------------------------------
+    def tf_dataset(
+        self,
+        split: str,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int | None = None,
+        one_hot: bool = True,
+        normalize: bool = True,
+        repeat: bool = False,
+        drop_remainder: bool = False,
+        input_context: "tf.distribute.InputContext | None" = None,
+        shuffle_buffer: int | None = None,
+    ) -> "tf.data.Dataset":
+        """A `tf.data.Dataset` of (x, y) batches for `model.fit`.
+
+        Args:
+            split: split name (see `splits`).
+            batch_size: records per batch (per replica when `input_context` is given:
+                pass `input_context.get_per_replica_batch_size(global_batch_size)`).
+            shuffle: shuffle the shard order every epoch and the records through a
+                bounded buffer. False: the order equals `records(split)`.
+            seed: makes the shuffle (and the order of the output) reproducible. Without
+                a seed, the TFRecord reader yields whichever file is ready first.
+            one_hot: y as float32 one-hot (H, W, C) (or (C,) for classification) where
+                the ignore index is an all-zero row; False: the class map as stored
+                ((H, W) uint8/uint16) or the int64 label.
+            normalize: x as float32 in [0, 1]; False: the uint8 image (compact mode:
+                expand on the accelerator with `readers.device.ExpandOnDevice`).
+            repeat: repeat forever (infinite cardinality; give `steps_per_epoch`).
+            drop_remainder: drop the last partial batch (static batch dimension).
+            input_context: a `tf.distribute.InputContext`; this pipeline then reads the
+                shard files i with i % num_input_pipelines == input_pipeline_id. With
+                fewer shards than pipelines a warning is given and every pipeline reads
+                all files and keeps every num_input_pipelines-th record instead.
+            shuffle_buffer: records in the shuffle buffer. Default: as many as fit in
+                256 MB (`readers.formats.base.SHUFFLE_BUFFER_BYTES`) at the shards'
+                average record size, at least one batch, at most the whole split.
+
+        The cardinality is known (batches per epoch, accounting for drop_remainder), so
+        Keras shows the epoch length. Shard sizes were checked at `open`; a record
+        damaged inside a TFRecord file surfaces as TensorFlow's `DataLossError`
+        ("corrupted record at <offset>"), which does not name the file: run
+        `imgshard verify OUT` (or iterate `records(split)`) to find it.
+        """
+        import tensorflow as tf
+
+        options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
+                                  normalize=bool(normalize), drop_remainder=bool(drop_remainder),
+                                  shuffle_buffer=shuffle_buffer)
+        shards = self.shards(split)
+        total = sum(s.records for s in shards)
+        if input_context is not None:
+            num = int(input_context.num_input_pipelines)
+            index = int(input_context.input_pipeline_id)
+            _check_sharding(num, index, "input_context.num_input_pipelines", "input_context.input_pipeline_id")
+            if len(shards) >= num:
+                shards = [s for s in shards if s.position % num == index]
+                total = sum(s.records for s in shards)
+            else:
+                message = (
+                    f"Split {split!r} of {self._path} has {len(shards)} shard files for {num} input pipelines; "
+                    "every pipeline will read all files and keep every "
+                    f"{num}-th record (slower). Re-convert with more shards for file-level sharding."
+                )
+                logger.warning(message)
+                warnings.warn(message, stacklevel=2)
+                options = PipelineOptions(**{**_fields(options), "record_shard": (num, index)})
+                total = len(range(index, total, num))
+        ds = self._adapter.tf_dataset(shards, self._spec, options)
+        batches = total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
+        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+        if repeat:
+            ds = ds.repeat()
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+        tf_options = tf.data.Options()
+        tf_options.autotune.enabled = True
+        tf_options.deterministic = (not options.shuffle) or options.seed is not None
+        if input_context is not None:
+            tf_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return ds.with_options(tf_options)
+
+    # -- Keras PyDataset ------------------------------------------------------------------------
+    def keras_dataset(
+        self,
+        split: str,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int | None = None,
+        one_hot: bool = True,
+        normalize: bool = True,
+        workers: int = 1,
+        use_multiprocessing: bool = False,
+        max_queue_size: int = 10,
+        num_shards: int = 1,
+        shard_index: int = 0,
+    ) -> Any:
+        """A `keras.utils.PyDataset` of (x, y) NumPy batches with random access.
+
+        Same (x, y) conventions as `tf_dataset`. `__getitem__(i)` reads batch i of the
+        current order; `on_epoch_end` reshuffles (with `seed`, reproducibly).
+        num_shards/shard_index select shard files as in `records`. TFRecord shards are
+        indexed by their record headers and read record by record; gzip TFRecord and
+        deflated NPZ shards are decompressed whole and cached per worker (see
+        `readers.pydataset`).
+        """
+        from readers.pydataset import make_pydataset
+
+        options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
+                                  normalize=bool(normalize))
+        shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
+        readers = [self._adapter.random_access(s, self._spec) for s in shards]
+        return make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
+                              use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
+
+
+def _fields(options: PipelineOptions) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+
+
+def _check_sharding(num: Any, index: Any, num_name: str, index_name: str) -> None:
+    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 1:
+        raise ValueError(f"{num_name} must be an integer >= 1. Received: {num_name}={num!r}")
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < num:
+        raise ValueError(f"{index_name} must be an integer in [0, {num}). Received: {index_name}={index!r}")
+
+
+def _check_shard_file(path: str, expected: int) -> None:
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"Shard file {path} is missing (the manifest lists it with {expected} bytes). {FIX_HINT}"
+        ) from None
+    if size != expected:
+        raise ShardError(
+            f"Shard file {path} has the wrong size: expected {expected} bytes (from the manifest). "
+            f"Received: {size} bytes. The file is truncated or was rewritten. {FIX_HINT}",
+            path=path,
+        )
+
+
+__all__ = ["Dataset", "open"]

@@ -1,0 +1,117 @@
+"""The device-side half of compact mode: expand uint8 batches on the accelerator.
+
+Compact mode ships uint8 images and uint8 class maps through the input pipeline
+(`tf_dataset(..., normalize=False, one_hot=False)`): 1 + 1/3 bytes per pixel instead of
+4 * (3 + C). The cast to float32/255 and the one-hot encoding then run on the GPU/TPU,
+either in the model (`ExpandOnDevice` as its first layer, for x) or in a custom
+`train_step` (`expand_batch`, for x and y). Written with `keras.ops`, so it runs on
+every Keras backend. Keras is imported lazily: `ExpandOnDevice` is built on first
+access of this module attribute.
+
+Example (runnable)::
+
+    >>> import numpy as np
+    >>> from readers.device import ExpandOnDevice
+    >>> layer = ExpandOnDevice(num_classes=3)
+    >>> x = np.full((1, 2, 2, 3), 255, np.uint8)
+    >>> y = np.array([[[0, 1], [2, 255]]], np.uint8)    # 255: the ignore index
+    >>> fx, fy = layer(x, y)
+    >>> float(np.asarray(fx).max()), tuple(fy.shape)
+    (1.0, (1, 2, 2, 3))
+    >>> np.asarray(fy)[0, 1, 1].tolist()                 # ignored pixel: all-zero row
+    [0.0, 0.0, 0.0]
+
+In a model (x only; y must then already be one-hot, or use `expand_batch` in `train_step`)::
+
+    inputs = keras.Input((512, 512, 3), dtype="uint8")
+    x = ExpandOnDevice(num_classes)(inputs)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_CLASS: Any = None
+
+
+def expand_batch(x: Any, y: Any = None, num_classes: int | None = None, *, normalize: bool = True,
+                 one_hot: bool = True, ignore_index: int | None = 255) -> tuple[Any, Any]:
+    """Cast `x` (uint8) to float32/255 and one-hot encode the class map / labels `y`.
+
+    Args:
+        x: uint8 images (B, H, W, 3) (any tensor of the current backend, or NumPy).
+        y: uint8/uint16/int class maps (B, H, W) or labels (B,); None to leave it out.
+        num_classes: depth of the one-hot encoding (needed when y is given and one_hot).
+        normalize: cast x to float32 in [0, 1]; False leaves x unchanged.
+        one_hot: one-hot encode y as float32 (..., num_classes); False leaves y unchanged.
+        ignore_index: pixels with this value become an all-zero row (any value outside
+            [0, num_classes) does too).
+
+    Returns:
+        (x, y) expanded.
+    """
+    from keras import ops
+
+    if normalize:
+        x = ops.multiply(ops.cast(x, "float32"), 1.0 / 255.0)
+    if y is not None and one_hot:
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(f"num_classes must be a positive int to one-hot encode y. Received: {num_classes!r}")
+        labels = ops.expand_dims(ops.cast(y, "int32"), -1)
+        hot = ops.equal(labels, ops.arange(num_classes, dtype="int32"))
+        if ignore_index is not None and 0 <= ignore_index < num_classes:
+            hot = ops.logical_and(hot, ops.not_equal(labels, ignore_index))
+        y = ops.cast(hot, "float32")
+    return x, y
+
+
+def _build_class() -> type:
+    import keras
+
+    @keras.saving.register_keras_serializable(package="imgshard")
+    class ExpandOnDevice(keras.layers.Layer):
+        """Keras layer: uint8 images -> float32/255, uint8 class maps -> one-hot float32.
+
+        Call it on x alone (first layer of a model) or on (x, y) (in a `train_step`).
+        The ignore index becomes an all-zero row. See `readers.device` for an example.
+        """
+
+        def __init__(self, num_classes: int, normalize: bool = True, one_hot: bool = True,
+                     ignore_index: int | None = 255, **kwargs: Any):
+            super().__init__(**kwargs)
+            if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+                raise ValueError(f"num_classes must be a positive int. Received: num_classes={num_classes!r}")
+            self.num_classes = num_classes
+            self.normalize = bool(normalize)
+            self.one_hot = bool(one_hot)
+            self.ignore_index = ignore_index
+
+        def call(self, x: Any, y: Any = None) -> Any:
+            ex, ey = expand_batch(x, y, self.num_classes, normalize=self.normalize, one_hot=self.one_hot,
+                                  ignore_index=self.ignore_index)
+            return ex if y is None else (ex, ey)
+
+        def compute_output_shape(self, x_shape: Any, y_shape: Any = None) -> Any:
+            if y_shape is None:
+                return x_shape
+            return x_shape, (tuple(y_shape) + (self.num_classes,) if self.one_hot else y_shape)
+
+        def get_config(self) -> dict:
+            return {**super().get_config(), "num_classes": self.num_classes, "normalize": self.normalize,
+                    "one_hot": self.one_hot, "ignore_index": self.ignore_index}
+
+    ExpandOnDevice.__module__ = __name__
+    ExpandOnDevice.__qualname__ = "ExpandOnDevice"
+    return ExpandOnDevice
+
+
+def __getattr__(name: str) -> Any:
+    global _CLASS
+    if name == "ExpandOnDevice":
+        if _CLASS is None:
+            _CLASS = _build_class()
+        return _CLASS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ExpandOnDevice", "expand_batch"]

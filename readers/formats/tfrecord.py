@@ -1,0 +1,323 @@
+"""TFRecord shards: the reader side (NumPy records, `tf.data` pipeline, random access).
+
+NumPy reading and random access use the pure-Python codec in
+`readers.formats.tfrecord_wire` (no TensorFlow); the `tf.data` pipeline uses
+TensorFlow's own reader and parses whole batches at once.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import os
+import struct
+import threading
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from readers.errors import describe, shard_error
+from readers.formats import (
+    FEATURE_HEIGHT,
+    FEATURE_IMAGE,
+    FEATURE_KEY,
+    FEATURE_LABEL,
+    FEATURE_MASK,
+    FEATURE_WIDTH,
+    FileFormat,
+)
+from readers.formats.base import (
+    FileAdapter,
+    PipelineOptions,
+    RandomAccessShard,
+    Record,
+    RecordSpec,
+    ShardRef,
+    expand_tf,
+    naming_shard,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
+_HEADER = struct.Struct("<QI")
+_HEADER_BYTES = 12
+_FOOTER_BYTES = 4
+
+#: Decompressed gzip shards kept per random-access reader (per worker), least recently used out.
+GZIP_CACHE_BYTES = 1 << 30
+
+#: Files read at once by the shuffled `tf.data` pipeline.
+INTERLEAVE_CYCLE = 4
+#: Read-ahead buffer of each `TFRecordDataset` file reader.
+READ_BUFFER_BYTES = 8 << 20
+
+
+def record_from_features(features: Mapping[str, list], spec: RecordSpec, path: str, index: int) -> Record:
+    """Build a `Record` from a decoded `tf.train.Example` (see `readers.formats`)."""
+
+    def one(name: str) -> Any:
+        values = features.get(name)
+        if not values:
+            raise shard_error(path, f"feature {name!r} is missing or empty", record=index)
+        return values[0]
+
+    h, w = int(one(FEATURE_HEIGHT)), int(one(FEATURE_WIDTH))
+    if (h, w) != (spec.height, spec.width):
+        raise shard_error(
+            path, f"image is {h}x{w} but the manifest says {spec.height}x{spec.width}", record=index
+        )
+    key = one(FEATURE_KEY)
+    key = key.decode("utf-8") if isinstance(key, (bytes, bytearray)) else str(key)
+    image = _frombuffer(one(FEATURE_IMAGE), np.uint8, spec.image_shape, "image", path, index)
+    if spec.segmentation:
+        mask = _frombuffer(one(FEATURE_MASK), spec.mask_np_dtype, spec.mask_shape, "mask", path, index)
+        return Record(key, image, mask=mask.astype(mask.dtype.newbyteorder("="), copy=False), label=None)
+    return Record(key, image, mask=None, label=int(one(FEATURE_LABEL)))
+
+
+def _frombuffer(data: bytes, dtype: Any, shape: tuple[int, ...], what: str, path: str, index: int) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    expected = int(np.prod(shape)) * dtype.itemsize
+    if len(data) != expected:
+        raise shard_error(
+            path, f"{what} holds {len(data)} bytes, expected {expected} for shape {shape} {dtype.name}",
+            record=index,
+        )
+    return np.frombuffer(data, dtype).reshape(shape)
+
+
+class TFRecordAdapter(FileAdapter):
+    file_format = FileFormat.TFRECORD
+
+    # -- NumPy records -------------------------------------------------------------------------
+    def iter_shard(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
+        from readers.formats import tfrecord_wire
+
+        index = 0
+        records = tfrecord_wire.iter_records(shard.path, compression=spec.compression, check_crc=True)
+        while True:
+            with naming_shard(shard.path, index):
+                try:
+                    payload = next(records)
+                except StopIteration:
+                    return
+                record = record_from_features(tfrecord_wire.decode_example(payload), spec, shard.path, index)
+            yield record
+            index += 1
+
+    # -- tf.data --------------------------------------------------------------------------------
+    def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions) -> "tf.data.Dataset":
+        """Batched (x, y) from TFRecord shards.
+
+        shuffle=False: the files are read in order, one after another, so the order equals
+        `Dataset.records()`. shuffle=True: the file order is shuffled every epoch (with the
+        seed), `INTERLEAVE_CYCLE` files are read in parallel, and the serialized records
+        (cheap strings) pass through a shuffle buffer of `options.buffer_records()`
+        records. Batches are parsed as a whole (`tf.io.parse_example` on a vector of
+        strings, `decode_raw`, reshape) and expanded in the same parallel map.
+        """
+        import tensorflow as tf
+
+        files = tf.constant([s.path for s in shards], tf.string, shape=[len(shards)])
+        compression = "GZIP" if spec.compression == "gzip" else ""
+        # Ordered output unless shuffling without a seed (then the fastest file wins).
+        deterministic = (not options.shuffle) or options.seed is not None
+        if options.record_shard is not None:
+            # Every pipeline reads every file in the same order and keeps its share.
+            ds = tf.data.TFRecordDataset(files, compression_type=compression, buffer_size=READ_BUFFER_BYTES)
+            ds = ds.shard(*options.record_shard)
+        elif options.shuffle and len(shards) > 1:
+            file_ds = tf.data.Dataset.from_tensor_slices(files).shuffle(
+                len(shards), seed=options.seed, reshuffle_each_iteration=True
+            )
+            ds = file_ds.interleave(
+                lambda f: tf.data.TFRecordDataset(f, compression_type=compression, buffer_size=READ_BUFFER_BYTES),
+                cycle_length=min(len(shards), INTERLEAVE_CYCLE),
+                block_length=1,
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=deterministic,
+            )
+        else:
+            ds = tf.data.TFRecordDataset(files, compression_type=compression, buffer_size=READ_BUFFER_BYTES)
+        if options.shuffle:
+            ds = ds.shuffle(options.buffer_records(shards), seed=options.seed, reshuffle_each_iteration=True)
+        ds = ds.batch(options.batch_size, drop_remainder=options.drop_remainder)
+        parse = make_batch_parser(spec, one_hot=options.one_hot, normalize=options.normalize)
+        return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+    # -- random access ----------------------------------------------------------------------------
+    def random_access(self, shard: ShardRef, spec: RecordSpec) -> "TFRecordRandomAccess":
+        return TFRecordRandomAccess(shard, spec)
+
+
+def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool):
+    """A function: vector of serialized Examples -> expanded (x, y) batch."""
+    import tensorflow as tf
+
+    features = {FEATURE_IMAGE: tf.io.FixedLenFeature([], tf.string)}
+    if spec.segmentation:
+        features[FEATURE_MASK] = tf.io.FixedLenFeature([], tf.string)
+        mask_dtype = tf.uint16 if spec.mask_dtype == "uint16" else tf.uint8
+    else:
+        features[FEATURE_LABEL] = tf.io.FixedLenFeature([], tf.int64)
+    image_shape = [-1, *spec.image_shape]
+    mask_shape = [-1, *spec.mask_shape]
+
+    def parse(serialized: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
+        parsed = tf.io.parse_example(serialized, features)
+        images = tf.reshape(tf.io.decode_raw(parsed[FEATURE_IMAGE], tf.uint8), image_shape)
+        if spec.segmentation:
+            targets = tf.reshape(tf.io.decode_raw(parsed[FEATURE_MASK], mask_dtype, little_endian=True), mask_shape)
+        else:
+            targets = parsed[FEATURE_LABEL]
+        return expand_tf(images, targets, spec, one_hot=one_hot, normalize=normalize)
+
+    return parse
+
+
+class TFRecordRandomAccess(RandomAccessShard):
+    """Records of one TFRecord shard by index.
+
+    Uncompressed shards: an offset index is built on first use by reading only the
+    12-byte record headers (seeking past the payloads); each read is one `pread` of the
+    record, CRC-checked. Gzip shards cannot be seeked into: they are decompressed whole
+    on first use and kept in memory (`GZIP_CACHE_BYTES` per process across all shards,
+    least recently used dropped), so random access over a large gzip split
+    decompresses shards repeatedly -- prefer compression "none" for `keras_dataset`.
+    The reader is safe to pickle (files are reopened in each process) and to share
+    between threads.
+    """
+
+    _gzip_cache: "collections.OrderedDict[str, bytes]" = collections.OrderedDict()
+    _gzip_lock = threading.Lock()
+
+    def __init__(self, shard: ShardRef, spec: RecordSpec):
+        self.shard = shard
+        self.spec = spec
+        self._offsets: list[int] | None = None
+        self._fd: int | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {"shard": self.shard, "spec": self.spec}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["shard"], state["spec"])
+
+    # offsets of every record header, in the (decompressed) stream
+    def _index(self, data: bytes | None = None) -> list[int]:
+        if self._offsets is not None:
+            return self._offsets
+        path = self.shard.path
+        offsets: list[int] = []
+        pos = 0
+        if data is not None:
+            size = len(data)
+            while pos < size:
+                if pos + _HEADER_BYTES > size:
+                    raise shard_error(path, "truncated record header", record=len(offsets), offset=pos)
+                length, _ = _HEADER.unpack_from(data, pos)
+                offsets.append(pos)
+                pos += _HEADER_BYTES + length + _FOOTER_BYTES
+        else:
+            fd = self._file()
+            size = os.fstat(fd).st_size
+            while pos < size:
+                header = os.pread(fd, _HEADER_BYTES, pos)
+                if len(header) < _HEADER_BYTES:
+                    raise shard_error(path, "truncated record header", record=len(offsets), offset=pos)
+                length, _ = _HEADER.unpack(header)
+                offsets.append(pos)
+                pos += _HEADER_BYTES + length + _FOOTER_BYTES
+        if pos != size:
+            raise shard_error(path, f"the last record runs past the end of the file ({pos} > {size} bytes)",
+                              record=len(offsets) - 1, offset=offsets[-1] if offsets else 0)
+        if len(offsets) != self.shard.records:
+            raise shard_error(path, f"holds {len(offsets)} records, the manifest says {self.shard.records}")
+        self._offsets = offsets
+        return offsets
+
+    def _file(self) -> int:
+        if self._fd is None or self._pid != os.getpid():
+            self._fd = os.open(self.shard.path, os.O_RDONLY)
+            self._pid = os.getpid()
+        return self._fd
+
+    def _gzip_bytes(self) -> bytes:
+        cache = TFRecordRandomAccess._gzip_cache
+        path = self.shard.path
+        with TFRecordRandomAccess._gzip_lock:
+            data = cache.get(path)
+            if data is not None:
+                cache.move_to_end(path)
+                return data
+        with naming_shard(path):
+            with open(path, "rb") as f:
+                data = gzip.decompress(f.read())
+        with TFRecordRandomAccess._gzip_lock:
+            cache[path] = data
+            total = sum(len(v) for v in cache.values())
+            while total > GZIP_CACHE_BYTES and len(cache) > 1:
+                _, dropped = cache.popitem(last=False)
+                total -= len(dropped)
+        return data
+
+    def _frame(self, index: int) -> tuple[bytes, int]:
+        """(framed record bytes, offset) of record `index`."""
+        if self.spec.compression == "gzip":
+            data = self._gzip_bytes()
+            with self._lock:
+                offsets = self._index(data)
+            start = offsets[index]
+            end = offsets[index + 1] if index + 1 < len(offsets) else len(data)
+            return data[start:end], start
+        with self._lock:
+            offsets = self._index()
+        start = offsets[index]
+        end = offsets[index + 1] if index + 1 < len(offsets) else None
+        if end is None:
+            end = os.fstat(self._file()).st_size
+        frame = os.pread(self._file(), end - start, start)
+        return frame, start
+
+    def read_record(self, index: int) -> Record:
+        from readers.formats import tfrecord_wire
+
+        if not 0 <= index < self.shard.records:
+            raise IndexError(f"record index must be in [0, {self.shard.records}). Received: {index}")
+        path = self.shard.path
+        with naming_shard(path, index):
+            frame, offset = self._frame(index)
+            length, length_crc = _HEADER.unpack_from(frame, 0)
+            if len(frame) != _HEADER_BYTES + length + _FOOTER_BYTES:
+                raise shard_error(path, "truncated record", record=index, offset=offset)
+            if tfrecord_wire.masked_crc32c(frame[:8]) != length_crc:
+                raise shard_error(path, "length CRC mismatch", record=index, offset=offset)
+            payload = frame[_HEADER_BYTES:_HEADER_BYTES + length]
+            (data_crc,) = struct.unpack_from("<I", frame, _HEADER_BYTES + length)
+            if tfrecord_wire.masked_crc32c(payload) != data_crc:
+                raise shard_error(path, "data CRC mismatch", record=index, offset=offset)
+            return record_from_features(tfrecord_wire.decode_example(payload), self.spec, path, index)
+
+    def read(self, index: int) -> tuple[np.ndarray, np.ndarray | int]:
+        record = self.read_record(index)
+        return record.image, (record.mask if self.spec.segmentation else record.label)
+
+    def close(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            try:
+                os.close(self._fd)
+            except OSError as e:  # already closed: nothing to release
+                _ = describe(e)
+        self._fd = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+ADAPTER = TFRecordAdapter()
+
+__all__ = ["ADAPTER", "GZIP_CACHE_BYTES", "TFRecordAdapter", "TFRecordRandomAccess", "make_batch_parser",
+           "record_from_features"]

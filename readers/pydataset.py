@@ -1,0 +1,124 @@
+"""`keras.utils.PyDataset` over shards, with random access (`Dataset.keras_dataset`).
+
+Keras is imported only when the class is first needed: `ShardPyDataset` is built on
+first attribute access of this module (so pickling for `use_multiprocessing=True`
+finds it as `readers.pydataset.ShardPyDataset`).
+
+Example (runnable with any converted dataset)::
+
+    import readers
+    ds = readers.open("out/")
+    train = ds.keras_dataset("train", batch_size=8, seed=0, workers=2)
+    x, y = train[0]          # NumPy: float32 (8, H, W, 3), float32 (8, H, W, C)
+    model.fit(train, epochs=3)
+
+Reading: each batch reads its records one by one through per-shard random-access
+readers (`RandomAccessShard`): uncompressed TFRecord shards via an offset index built
+from the record headers, stored NPZ shards via a memory map. Gzip TFRecord and deflated
+NPZ shards cannot be read in pieces; they are decompressed whole on first use and
+cached per worker process (about 1 GB, least recently used dropped).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from readers.formats.base import PipelineOptions, RandomAccessShard, RecordSpec, expand_numpy
+
+_CLASS: Any = None
+
+
+def _build_class() -> type:
+    import keras
+
+    class ShardPyDataset(keras.utils.PyDataset):
+        """Batches of (x, y) NumPy arrays read by index from shards.
+
+        Args:
+            readers: one random-access reader per shard.
+            counts: records per shard.
+            spec: the record layout.
+            options: batch size, shuffle, seed, one_hot, normalize.
+            workers, use_multiprocessing, max_queue_size: as `keras.utils.PyDataset`.
+        """
+
+        def __init__(self, readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,
+                     options: PipelineOptions, *, workers: int = 1, use_multiprocessing: bool = False,
+                     max_queue_size: int = 10):
+            super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
+                             max_queue_size=max_queue_size)
+            if len(readers) != len(counts):
+                raise ValueError(f"readers and counts must have the same length. Received: {len(readers)} "
+                                 f"readers and {len(counts)} counts")
+            self.readers = list(readers)
+            self.spec = spec
+            self.options = options
+            counts = np.asarray(counts, np.int64)
+            self._shard_of = np.repeat(np.arange(len(counts)), counts)
+            self._record_of = (np.concatenate([np.arange(c) for c in counts]) if len(counts)
+                               else np.zeros(0, np.int64))
+            self._rng = np.random.default_rng(options.seed)
+            self._order = np.arange(len(self._shard_of))
+            if options.shuffle:
+                self._order = self._rng.permutation(len(self._shard_of))
+
+        @property
+        def num_samples(self) -> int:
+            return int(len(self._order))
+
+        def __len__(self) -> int:
+            return math.ceil(self.num_samples / self.options.batch_size)
+
+        def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+            if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+                raise TypeError(f"index must be an int. Received: {type(index).__name__}")
+            n = len(self)
+            if index < 0:
+                index += n
+            if not 0 <= index < n:
+                raise IndexError(f"batch index must be in [0, {n}). Received: {index}")
+            bs = self.options.batch_size
+            picked = self._order[index * bs:(index + 1) * bs]
+            spec = self.spec
+            images = np.empty((len(picked), *spec.image_shape), np.uint8)
+            if spec.segmentation:
+                targets = np.empty((len(picked), *spec.mask_shape), spec.mask_np_dtype.newbyteorder("="))
+            else:
+                targets = np.empty((len(picked),), np.int64)
+            for j, k in enumerate(picked):
+                images[j], targets[j] = self.readers[self._shard_of[k]].read(int(self._record_of[k]))
+            return expand_numpy(images, targets, spec, one_hot=self.options.one_hot,
+                                normalize=self.options.normalize)
+
+        def on_epoch_end(self) -> None:
+            if self.options.shuffle:
+                self._order = self._rng.permutation(len(self._shard_of))
+
+        def keys_order(self) -> np.ndarray:
+            """(shard position in this dataset, record index) of every sample in the current order."""
+            return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
+
+    ShardPyDataset.__module__ = __name__
+    ShardPyDataset.__qualname__ = "ShardPyDataset"
+    return ShardPyDataset
+
+
+def __getattr__(name: str) -> Any:
+    global _CLASS
+    if name == "ShardPyDataset":
+        if _CLASS is None:
+            _CLASS = _build_class()
+        return _CLASS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def make_pydataset(readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,
+                   options: PipelineOptions, **kwargs: Any) -> Any:
+    """Build a `ShardPyDataset` (imports Keras)."""
+    return __getattr__("ShardPyDataset")(readers, counts, spec, options, **kwargs)
+
+
+__all__ = ["make_pydataset"]
