@@ -1,0 +1,27 @@
+"""`imgshard bench`: the pipelines people use today against imgshard, side by side.
+
+One run measures, on the same cores and data (see issue 4 and docs/PERFORMANCE.md):
+
+1. `tf.data` over raw PNGs (decode, resize, per-colour `tf.equal` one-hot);
+2. a Keras `PyDataset` over raw PNGs with worker processes;
+3. `tf.data.Dataset.save` / `load` of preconverted tensors (float32 + one-hot, uint8);
+4. the imgshard TFRecord reader delivering float32 + one-hot;
+5. the imgshard reader in compact mode (uint8 image + class map), also followed by the
+   device-side expansion (`readers.device.expand_batch`);
+6. the imgshard NPZ reader (compressed and stored) against a one-process `np.load` loop;
+7. conversion: the decode-only floor, the bare transform, a naive Pillow loop, and
+   `imgshard convert` with 1..cores workers;
+8. peak RSS of the converter (and its growth from 200 to 2,000 samples) and the reader.
+
+    from converter.bench import BenchOptions, run_bench
+    from converter.bench.report import table
+    result = run_bench(BenchOptions())
+    print(table(result))
+
+The TensorFlow, Keras and Pillow imports happen inside the functions that need them.
+"""
+
+from converter.bench.options import BenchOptions, quick_options
+from converter.bench.suite import BenchResult, run_bench
+
+__all__ = ["BenchOptions", "BenchResult", "quick_options", "run_bench"]

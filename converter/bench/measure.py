@@ -1,0 +1,157 @@
+"""Timing and memory helpers: medians of repeats, child processes with their peak RSS.
+
+Peak memory of a command is read two ways, without psutil:
+
+* ``max_process_rss``: the largest peak RSS of any one process of the tree, from the
+  kernel's own accounting (``ru_maxrss`` of ``wait4``, which covers every descendant
+  the child reaped);
+* ``peak_tree_rss``: the largest sum of the RSS of the child and all its descendants,
+  sampled from ``/proc`` every `SAMPLE_SECONDS` (the memory the whole run held at once).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+SAMPLE_SECONDS = 0.05
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+@dataclass
+class Timing:
+    """Rates (samples/s) of the repeats of one measurement."""
+
+    rates: list[float] = field(default_factory=list)
+
+    def add(self, samples: int, seconds: float) -> None:
+        self.rates.append(samples / seconds if seconds > 0 else float("inf"))
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates) if self.rates else float("nan")
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        return (min(self.rates), max(self.rates)) if self.rates else (float("nan"), float("nan"))
+
+
+def timed_epochs(run_epoch: Callable[[], int], min_seconds: float) -> tuple[int, float]:
+    """Run whole epochs (each returns its sample count) until `min_seconds` have passed."""
+    samples = 0
+    t0 = time.perf_counter()
+    while True:
+        samples += run_epoch()
+        elapsed = time.perf_counter() - t0
+        if elapsed >= min_seconds:
+            return samples, elapsed
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of `pid` and all its descendants now (0 if it is gone)."""
+    kids = _children()
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * _PAGE
+        except OSError:
+            pass
+        todo.extend(kids.get(p, ()))
+    return total
+
+
+@dataclass(frozen=True)
+class ProcessRun:
+    seconds: float
+    returncode: int
+    max_process_rss: int  # bytes
+    peak_tree_rss: int  # bytes
+    stdout: str
+    stderr: str
+
+
+def run_process(argv: Sequence[str], *, env: dict | None = None, cwd: str | None = None,
+                sample_memory: bool = True, timeout: float | None = None) -> ProcessRun:
+    """Run `argv`, timing it and tracking its memory (see the module docstring)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], tree_rss(proc.pid))
+            done.wait(SAMPLE_SECONDS)
+
+    sampler = threading.Thread(target=sample, daemon=True) if sample_memory and os.path.isdir("/proc") else None
+    if sampler is not None:
+        sampler.start()
+    out: list[bytes] = [b"", b""]
+
+    def drain(i: int, stream) -> None:
+        out[i] = stream.read()
+
+    drains = [threading.Thread(target=drain, args=(i, s), daemon=True) for i, s in enumerate((proc.stdout, proc.stderr))]
+    for d in drains:
+        d.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0) if timeout is None else _wait4_timeout(proc, timeout)
+    finally:
+        done.set()
+    seconds = time.perf_counter() - t0
+    for d in drains:
+        d.join()
+    if sampler is not None:
+        sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return ProcessRun(seconds, proc.returncode, usage.ru_maxrss * 1024, peak[0],
+                      out[0].decode("utf-8", "replace"), out[1].decode("utf-8", "replace"))
+
+
+def _wait4_timeout(proc: subprocess.Popen, timeout: float):
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            return pid, status, usage
+        if time.monotonic() > deadline:
+            proc.kill()
+            return os.wait4(proc.pid, 0)
+        time.sleep(0.02)
+
+
+def python_argv(*args: str) -> list[str]:
+    """argv running this interpreter (so a child imports the same code)."""
+    return [sys.executable, *args]
+
+
+def child_env() -> dict:
+    """Environment for child processes: quiet TensorFlow, this checkout first on the path."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env

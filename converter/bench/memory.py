@@ -1,0 +1,76 @@
+"""Peak resident memory of the reader, measured in a child process.
+
+`python -m converter.bench.memory OUT --batch-size 8 --shuffle-buffer 64 --mode compact`
+opens a converted dataset, notes its RSS once TensorFlow is imported and the pipeline
+built, iterates `--epochs` epochs and prints one JSON line: the baseline RSS, the peak
+RSS (``ru_maxrss``) and the documented bound of what the pipeline holds:
+
+* shuffle buffer: ``shuffle_buffer`` serialized records (TFRecord: one stored record,
+  uint8 image + class map, about ``H*W*4`` bytes) or, for NPZ, up to ``shuffle_buffer``
+  records of the loaded shards plus ``SHARDS_AHEAD + 1`` whole shards;
+* in flight: the batches the parallel map and the prefetch buffer hold (both AUTOTUNE,
+  at most one batch per core each), at the delivered size (float32 + one-hot: 4*(3+C)
+  bytes per pixel; compact: 4 bytes per pixel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+
+
+def _rss() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def reader_bound_bytes(ds, *, batch_size: int, shuffle_buffer: int, one_hot: bool) -> int:
+    """What the documented bound allows for one pipeline of `ds` (a `readers.Dataset`)."""
+    h, w, c = ds.image_shape
+    record = h * w * (c + 1)
+    per_pixel = 4 * (c + ds.num_classes) if one_hot else c + 1
+    batch = batch_size * h * w * per_pixel
+    cores = os.cpu_count() or 1
+    held = shuffle_buffer * record
+    if ds.format == "npz":
+        from readers.formats.npz import SHARDS_AHEAD
+
+        shards = ds.manifest.splits[next(iter(ds.splits))].shards
+        held += (SHARDS_AHEAD + 1) * max(s.bytes for s in shards) * 4  # deflated shards inflate ~4x at most
+    return held + 2 * cores * batch + batch
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m converter.bench.memory", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--shuffle-buffer", type=int, default=64)
+    p.add_argument("--mode", choices=["compact", "float32"], default="compact")
+    p.add_argument("--epochs", type=int, default=2)
+    args = p.parse_args(argv)
+    import readers
+
+    ds = readers.open(args.out)
+    split = next(iter(ds.splits))
+    one_hot = args.mode == "float32"
+    pipeline = ds.tf_dataset(split, args.batch_size, shuffle_buffer=args.shuffle_buffer, one_hot=one_hot,
+                             normalize=one_hot)
+    for _ in pipeline.take(1):  # build every op once
+        pass
+    base = _rss()
+    n = 0
+    for _ in range(args.epochs):
+        for x, _y in pipeline:
+            n += int(x.shape[0])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    bound = reader_bound_bytes(ds, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer, one_hot=one_hot)
+    print(json.dumps({"baseline_rss": base, "peak_rss": peak, "growth": peak - base, "bound": bound, "samples": n}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The table, the targets of issue 4 and the JSON of one benchmark run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from converter.bench.suite import BenchResult
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    value: float
+    threshold: float
+    higher_is_better: bool
+    unit: str = "x"
+
+    @property
+    def met(self) -> bool | None:
+        if math.isnan(self.value):
+            return None
+        return self.value >= self.threshold if self.higher_is_better else self.value <= self.threshold
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "threshold": self.threshold,
+                "higher_is_better": self.higher_is_better, "unit": self.unit, "met": self.met}
+
+    def line(self) -> str:
+        verdict = {True: "MET", False: "NOT MET", None: "not measured"}[self.met]
+        op = ">=" if self.higher_is_better else "<="
+        return f"{verdict:>12}  {self.name}: {self.value:.2f}{self.unit} (target {op} {self.threshold:g}{self.unit})"
+
+
+def _ratio(result: "BenchResult", a: str, b: str) -> float:
+    x, y = result.rate(a), result.rate(b)
+    return x / y if y and not math.isnan(x) and not math.isnan(y) else float("nan")
+
+
+def targets(result: "BenchResult") -> list[Target]:
+    """Every target of issue 4 that this run measured (ratios of medians)."""
+    out = [
+        Target("reader float32+one-hot vs pipeline 1", _ratio(result, "p4_imgshard_float32", "p1_tf_png"), 20, True),
+        Target("reader float32+one-hot vs Dataset.load float32",
+               _ratio(result, "p4_imgshard_float32", "p3_saved_float32"), 1.1, True),
+        Target("reader compact vs pipeline 1", _ratio(result, "p5_imgshard_compact", "p1_tf_png"), 45, True),
+        Target("reader compact vs Dataset.load uint8", _ratio(result, "p5_imgshard_compact", "p3_saved_uint8"), 1.1, True),
+        Target("NPZ reader (compressed) vs np.load loop",
+               _ratio(result, "p6_imgshard_npz_deflate", "p6_np_load_deflate"), 2, True),
+        Target("NPZ reader (stored) vs np.load loop", _ratio(result, "p6_imgshard_npz_none", "p6_np_load_none"), 2, True),
+        Target("converter 2 workers vs 1", _ratio(result, "convert_w2", "convert_w1"), 1.8, True),
+        Target("converter per core vs naive Pillow loop", _ratio(result, "convert_w1", "naive_pillow"), 1.5, True),
+        Target("tool overhead over bare decode+resize+lookup",
+               100 * (_ratio(result, "bare_transform", "convert_w1") - 1), 15, False, "%"),
+    ]
+    conv = result.memory.get("converter")
+    if conv and len(conv) == 2:
+        small, large = (conv[k]["peak_tree_rss"] for k in sorted(conv, key=int))
+        out.append(Target(f"converter peak RSS growth {'->'.join(sorted(conv, key=int))} samples",
+                          100 * (large / small - 1), 10, False, "%"))
+    for key, m in sorted(result.memory.items()):
+        if key.startswith("reader_"):
+            out.append(Target(f"reader RSS growth within bound ({key[7:]})", m["growth"] / 1e6, m["bound"] / 1e6,
+                              False, " MB"))
+    return out
+
+
+def table(result: "BenchResult") -> str:
+    base = result.rate("p1_tf_png")
+    lines = [f"{'pipeline':<62} {'samples/s':>10} {'MB/s':>8} {'x p1':>7}  {'min-max':>15}"]
+    group = None
+    for row in result.rows.values():
+        if row.group != group:
+            group = row.group
+            lines.append("-- " + {"reader": f"reading (batch {result.options.batch_size}, shuffled)",
+                                   "convert": "conversion (samples/s of source pairs; MB/s of source files)"}[group])
+        rate = row.timing.median
+        lo, hi = row.timing.spread
+        ratio = rate / base if base and not math.isnan(base) else float("nan")
+        lines.append(f"{row.label:<62} {rate:>10.1f} {rate * row.bytes_per_sample / 1e6:>8.0f} {ratio:>7.2f}  "
+                     f"{lo:>7.1f}-{hi:<7.1f}" + (f"  {row.note}" if row.note else ""))
+    mem = result.memory
+    if mem:
+        lines.append("-- memory (MB)")
+        for key, m in sorted(mem.items()):
+            if key.startswith("reader_"):
+                lines.append(f"reader {key[7:]:<20} baseline {m['baseline_rss'] / 1e6:8.0f}  peak {m['peak_rss'] / 1e6:8.0f}"
+                             f"  growth {m['growth'] / 1e6:7.0f}  bound {m['bound'] / 1e6:7.0f}")
+        for n, m in sorted(mem.get("converter", {}).items(), key=lambda kv: int(kv[0])):
+            lines.append(f"converter {n:>6} samples ({m['workers']} workers): peak tree RSS {m['peak_tree_rss'] / 1e6:7.0f}"
+                         f"  largest process {m['max_process_rss'] / 1e6:7.0f}")
+        for key in ("convert_w1", "convert_w2"):
+            row = result.rows.get(key)
+            if row is not None and row.extra.get("peak_tree_rss"):
+                lines.append(f"{row.label} (150-pair run): peak tree RSS {max(row.extra['peak_tree_rss']) / 1e6:7.0f}"
+                             f"  largest process {max(row.extra['max_process_rss']) / 1e6:7.0f}")
+    lines.append("-- targets (issue 4)")
+    lines += [t.line() for t in targets(result)]
+    return "\n".join(lines)
+
+
+def header(result: "BenchResult") -> str:
+    m, s, o = result.machine, result.sources, result.options
+    return (f"imgshard bench: {s['pairs']} pairs ({'generated' if s['generated'] else s['root']}, "
+            f"{s['bytes'] / 1e6:.0f} MB of PNG), {s['classes']} classes -> {o.size[0]}x{o.size[1]}, batch {o.batch_size}, "
+            f"shuffle buffer {o.shuffle_buffer}, median of {o.repeats} (readers) / {o.convert_repeats} (conversion) "
+            f"repeats\nmachine: {m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, load "
+            f"{m['loadavg_start']} at start; TensorFlow {m['tensorflow']}, Python {m['python']}; {result.seconds:.0f} s")
+
+
+def write_json(result: "BenchResult", path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(result.to_json(), f, indent=1, default=str)
+    os.replace(tmp, path)

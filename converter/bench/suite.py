@@ -1,0 +1,325 @@
+"""Run every measurement of `imgshard bench` and collect the numbers (`run_bench`).
+
+Noisy, shared machines: every measurement is repeated and its median reported, and the
+repeats of the reader pipelines run round-robin (repeat 1 of every pipeline, then
+repeat 2, ...) so that a burst of load from elsewhere hits them all alike. The
+numbers that matter are the ratios between pipelines measured in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from converter.bench import baselines
+from converter.bench.measure import Timing, child_env, python_argv, run_process, timed_epochs
+from converter.bench.options import BenchOptions
+from converter.bench.sources import Sources, prepare_sources, run_convert
+
+log = logging.getLogger(__name__)
+Say = Callable[[str], None]
+
+
+@dataclass
+class Row:
+    """One line of the table."""
+
+    key: str
+    label: str
+    group: str  # "reader" or "convert"
+    bytes_per_sample: int
+    timing: Timing = field(default_factory=Timing)
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        lo, hi = self.timing.spread
+        return {"key": self.key, "label": self.label, "group": self.group, "samples_per_s": self.timing.median,
+                "mb_per_s": self.timing.median * self.bytes_per_sample / 1e6, "min": lo, "max": hi,
+                "repeats": self.timing.rates, "bytes_per_sample": self.bytes_per_sample, "note": self.note,
+                **self.extra}
+
+
+@dataclass
+class BenchResult:
+    options: BenchOptions
+    machine: dict[str, Any]
+    sources: dict[str, Any]
+    rows: dict[str, Row] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def add(self, row: Row) -> Row:
+        self.rows[row.key] = row
+        return row
+
+    def rate(self, key: str) -> float:
+        row = self.rows.get(key)
+        return row.timing.median if row is not None else float("nan")
+
+    def to_json(self) -> dict:
+        from converter.bench.report import targets
+
+        opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options.__dict__.items()}
+        return {"options": opts, "machine": self.machine, "sources": self.sources, "seconds": round(self.seconds, 1),
+                "rows": [r.to_json() for r in self.rows.values()], "memory": self.memory,
+                "targets": [t.to_json() for t in targets(self)]}
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (float("nan"),) * 3
+    import tensorflow as tf
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem, "python": platform.python_version(),
+            "platform": platform.platform(), "tensorflow": tf.__version__, "numpy": np.__version__,
+            "loadavg_start": [round(x, 2) for x in load]}
+
+
+# -- conversion ---------------------------------------------------------------------------------------
+
+def _source_file(path: str):
+    from converter.transform.decode import SourceFile
+
+    with open(path, "rb") as f:
+        return SourceFile(path, f.read(), None)  # type: ignore[arg-type]  # no fingerprint: not hashed
+
+
+def decode_floor(sources: Sources) -> float:
+    """Seconds to read and decode every source pair once with the converter's decoder."""
+    from converter.options import DEFAULT_MAX_PIXELS
+    from converter.transform.decode import decode_image, decode_mask
+
+    t0 = time.perf_counter()
+    for image_path, mask_path in sources.pairs:
+        decode_image(_source_file(image_path), DEFAULT_MAX_PIXELS)
+        decode_mask(_source_file(mask_path), DEFAULT_MAX_PIXELS)
+    return time.perf_counter() - t0
+
+
+def bare_transform(sources: Sources, size: tuple[int, int]) -> float:
+    """Seconds for the bare work of a conversion, in this process: read, decode, resize,
+    colour lookup, nearest resize of the class map; no hashing, writing or processes."""
+    from converter.discover.classes import load_class_table
+    from converter.options import DEFAULT_MAX_PIXELS, Fit, ImageFilter
+    from converter.transform.colormap import ColorMap
+    from converter.transform.decode import decode_image, decode_mask
+    from converter.transform.resize import plan_geometry, resize_image, resize_nearest
+
+    cmap = ColorMap(load_class_table(os.path.join(sources.root, "class_dict.csv")))
+    cmap.lut  # built once per worker in the converter too; not per sample
+    t0 = time.perf_counter()
+    for image_path, mask_path in sources.pairs:
+        image = decode_image(_source_file(image_path), DEFAULT_MAX_PIXELS)
+        geom = plan_geometry(image.shape[:2], size, Fit.STRETCH)
+        resize_image(image, geom, ImageFilter.BILINEAR)
+        classes, _ = cmap.lookup(decode_mask(_source_file(mask_path), DEFAULT_MAX_PIXELS))
+        cmap.finish(resize_nearest(classes, geom, cmap.ignore_index), ignore_unknown=True)
+    return time.perf_counter() - t0
+
+
+def measure_conversion(opts: BenchOptions, sources: Sources, work: str, result: BenchResult, say: Say) -> str:
+    """Rows for pipeline 7; returns the folder of a TFRecord output (for the readers)."""
+    n = len(sources.pairs)
+    per_sample = sum(os.path.getsize(i) + os.path.getsize(m) for i, m in sources.pairs) // n
+    floor = result.add(Row("decode_floor", "decode only (project decoder, 1 process)", "convert", per_sample))
+    bare = result.add(Row("bare_transform", "bare decode+resize+lookup (1 process)", "convert", per_sample))
+    naive_pairs = sources.pairs[:min(n, opts.naive_samples)]
+    naive = result.add(Row("naive_pillow", "naive Pillow loop + tf.io.TFRecordWriter (1 process)", "convert",
+                           per_sample, note=f"first {len(naive_pairs)} pairs"))
+    conv = {w: result.add(Row(f"convert_w{w}", f"imgshard convert --workers {w}", "convert", per_sample,
+                              note="child process, start-up included")) for w in opts.worker_counts}
+    out = os.path.join(work, "tfrecord")
+    for r in range(opts.convert_repeats):
+        say(f"conversion, repeat {r + 1}/{opts.convert_repeats}")
+        floor.timing.add(n, decode_floor(sources))
+        bare.timing.add(n, bare_transform(sources, opts.size))
+        t0 = time.perf_counter()
+        written = baselines.naive_convert(naive_pairs, sources.colors, opts.size, os.path.join(work, "naive.tfrecord"))
+        naive.timing.add(written, time.perf_counter() - t0)
+        for w, row in conv.items():
+            run = run_convert(sources.root, out, opts.size, workers=w)
+            row.timing.add(n, run.seconds)
+            row.extra.setdefault("peak_tree_rss", []).append(run.peak_tree_rss)
+            row.extra.setdefault("max_process_rss", []).append(run.max_process_rss)
+    return out
+
+
+# -- readers --------------------------------------------------------------------------------------------
+
+def _tf_epoch(ds: Any, transform: Callable | None = None) -> Callable[[], int]:
+    def run() -> int:
+        n = 0
+        for x, y in ds:
+            if transform is not None:
+                x, y = transform(x, y)
+            n += int(x.shape[0])
+        return n
+
+    return run
+
+
+def _numpy_epoch(make: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]) -> Callable[[], int]:
+    def run() -> int:
+        n = 0
+        for x, _y in make():
+            n += len(x)
+        return n
+
+    return run
+
+
+def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, say: Say
+                     ) -> list[tuple[Row, Callable[[], int]]]:
+    """(row, run one epoch) for pipelines 1-6, built once (lazily iterated)."""
+    import readers
+    from readers.device import expand_batch
+
+    h, w = opts.size
+    c = len(sources.colors)
+    float_bytes = 4 * h * w * (3 + c)
+    compact_bytes = h * w * 4
+    bs = opts.batch_size
+    buf = opts.shuffle_buffer
+    workers = os.cpu_count() or 1
+    rows: list[tuple[Row, Callable[[], int]]] = []
+
+    def add(key: str, label: str, nbytes: int, run: Callable[[], int], note: str = "") -> None:
+        rows.append((Row(key, label, "reader", nbytes, note=note), run))
+
+    p1 = baselines.raw_png_tf_dataset(sources.pairs, sources.colors, opts.size, bs)
+    add("p1_tf_png", "1. tf.data over PNG (decode, resize, tf.equal one-hot)", float_bytes, _tf_epoch(p1))
+    p2 = baselines.PyDatasetEpochs(baselines.raw_png_pydataset(sources.pairs, sources.colors, opts.size, bs,
+                                                               workers=workers, seed=opts.seed))
+    add("p2_pydataset_png", f"2. Keras PyDataset over PNG ({workers} workers, multiprocessing)", float_bytes,
+        _numpy_epoch(p2.epoch))
+
+    ds = readers.open(tfr)
+    split = next(iter(ds.splits))
+    saved = {}
+    for variant, as_float in (("float32", True), ("uint8", False)):
+        path = os.path.join(work, f"saved_{variant}")
+        say(f"tf.data.Dataset.save ({variant})")
+        baselines.save_tensors(ds.records(split), path, num_classes=c, float32=as_float, image_shape=ds.image_shape)
+        saved[variant] = baselines.saved_tf_dataset(path, bs, shuffle_buffer=buf)
+    add("p3_saved_float32", "3. tf.data.Dataset.load, float32 + one-hot", float_bytes, _tf_epoch(saved["float32"]))
+    add("p3_saved_uint8", "3. tf.data.Dataset.load, uint8 image + class map", compact_bytes, _tf_epoch(saved["uint8"]))
+
+    p4 = ds.tf_dataset(split, bs, shuffle_buffer=buf)
+    add("p4_imgshard_float32", "4. imgshard TFRecord, float32 + one-hot", float_bytes, _tf_epoch(p4))
+    p5 = ds.tf_dataset(split, bs, shuffle_buffer=buf, one_hot=False, normalize=False)
+    add("p5_imgshard_compact", "5. imgshard TFRecord, compact (uint8 + class map)", compact_bytes, _tf_epoch(p5))
+    add("p5_imgshard_compact_expand", "5. compact + expand_batch (device side; on CPU here)", float_bytes,
+        _tf_epoch(p5, lambda x, y: expand_batch(x, y, c)), note="expansion runs on the CPU: no accelerator")
+
+    for comp in ("deflate", "none"):
+        out = os.path.join(work, f"npz_{comp}")
+        say(f"converting to NPZ ({comp})")
+        run_convert(sources.root, out, opts.size, workers=workers, fmt="npz", compression=comp)
+        nds = readers.open(out)
+        pn = nds.tf_dataset(split, bs, shuffle_buffer=buf, one_hot=False, normalize=False)
+        name = "compressed" if comp == "deflate" else "stored"
+        add(f"p6_imgshard_npz_{comp}", f"6. imgshard NPZ ({name}), compact", compact_bytes, _tf_epoch(pn))
+        paths = [s.path for s in nds.shards(split)]
+        rng = np.random.default_rng(opts.seed)
+        add(f"p6_np_load_{comp}", f"6. np.load loop, 1 process ({name})", compact_bytes,
+            _numpy_epoch(lambda paths=paths, rng=rng: baselines.np_load_batches(paths, bs, rng)))
+    return rows
+
+
+def measure_readers(opts: BenchOptions, sources: Sources, tfr: str, work: str, result: BenchResult, say: Say) -> None:
+    pipelines = reader_pipelines(opts, sources, tfr, work, say)
+    for row, run in pipelines:
+        say(f"warm-up: {row.label}")
+        run()  # traces functions, fills the page cache, starts worker pools
+        result.add(row)
+    for r in range(opts.repeats):
+        say(f"readers, repeat {r + 1}/{opts.repeats}")
+        for row, run in pipelines:
+            row.timing.add(*timed_epochs(run, opts.min_seconds))
+
+
+# -- memory ---------------------------------------------------------------------------------------------
+
+def measure_reader_memory(opts: BenchOptions, outs: dict[str, str], result: BenchResult, say: Say) -> None:
+    for fmt, out in outs.items():
+        for mode in ("compact", "float32"):
+            say(f"reader memory: {fmt} {mode}")
+            run = run_process(python_argv("-m", "converter.bench.memory", out, "--batch-size", str(opts.batch_size),
+                                          "--shuffle-buffer", str(opts.shuffle_buffer), "--mode", mode),
+                              env=child_env(), sample_memory=False)
+            if run.returncode != 0:
+                raise RuntimeError(f"reader memory measurement failed ({fmt}, {mode}):\n{run.stderr[-3000:]}")
+            result.memory[f"reader_{fmt}_{mode}"] = json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def measure_converter_memory(opts: BenchOptions, work: str, result: BenchResult, say: Say) -> None:
+    workers = max(opts.worker_counts)
+    out = {}
+    for n in opts.memory_samples:
+        say(f"converter memory: {n} samples of {opts.memory_source_size[1]}x{opts.memory_source_size[0]}")
+        src = prepare_sources(opts, samples=n, source_size=opts.memory_source_size)
+        size = (64, 64)
+        runs = [run_convert(src.root, os.path.join(work, f"mem{n}"), size, workers=workers)
+                for _ in range(max(1, min(2, opts.convert_repeats)))]
+        out[str(n)] = {"peak_tree_rss": max(r.peak_tree_rss for r in runs),
+                       "max_process_rss": max(r.max_process_rss for r in runs),
+                       "seconds": min(r.seconds for r in runs), "workers": workers, "size": list(size)}
+        shutil.rmtree(os.path.join(work, f"mem{n}"), ignore_errors=True)
+    result.memory["converter"] = out
+
+
+# -- the whole run ----------------------------------------------------------------------------------------
+
+def run_bench(opts: BenchOptions, say: Say | None = None) -> BenchResult:
+    """Measure everything `opts` asks for; see the `converter.bench` docstring."""
+    say = say or (lambda m: log.info("%s", m))
+    t0 = time.perf_counter()
+    say("preparing sources" + ("" if opts.src else f" ({opts.samples} generated pairs, cached in {opts.cache})"))
+    sources = prepare_sources(opts, workers=1 if opts.quick else None)
+    result = BenchResult(opts, machine_info(), {
+        "root": sources.root, "generated": sources.generated, "pairs": len(sources.pairs),
+        "classes": len(sources.colors), "bytes": sources.source_bytes})
+    work = opts.work_dir or tempfile.mkdtemp(prefix="imgshard-bench-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        tfr = measure_conversion(opts, sources, work, result, say)
+        measure_readers(opts, sources, tfr, work, result, say)
+        measure_reader_memory(opts, {"tfrecord": tfr, "npz": os.path.join(work, "npz_deflate")}, result, say)
+        if opts.memory:
+            measure_converter_memory(opts, work, result, say)
+    finally:
+        if opts.work_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+__all__ = ["BenchResult", "Row", "bare_transform", "decode_floor", "run_bench"]
+
