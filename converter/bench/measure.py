@@ -2,9 +2,9 @@
 
 Peak memory of a command is read two ways, without psutil:
 
-* ``max_process_rss``: the largest peak RSS of any one process of the tree, from the
-  kernel's own accounting (``ru_maxrss`` of ``wait4``, which covers every descendant
-  the child reaped);
+* ``max_process_rss``: the largest peak RSS of any one process of the tree: the
+  kernel's high-water mark ``VmHWM`` of each process, read from ``/proc`` while it runs
+  (``ru_maxrss`` is no use here: after fork + exec it still counts the parent's pages);
 * ``peak_tree_rss``: the largest sum of the RSS of the child and all its descendants,
   sampled from ``/proc`` every `SAMPLE_SECONDS` (the memory the whole run held at once).
 """
@@ -68,8 +68,25 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of `pid` and all its descendants now (0 if it is gone)."""
+def _status_kb(pid: int | str, field_name: bytes) -> int:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(field_name):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def high_water_rss(pid: int | str = "self") -> int:
+    """Peak resident bytes of one process since its exec (``VmHWM``)."""
+    return _status_kb(pid, b"VmHWM:")
+
+
+def tree_rss(pid: int, hwm: dict[int, int] | None = None) -> int:
+    """Resident bytes of `pid` and all its descendants now (0 if it is gone); fills
+    `hwm` with each process' high-water mark."""
     kids = _children()
     total, todo = 0, [pid]
     while todo:
@@ -79,6 +96,8 @@ def tree_rss(pid: int) -> int:
                 total += int(f.read().split()[1]) * _PAGE
         except OSError:
             pass
+        if hwm is not None:
+            hwm[p] = max(hwm.get(p, 0), high_water_rss(p))
         todo.extend(kids.get(p, ()))
     return total
 
@@ -86,6 +105,7 @@ def tree_rss(pid: int) -> int:
 @dataclass(frozen=True)
 class ProcessRun:
     seconds: float
+    cpu_seconds: float  # user + system of the child and every descendant it reaped
     returncode: int
     max_process_rss: int  # bytes
     peak_tree_rss: int  # bytes
@@ -99,11 +119,12 @@ def run_process(argv: Sequence[str], *, env: dict | None = None, cwd: str | None
     t0 = time.perf_counter()
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
     peak = [0]
+    hwm: dict[int, int] = {}
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], tree_rss(proc.pid))
+            peak[0] = max(peak[0], tree_rss(proc.pid, hwm))
             done.wait(SAMPLE_SECONDS)
 
     sampler = threading.Thread(target=sample, daemon=True) if sample_memory and os.path.isdir("/proc") else None
@@ -127,7 +148,7 @@ def run_process(argv: Sequence[str], *, env: dict | None = None, cwd: str | None
     if sampler is not None:
         sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return ProcessRun(seconds, proc.returncode, usage.ru_maxrss * 1024, peak[0],
+    return ProcessRun(seconds, usage.ru_utime + usage.ru_stime, proc.returncode, max(hwm.values(), default=0), peak[0],
                       out[0].decode("utf-8", "replace"), out[1].decode("utf-8", "replace"))
 
 

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field, replace
 DEFAULT_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "imgshard")
 
 
+#: The parts of a run, in the order they run.
+SECTIONS = ("convert", "read", "memory")
+
+
 def _positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
@@ -41,6 +45,8 @@ class BenchOptions:
         cache: folder of cached generated sources.
         seed: seed of every shuffle.
         quick: the smoke-test preset (few tiny samples, one repeat); see `quick_options`.
+        sections: what to measure: "convert" (pipeline 7), "read" (pipelines 1-6, which
+            need a conversion: one untimed run when "convert" is left out), "memory" (8).
     """
 
     src: str | None = None
@@ -63,8 +69,12 @@ class BenchOptions:
     cache: str = DEFAULT_CACHE
     seed: int = 0
     quick: bool = False
+    sections: tuple[str, ...] = SECTIONS
 
     def __post_init__(self) -> None:
+        unknown = [x for x in self.sections if x not in SECTIONS]
+        if unknown or not self.sections:
+            raise ValueError(f"sections must be a non-empty subset of {list(SECTIONS)}. Received: {self.sections!r}")
         for name in ("samples", "num_classes", "batch_size", "shuffle_buffer", "repeats", "convert_repeats",
                      "naive_samples"):
             _positive_int(name, getattr(self, name))

@@ -36,8 +36,8 @@ class Target:
         return f"{verdict:>12}  {self.name}: {self.value:.2f}{self.unit} (target {op} {self.threshold:g}{self.unit})"
 
 
-def _ratio(result: "BenchResult", a: str, b: str) -> float:
-    x, y = result.rate(a), result.rate(b)
+def _ratio(result: "BenchResult", a: str, b: str, *, cpu: bool = False) -> float:
+    x, y = result.rate(a, cpu=cpu), result.rate(b, cpu=cpu)
     return x / y if y and not math.isnan(x) and not math.isnan(y) else float("nan")
 
 
@@ -52,10 +52,11 @@ def targets(result: "BenchResult") -> list[Target]:
         Target("NPZ reader (compressed) vs np.load loop",
                _ratio(result, "p6_imgshard_npz_deflate", "p6_np_load_deflate"), 2, True),
         Target("NPZ reader (stored) vs np.load loop", _ratio(result, "p6_imgshard_npz_none", "p6_np_load_none"), 2, True),
-        Target("converter 2 workers vs 1", _ratio(result, "convert_w2", "convert_w1"), 1.8, True),
-        Target("converter per core vs naive Pillow loop", _ratio(result, "convert_w1", "naive_pillow"), 1.5, True),
-        Target("tool overhead over bare decode+resize+lookup",
-               100 * (_ratio(result, "bare_transform", "convert_w1") - 1), 15, False, "%"),
+        Target("converter 2 workers vs 1 (wall clock)", _ratio(result, "convert_w2", "convert_w1"), 1.8, True),
+        Target("converter per core vs naive Pillow loop (per CPU-second)",
+               _ratio(result, "convert_w1", "naive_pillow", cpu=True), 1.5, True),
+        Target("tool overhead over bare decode+resize+lookup (CPU time)",
+               100 * (_ratio(result, "bare_transform", "convert_w1", cpu=True) - 1), 15, False, "%"),
     ]
     conv = result.memory.get("converter")
     if conv and len(conv) == 2:
@@ -71,18 +72,24 @@ def targets(result: "BenchResult") -> list[Target]:
 
 def table(result: "BenchResult") -> str:
     base = result.rate("p1_tf_png")
-    lines = [f"{'pipeline':<62} {'samples/s':>10} {'MB/s':>8} {'x p1':>7}  {'min-max':>15}"]
+    lines = [f"{'pipeline':<62} {'samples/s':>10} {'MB/s':>8} {'x p1':>7}  {'min-max':>15}  {'per CPU-s':>9}"]
     group = None
     for row in result.rows.values():
         if row.group != group:
             group = row.group
             lines.append("-- " + {"reader": f"reading (batch {result.options.batch_size}, shuffled)",
-                                   "convert": "conversion (samples/s of source pairs; MB/s of source files)"}[group])
+                                   "convert": "conversion (samples/s of source pairs; MB/s of source files)",
+                                   "probe": "machine"}[group])
+        if row.group == "probe":
+            lo, hi = row.timing.spread
+            lines.append(f"{row.label:<62} {row.timing.median:>9.2f}x {'':>8} {'':>7}  {lo:>7.2f}-{hi:<7.2f}  {row.note}")
+            continue
         rate = row.timing.median
         lo, hi = row.timing.spread
         ratio = rate / base if base and not math.isnan(base) else float("nan")
+        per_cpu = f"{row.cpu.median:>9.1f}" if row.cpu.rates else f"{'':>9}"
         lines.append(f"{row.label:<62} {rate:>10.1f} {rate * row.bytes_per_sample / 1e6:>8.0f} {ratio:>7.2f}  "
-                     f"{lo:>7.1f}-{hi:<7.1f}" + (f"  {row.note}" if row.note else ""))
+                     f"{lo:>7.1f}-{hi:<7.1f}  {per_cpu}" + (f"  {row.note}" if row.note else ""))
     mem = result.memory
     if mem:
         lines.append("-- memory (MB)")

@@ -38,6 +38,7 @@ class Row:
     group: str  # "reader" or "convert"
     bytes_per_sample: int
     timing: Timing = field(default_factory=Timing)
+    cpu: Timing = field(default_factory=Timing)  # samples per CPU-second (conversion rows)
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -46,6 +47,7 @@ class Row:
         return {"key": self.key, "label": self.label, "group": self.group, "samples_per_s": self.timing.median,
                 "mb_per_s": self.timing.median * self.bytes_per_sample / 1e6, "min": lo, "max": hi,
                 "repeats": self.timing.rates, "bytes_per_sample": self.bytes_per_sample, "note": self.note,
+                "samples_per_cpu_s": self.cpu.median if self.cpu.rates else None, "cpu_repeats": self.cpu.rates,
                 **self.extra}
 
 
@@ -62,9 +64,11 @@ class BenchResult:
         self.rows[row.key] = row
         return row
 
-    def rate(self, key: str) -> float:
+    def rate(self, key: str, *, cpu: bool = False) -> float:
         row = self.rows.get(key)
-        return row.timing.median if row is not None else float("nan")
+        if row is None:
+            return float("nan")
+        return (row.cpu if cpu else row.timing).median
 
     def to_json(self) -> dict:
         from converter.bench.report import targets
@@ -104,50 +108,15 @@ def machine_info() -> dict[str, Any]:
 
 # -- conversion ---------------------------------------------------------------------------------------
 
-def _source_file(path: str):
-    from converter.transform.decode import SourceFile
-
-    with open(path, "rb") as f:
-        return SourceFile(path, f.read(), None)  # type: ignore[arg-type]  # no fingerprint: not hashed
-
-
-def decode_floor(sources: Sources) -> float:
-    """Seconds to read and decode every source pair once with the converter's decoder."""
-    from converter.options import DEFAULT_MAX_PIXELS
-    from converter.transform.decode import decode_image, decode_mask
-
-    t0 = time.perf_counter()
-    for image_path, mask_path in sources.pairs:
-        decode_image(_source_file(image_path), DEFAULT_MAX_PIXELS)
-        decode_mask(_source_file(mask_path), DEFAULT_MAX_PIXELS)
-    return time.perf_counter() - t0
-
-
-def bare_transform(sources: Sources, size: tuple[int, int]) -> float:
-    """Seconds for the bare work of a conversion, in this process: read, decode, resize,
-    colour lookup, nearest resize of the class map; no hashing, writing or processes."""
-    from converter.discover.classes import load_class_table
-    from converter.options import DEFAULT_MAX_PIXELS, Fit, ImageFilter
-    from converter.transform.colormap import ColorMap
-    from converter.transform.decode import decode_image, decode_mask
-    from converter.transform.resize import plan_geometry, resize_image, resize_nearest
-
-    cmap = ColorMap(load_class_table(os.path.join(sources.root, "class_dict.csv")))
-    cmap.lut  # built once per worker in the converter too; not per sample
-    t0 = time.perf_counter()
-    for image_path, mask_path in sources.pairs:
-        image = decode_image(_source_file(image_path), DEFAULT_MAX_PIXELS)
-        geom = plan_geometry(image.shape[:2], size, Fit.STRETCH)
-        resize_image(image, geom, ImageFilter.BILINEAR)
-        classes, _ = cmap.lookup(decode_mask(_source_file(mask_path), DEFAULT_MAX_PIXELS))
-        cmap.finish(resize_nearest(classes, geom, cmap.ignore_index), ignore_unknown=True)
-    return time.perf_counter() - t0
-
-
 def measure_conversion(opts: BenchOptions, sources: Sources, work: str, result: BenchResult, say: Say) -> str:
-    """Rows for pipeline 7; returns the folder of a TFRecord output (for the readers)."""
+    """Rows for pipeline 7; returns the folder of a TFRecord output (for the readers).
+
+    Every row records wall time and CPU time (user + system, of the process and the
+    children it reaped). On a shared machine the CPU time is the steady measure of
+    work per sample; the wall time is what the parallel speed-up is read from.
+    """
     n = len(sources.pairs)
-    per_sample = sum(os.path.getsize(i) + os.path.getsize(m) for i, m in sources.pairs) // n
+    per_sample = sources.source_bytes // n
     floor = result.add(Row("decode_floor", "decode only (project decoder, 1 process)", "convert", per_sample))
     bare = result.add(Row("bare_transform", "bare decode+resize+lookup (1 process)", "convert", per_sample))
     naive_pairs = sources.pairs[:min(n, opts.naive_samples)]
@@ -155,20 +124,58 @@ def measure_conversion(opts: BenchOptions, sources: Sources, work: str, result: 
                            per_sample, note=f"first {len(naive_pairs)} pairs"))
     conv = {w: result.add(Row(f"convert_w{w}", f"imgshard convert --workers {w}", "convert", per_sample,
                               note="child process, start-up included")) for w in opts.worker_counts}
+    probe = result.add(Row("cpu_scaling", "CPU available: 2 processes vs 1 (pure-Python loop)", "probe", 0,
+                           note="x of one process; 2.0 = two free cores"))
     out = os.path.join(work, "tfrecord")
+    h, w_ = opts.size
     for r in range(opts.convert_repeats):
         say(f"conversion, repeat {r + 1}/{opts.convert_repeats}")
-        floor.timing.add(n, decode_floor(sources))
-        bare.timing.add(n, bare_transform(sources, opts.size))
-        t0 = time.perf_counter()
+        probe.timing.rates.append(cpu_scaling_probe())
+        run = run_process(python_argv("-m", "converter.bench.bare", sources.root, "--size", f"{h}x{w_}"),
+                          env=child_env(), sample_memory=False)
+        if run.returncode != 0:
+            raise RuntimeError(f"the bare-work measurement failed:\n{run.stderr[-3000:]}")
+        bare_json = json.loads(run.stdout.strip().splitlines()[-1])
+        for row, part in ((floor, "decode"), (bare, "bare")):
+            row.timing.add(n, bare_json[part]["wall"])
+            row.cpu.add(n, bare_json[part]["cpu"])
+        c0, t0 = time.process_time(), time.perf_counter()
         written = baselines.naive_convert(naive_pairs, sources.colors, opts.size, os.path.join(work, "naive.tfrecord"))
         naive.timing.add(written, time.perf_counter() - t0)
+        naive.cpu.add(written, time.process_time() - c0)
         for w, row in conv.items():
             run = run_convert(sources.root, out, opts.size, workers=w)
             row.timing.add(n, run.seconds)
+            row.cpu.add(n, run.cpu_seconds)
             row.extra.setdefault("peak_tree_rss", []).append(run.peak_tree_rss)
             row.extra.setdefault("max_process_rss", []).append(run.max_process_rss)
+        say("  " + ", ".join(f"{row.key} {row.timing.rates[-1]:.1f}/s ({row.cpu.rates[-1]:.1f}/CPU-s)"
+                              for row in (floor, bare, naive, *conv.values())) + f"; CPU scaling {probe.timing.rates[-1]:.2f}x")
     return out
+
+
+def _burn(n: int) -> int:
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def cpu_scaling_probe(n: int = 3_000_000) -> float:
+    """How much faster two processes finish twice the work of one, right now (2.0 on two
+    free cores; lower when other load shares the machine)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        pool.map(_burn, [1000, 1000])  # start-up out of the timing
+        t0 = time.perf_counter()
+        pool.apply(_burn, (n,))
+        one = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pool.map(_burn, [n, n], chunksize=1)
+        two = time.perf_counter() - t0
+    return 2 * one / two if two > 0 else float("nan")
 
 
 # -- readers --------------------------------------------------------------------------------------------
@@ -263,6 +270,7 @@ def measure_readers(opts: BenchOptions, sources: Sources, tfr: str, work: str, r
         say(f"readers, repeat {r + 1}/{opts.repeats}")
         for row, run in pipelines:
             row.timing.add(*timed_epochs(run, opts.min_seconds))
+            say(f"  {row.key}: {row.timing.rates[-1]:.1f} samples/s")
 
 
 # -- memory ---------------------------------------------------------------------------------------------
@@ -309,11 +317,21 @@ def run_bench(opts: BenchOptions, say: Say | None = None) -> BenchResult:
     work = opts.work_dir or tempfile.mkdtemp(prefix="imgshard-bench-")
     os.makedirs(work, exist_ok=True)
     try:
-        tfr = measure_conversion(opts, sources, work, result, say)
-        measure_readers(opts, sources, tfr, work, result, say)
-        measure_reader_memory(opts, {"tfrecord": tfr, "npz": os.path.join(work, "npz_deflate")}, result, say)
-        if opts.memory:
-            measure_converter_memory(opts, work, result, say)
+        if "convert" in opts.sections:
+            tfr = measure_conversion(opts, sources, work, result, say)
+        else:
+            tfr = os.path.join(work, "tfrecord")
+            if "read" in opts.sections or "memory" in opts.sections:
+                run_convert(sources.root, tfr, opts.size, workers=max(opts.worker_counts))
+        if "read" in opts.sections:
+            measure_readers(opts, sources, tfr, work, result, say)
+        if "memory" in opts.sections:
+            npz = os.path.join(work, "npz_deflate")
+            if not os.path.isdir(npz):
+                run_convert(sources.root, npz, opts.size, workers=max(opts.worker_counts), fmt="npz")
+            measure_reader_memory(opts, {"tfrecord": tfr, "npz": npz}, result, say)
+            if opts.memory:
+                measure_converter_memory(opts, work, result, say)
     finally:
         if opts.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -30,6 +30,15 @@ def _workers(text: str) -> tuple[int, ...]:
     return values
 
 
+def _sections(text: str) -> tuple[str, ...]:
+    from converter.bench.options import SECTIONS
+
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not values or any(v not in SECTIONS for v in values):
+        raise argparse.ArgumentTypeError(f"--only takes a comma-separated subset of {list(SECTIONS)}. Received: {text!r}")
+    return values
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--src", help="CamVid-layout source folder (default: generated 1920x1080 PNG pairs, cached)")
     p.add_argument("--samples", type=int, default=150, help="generated pairs (default 150)")
@@ -45,6 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--work-dir", help="keep converted outputs here (default: a temporary folder, removed)")
     p.add_argument("--cache", help="folder for generated sources (default ~/.cache/imgshard)")
     p.add_argument("--json", default="bench.json", help="write every number here (default bench.json)")
+    p.add_argument("--only", type=_sections, default=None,
+                   help="comma-separated parts to run: convert, read, memory (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: 24 tiny pairs at 64x64, one repeat (numbers not meaningful)")
 
@@ -57,6 +68,8 @@ def options_from_args(args: argparse.Namespace):
     }
     if args.cache:
         fields["cache"] = args.cache
+    if args.only:
+        fields["sections"] = args.only
     if args.quick:
         return quick_options(**fields)
     fields.update(samples=args.samples, size=args.size, shuffle_buffer=args.shuffle_buffer, repeats=args.repeats,

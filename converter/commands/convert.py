@@ -109,7 +109,8 @@ def main(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        result = convert(spec, out, options, run, on_plan=on_plan, on_progress=on_progress)
+        # quiet: no progress callback, so no progress queue (a manager process) is started
+        result = convert(spec, out, options, run, on_plan=on_plan, on_progress=None if args.quiet else on_progress)
     finally:
         if bar is not None:
             bar.close()

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from converter.allocator import reuse_freed_memory
 from converter.discover.layout import BadInput, SourceSample
 from converter.options import OutputOptions
 from converter.plan import CopyRecord, ShardTask
@@ -55,6 +56,7 @@ def _transformer(ctx: WorkerContext) -> SampleTransformer:
     key = (ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels)
     t = _TRANSFORMERS.get(key)
     if t is None:
+        reuse_freed_memory()  # once per process: per-sample arrays reuse warm pages
         _TRANSFORMERS.clear()
         t = _TRANSFORMERS[key] = SampleTransformer(ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels)
     return t

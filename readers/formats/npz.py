@@ -6,8 +6,10 @@ members ourselves instead of through `np.load`:
 * stored members (compression "none") are mapped: the member's data offset is found
   from the zip local header, and `np.frombuffer` views the `mmap` -- no copy, no read
   until a page is touched;
-* deflated members are read raw and inflated by one `zlib.decompress` call, which
-  releases the GIL, so a few threads load shards truly in parallel;
+* deflated members are read raw and inflated by one `decompress` call, which
+  releases the GIL, so a few threads load shards truly in parallel; with the optional
+  `isal` package (``pip install imgshard[fast]``) Intel ISA-L inflates and computes the
+  CRC-32 instead of zlib (same results, 2-5x faster on shard data);
 * every member's zip CRC-32 is checked (also GIL-free), object dtypes are refused
   (nothing is ever unpickled), and shapes and dtypes are checked against the manifest.
 """
@@ -27,6 +29,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
+
+try:  # optional: Intel ISA-L, a drop-in for zlib's inflate and crc32, several times faster
+    from isal import isal_zlib as _inflater
+except ImportError:  # pragma: no cover - exercised only without isal
+    _inflater = zlib
 
 from readers.errors import ShardError, shard_error
 from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat
@@ -138,7 +145,7 @@ def read_npz(path: str, names: Sequence[str], *, check_crc: bool = True) -> dict
                     if end > len(mapped):
                         raise shard_error(path, f"member {info.filename!r} runs past the end of the file")
                     view = memoryview(mapped)
-                    if check_crc and zlib.crc32(view[start:end]) != info.CRC:
+                    if check_crc and _inflater.crc32(view[start:end]) != info.CRC:
                         raise shard_error(path, f"CRC-32 mismatch in member {info.filename!r}")
                     out[name] = _parse_npy(mapped, start, end, info.filename, path)
                     del view
@@ -147,10 +154,10 @@ def read_npz(path: str, names: Sequence[str], *, check_crc: bool = True) -> dict
                     if len(raw) != info.compress_size:
                         raise shard_error(path, f"member {info.filename!r} is truncated")
                     try:
-                        data = zlib.decompress(raw, -15, max(info.file_size, 1))
-                    except zlib.error as e:
+                        data = _inflater.decompress(raw, -15, max(info.file_size, 1))
+                    except (zlib.error, _inflater.error) as e:
                         raise shard_error(path, f"member {info.filename!r} does not inflate ({e})") from e
-                    if len(data) != info.file_size or (check_crc and zlib.crc32(data) != info.CRC):
+                    if len(data) != info.file_size or (check_crc and _inflater.crc32(data) != info.CRC):
                         raise shard_error(path, f"CRC-32 or size mismatch in member {info.filename!r}")
                     out[name] = _parse_npy(data, 0, len(data), info.filename, path)
                 else:

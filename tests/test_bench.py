@@ -1,0 +1,99 @@
+"""`imgshard bench` and `scripts/bench_gpu.py` (issue 4): the quick modes run end to end.
+
+Benchmarks are scripts, not timed tests: these tests only check that every pipeline
+and measurement runs and lands in the table and the JSON, never how fast anything is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from converter.bench.options import BenchOptions, quick_options
+from converter.bench.report import Target, targets
+from converter.bench.suite import BenchResult, Row
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+READER_ROWS = {
+    "p1_tf_png", "p2_pydataset_png", "p3_saved_float32", "p3_saved_uint8", "p4_imgshard_float32",
+    "p5_imgshard_compact", "p5_imgshard_compact_expand", "p6_imgshard_npz_deflate", "p6_np_load_deflate",
+    "p6_imgshard_npz_none", "p6_np_load_none",
+}
+CONVERT_ROWS = {"decode_floor", "bare_transform", "naive_pillow", "convert_w1", "convert_w2"}
+
+
+def _env() -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+@pytest.mark.slow
+def test_bench_quick_mode_reports_every_pipeline_and_target(tmp_path):
+    out_json = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "bench.py"), "--quick", "--cache", str(tmp_path / "cache"),
+         "--json", str(out_json)],
+        capture_output=True, text=True, env=_env(), timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out_json.read_text())
+    rows = {r["key"]: r for r in data["rows"]}
+    assert READER_ROWS | CONVERT_ROWS <= set(rows)
+    for key, row in rows.items():
+        assert row["samples_per_s"] > 0 and math.isfinite(row["samples_per_s"]), key
+    names = {t["name"] for t in data["targets"]}
+    assert "reader compact vs Dataset.load uint8" in names
+    assert "converter 2 workers vs 1" in names
+    assert any(k.startswith("reader_tfrecord") for k in data["memory"])
+    assert "1. tf.data over PNG" in proc.stdout and "-- targets" in proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_gpu_quick_mode_trains_all_three_feeds_on_cpu(tmp_path):
+    out_json = tmp_path / "gpu.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "bench_gpu.py"), "--quick", "--cache", str(tmp_path / "cache"),
+         "--json", str(out_json)],
+        capture_output=True, text=True, env=_env(), timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out_json.read_text())
+    assert [f["name"] for f in data["feeds"]] == ["png_tf_data", "imgshard_compact", "in_device_memory"]
+    for feed in data["feeds"]:
+        assert feed["steps"] == 3 and feed["step_time_s"] > 0
+        assert 0.0 <= feed["blocked_on_input_share"] <= 1.0
+    assert data["feeds"][2]["vs_ceiling"] == pytest.approx(1.0)
+    assert "(b) imgshard compact" in proc.stdout
+
+
+def test_targets_are_ratios_of_medians_and_say_when_unmeasured():
+    result = BenchResult(BenchOptions(), {}, {})
+    for key, rates in {"p1_tf_png": [40, 50, 45], "p4_imgshard_float32": [1000, 900, 1100]}.items():
+        row = result.add(Row(key, key, "reader", 1))
+        row.timing.rates.extend(rates)
+    by_name = {t.name: t for t in targets(result)}
+    vs_p1 = by_name["reader float32+one-hot vs pipeline 1"]
+    assert vs_p1.value == pytest.approx(1000 / 45) and vs_p1.met is True
+    assert by_name["converter 2 workers vs 1"].met is None  # not measured: neither met nor missed
+
+
+def test_target_lower_is_better_compares_the_other_way():
+    assert Target("overhead", 12.0, 15, False, "%").met is True
+    assert Target("overhead", 16.0, 15, False, "%").met is False
+
+
+def test_bench_options_reject_a_missing_src_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--src"):
+        BenchOptions(src=str(tmp_path / "nope"))
+
+
+def test_bench_options_reject_a_zero_batch_size():
+    with pytest.raises(ValueError, match="batch_size"):
+        quick_options(batch_size=0)
