@@ -42,15 +42,24 @@ class Timing:
         return (min(self.rates), max(self.rates)) if self.rates else (float("nan"), float("nan"))
 
 
-def timed_epochs(run_epoch: Callable[[], int], min_seconds: float) -> tuple[int, float]:
-    """Run whole epochs (each returns its sample count) until `min_seconds` have passed."""
+def cpu_seconds() -> float:
+    """User + system CPU of this process (all threads) and of its reaped children."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed_epochs(run_epoch: Callable[[], int], min_seconds: float) -> tuple[int, float, float]:
+    """Run whole epochs (each returns its sample count) until `min_seconds` have
+    passed; returns (samples, wall seconds, CPU seconds)."""
     samples = 0
-    t0 = time.perf_counter()
+    c0, t0 = cpu_seconds(), time.perf_counter()
     while True:
         samples += run_epoch()
         elapsed = time.perf_counter() - t0
         if elapsed >= min_seconds:
-            return samples, elapsed
+            return samples, elapsed, cpu_seconds() - c0
 
 
 def _children() -> dict[int, list[int]]:

@@ -38,7 +38,7 @@ class Row:
     group: str  # "reader" or "convert"
     bytes_per_sample: int
     timing: Timing = field(default_factory=Timing)
-    cpu: Timing = field(default_factory=Timing)  # samples per CPU-second (conversion rows)
+    cpu: Timing = field(default_factory=Timing)  # samples per CPU-second
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -269,8 +269,10 @@ def measure_readers(opts: BenchOptions, sources: Sources, tfr: str, work: str, r
     for r in range(opts.repeats):
         say(f"readers, repeat {r + 1}/{opts.repeats}")
         for row, run in pipelines:
-            row.timing.add(*timed_epochs(run, opts.min_seconds))
-            say(f"  {row.key}: {row.timing.rates[-1]:.1f} samples/s")
+            samples, wall, cpu = timed_epochs(run, opts.min_seconds)
+            row.timing.add(samples, wall)
+            row.cpu.add(samples, cpu)
+            say(f"  {row.key}: {row.timing.rates[-1]:.1f} samples/s, {row.cpu.rates[-1]:.1f} per CPU-s")
 
 
 # -- memory ---------------------------------------------------------------------------------------------
@@ -293,7 +295,7 @@ def measure_converter_memory(opts: BenchOptions, work: str, result: BenchResult,
     for n in opts.memory_samples:
         say(f"converter memory: {n} samples of {opts.memory_source_size[1]}x{opts.memory_source_size[0]}")
         src = prepare_sources(opts, samples=n, source_size=opts.memory_source_size)
-        size = (64, 64)
+        size = opts.size  # real-size output samples; only the sources are small (quick to decode)
         runs = [run_convert(src.root, os.path.join(work, f"mem{n}"), size, workers=workers)
                 for _ in range(max(1, min(2, opts.convert_repeats)))]
         out[str(n)] = {"peak_tree_rss": max(r.peak_tree_rss for r in runs),
