@@ -225,7 +225,7 @@ def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, 
     p2 = baselines.PyDatasetEpochs(baselines.raw_png_pydataset(sources.pairs, sources.colors, opts.size, bs,
                                                                workers=workers, seed=opts.seed))
     add("p2_pydataset_png", f"2. Keras PyDataset over PNG ({workers} workers, multiprocessing)", float_bytes,
-        _numpy_epoch(p2.epoch))
+        _numpy_epoch(p2.epoch), note="per CPU-s: parent only, not its workers")
 
     ds = readers.open(tfr)
     split = next(iter(ds.splits))
