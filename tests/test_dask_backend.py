@@ -224,7 +224,6 @@ def test_cli_with_scheduler_on_loopback_writes_the_same_bytes(sources, reference
     assert tasks >= 1
 
 
-@pytest.mark.slow
 def test_worker_killed_mid_run_is_rescheduled_and_output_is_identical(sources, reference, tmp_path,
                                                                       cluster_factory):
     cluster = cluster_factory(2)
@@ -240,7 +239,6 @@ def test_worker_killed_mid_run_is_rescheduled_and_output_is_identical(sources, r
     assert killer.progress == 16  # retried samples are not counted twice
 
 
-@pytest.mark.slow
 def test_worker_killed_without_retries_publishes_nothing_and_rerun_completes(sources, reference, tmp_path,
                                                                             cluster_factory):
     cluster = cluster_factory(2, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0")
