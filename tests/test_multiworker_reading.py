@@ -182,3 +182,9 @@ def test_mirrored_strategy_distribute_datasets_from_function_reads_every_record_
     assert Counter(out["seen"]) == _all_digests(ds, "train")
     assert max(out["per_replica_batch"]) == 2
     assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))
+
+
+def test_more_processes_than_shard_files_warns(dataset):
+    with pytest.warns(UserWarning, match=r"has 1 shard files for num_shards=2 processes; shard_index=1 gets 0"):
+        got = list(dataset.records("val", num_shards=2, shard_index=1))
+    assert got == []
