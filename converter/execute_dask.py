@@ -155,7 +155,7 @@ def _connect(distributed: Any, scheduler: str | None, workers: int) -> Iterator[
     if scheduler is None:
         cluster = distributed.LocalCluster(
             n_workers=max(1, workers), threads_per_worker=1, processes=True, host="127.0.0.1",
-            silence_logs=logging.ERROR, scheduler_kwargs={"dashboard": False},
+            dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR,
         )
         client = distributed.Client(cluster, set_as_default=False)
         log.info("started a local Dask cluster with %d worker process(es) at %s", workers, cluster.scheduler_address)
