@@ -149,33 +149,27 @@ class ProgressTracker:
 @contextlib.contextmanager
 def _connect(distributed: Any, scheduler: str | None, workers: int) -> Iterator[tuple[Any, bool]]:
     """(client, is_local_cluster); closes both on exit (a local cluster's workers are killed)."""
-    cluster = None
-    stack = contextlib.ExitStack()
-    stack.enter_context(_quiet_dask_logs())
-    if scheduler is None:
-        cluster = distributed.LocalCluster(
-            n_workers=max(1, workers), threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR,
-        )
-        client = distributed.Client(cluster, set_as_default=False)
-        log.info("started a local Dask cluster with %d worker process(es) at %s", workers, cluster.scheduler_address)
-    else:
-        address = check_scheduler_address(scheduler)
-        try:
-            client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-        except (OSError, TimeoutError) as e:
-            raise DaskBackendError(
-                f"Cannot reach the Dask scheduler at --scheduler {address} within {CONNECT_TIMEOUT_S} s. "
-                "Start one (`dask scheduler`, plus `dask worker ADDRESS` on each machine), check the address "
-                f"and the firewall, or leave out --scheduler to run a local cluster. Received: {e}"
-            ) from e
-    try:
-        yield client, cluster is not None
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
-        stack.close()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_quiet_dask_logs())
+        if scheduler is None:
+            cluster = stack.enter_context(distributed.LocalCluster(
+                n_workers=max(1, workers), threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR,
+            ))
+            client = stack.enter_context(distributed.Client(cluster, set_as_default=False))
+            log.info("started a local Dask cluster of %d worker process(es) at %s", workers, cluster.scheduler_address)
+        else:
+            address = check_scheduler_address(scheduler)
+            try:
+                client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+            except (OSError, TimeoutError) as e:
+                raise DaskBackendError(
+                    f"Cannot reach the Dask scheduler at --scheduler {address} within {CONNECT_TIMEOUT_S} s. "
+                    "Start one (`dask scheduler`, plus `dask worker ADDRESS` on each machine), check the address "
+                    f"and the firewall, or leave out --scheduler to run a local cluster. Received: {e}"
+                ) from e
+            stack.enter_context(client)
+        yield client, scheduler is None
 
 
 @contextlib.contextmanager
@@ -238,7 +232,7 @@ def _stop_stragglers(client: Any, futures: list[Any]) -> None:
     keys = {f.key for f in futures}
     try:
         running = {k for ks in client.processing().values() for k in ks} & keys
-    except Exception as e:  # noqa: BLE001 - the scheduler may be gone too; nothing can run then
+    except (OSError, TimeoutError) as e:  # the scheduler is gone too: nothing of this run can go on
         log.warning("could not ask the scheduler which shard tasks still run (%s); cancelling all", e)
         running = set()
     client.cancel([f for f in futures if f.key not in running])
