@@ -65,28 +65,63 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def decode_floor(sources) -> float:
-    """Seconds to read + hash + decode every image and mask once, in this process."""
+def decode_floor(sources) -> tuple[float, float]:
+    """(wall, CPU) seconds to read + hash + decode every image and mask once, in this process."""
     from converter.transform.decode import decode_image, decode_mask, read_source
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for s in sources.samples:
         decode_image(read_source(str(s.image_path), "i"), 1 << 40)
         decode_mask(read_source(str(s.mask_path), "m"), 1 << 40)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
-def convert_once(src: str, out: str, size: str, shard_size: str, **run_kw) -> float:
+def tree_cpu_seconds(root_pid: int | None = None) -> float | None:
+    """User + system CPU seconds of a process tree (Linux /proc), reaped children included.
+
+    Wall time on a shared 2-core machine mostly measures the neighbours; CPU seconds per
+    sample measure the work (and what the Dask machinery adds to it).
+    """
+    root_pid = root_pid or os.getpid()
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    stats: dict[int, tuple[int, float]] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[1] = ppid; utime, stime, cutime, cstime = fields[11:15]
+        stats[pid] = (int(fields[1]), sum(int(v) for v in fields[11:15]) / tick)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root_pid]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo += children.get(pid, [])
+    return total
+
+
+def convert_once(src: str, out: str, size: str, shard_size: str, **run_kw) -> tuple[float, float | None]:
     from converter.convert import convert
     from converter.options import OutputOptions, RunOptions, SourceSpec, parse_bytes
 
     shutil.rmtree(out, ignore_errors=True)
+    cpu0 = tree_cpu_seconds()
     t0 = time.perf_counter()
-    result = convert(SourceSpec(root=src), out, OutputOptions(size=size), RunOptions(shard_size_bytes=parse_bytes(shard_size), **run_kw))
+    result = convert(SourceSpec(root=src), out, OutputOptions(size=size),
+                     RunOptions(shard_size_bytes=parse_bytes(shard_size), **run_kw))
     seconds = time.perf_counter() - t0
+    cpu1 = tree_cpu_seconds()
     if not result.published:
         raise RuntimeError(f"conversion into {out} published nothing")
-    return seconds
+    return seconds, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
 
 
 class LoopbackCluster:
@@ -167,10 +202,16 @@ def main(args: argparse.Namespace) -> dict:
     work = tempfile.mkdtemp(prefix="imgshard-scaling-")
     cluster = LoopbackCluster(work, 2) if "dask-loopback-2" in configs else None
     runs: dict[str, list[float]] = {c: [] for c in configs}
+    cpu: dict[str, list[float]] = {c: [] for c in configs}
     floor: list[float] = []
+    floor_cpu: list[float] = []
+    loads: list[float] = []
     try:
         for r in range(args.repeats):
-            floor.append(decode_floor(sources))
+            wall, cpu_s = decode_floor(sources)
+            floor.append(wall)
+            floor_cpu.append(cpu_s)
+            loads.append(os.getloadavg()[0])
             for c in configs:
                 out = os.path.join(work, c)
                 if c == "local-1":
@@ -181,8 +222,12 @@ def main(args: argparse.Namespace) -> dict:
                     s = convert_once(str(sources.root), out, args.size, args.shard_size, backend="dask", scheduler=cluster.address)
                 else:
                     s = convert_once(str(sources.root), out, args.size, args.shard_size, workers=2, backend="dask")
+                s, c_s = s
                 runs[c].append(s)
-                print(f"  run {r + 1}/{args.repeats} {c:22s} {s:6.2f} s", file=sys.stderr)
+                if c_s is not None:
+                    cpu[c].append(c_s)
+                print(f"  run {r + 1}/{args.repeats} {c:22s} {s:6.2f} s wall, "
+                      f"{c_s if c_s is not None else float('nan'):6.2f} CPU s", file=sys.stderr)
         first = os.path.join(work, configs[0])
         shards = sum(1 for f in os.listdir(first) if f.endswith((".tfrecord", ".npz")))
         out_bytes = sum(os.path.getsize(os.path.join(first, f)) for f in os.listdir(first)
@@ -203,8 +248,13 @@ def main(args: argparse.Namespace) -> dict:
         "n": n, "size": args.size, "shard_size": args.shard_size, "shards": shards, "repeats": args.repeats,
         "source_bytes_per_sample": src_bytes / n, "shard_bytes_per_sample": out_bytes / n,
         "decode_floor_s": statistics.median(floor), "decode_floor_per_sample_s": statistics.median(floor) / n,
+        "decode_floor_cpu_ms_per_sample": 1000 * statistics.median(floor_cpu) / n,
+        "load_average_1min": loads,
         "runs": {c: {"seconds": v, "median_s": statistics.median(v), "samples_per_s": n / statistics.median(v),
-                     "speedup_vs_first": base / statistics.median(v)} for c, v in runs.items()},
+                     "speedup_vs_first": base / statistics.median(v),
+                     "cpu_seconds": cpu[c],
+                     "cpu_ms_per_sample": 1000 * statistics.median(cpu[c]) / n if cpu[c] else None}
+                 for c, v in runs.items()},
         "identical_shards": identical,
         "manifest": manifest,
     }
@@ -231,13 +281,16 @@ def _print_table(res: dict, configs: list[str]) -> None:
     print(f"\n{n} pairs 1920x1080 -> {res['size']} in {res['shards']} shards, {res['machine']['cpus']} CPUs, "
           f"median of {res['repeats']}")
     print(f"decode floor (1 process): {res['decode_floor_s']:.2f} s = {1000 * res['decode_floor_per_sample_s']:.0f} "
-          f"ms/sample; sources {res['source_bytes_per_sample'] / 1e6:.2f} MB/sample, "
+          f"ms/sample wall, {res['decode_floor_cpu_ms_per_sample']:.0f} CPU ms/sample; sources {res['source_bytes_per_sample'] / 1e6:.2f} MB/sample, "
           f"shards {res['shard_bytes_per_sample'] / 1e6:.2f} MB/sample")
-    print(f"| {'configuration':22s} | median s | samples/s | speed-up vs {configs[0]} |")
-    print(f"|{'-' * 24}|---------:|----------:|------------------:|")
+    print(f"1-minute load average during the runs: {', '.join(f'{x:.1f}' for x in res['load_average_1min'])}")
+    print(f"| {'configuration':22s} | median s | samples/s | speed-up vs {configs[0]} | CPU ms/sample |")
+    print(f"|{'-' * 24}|---------:|----------:|------------------:|--------------:|")
     for c in configs:
         r = res["runs"][c]
-        print(f"| {c:22s} | {r['median_s']:8.2f} | {r['samples_per_s']:9.1f} | {r['speedup_vs_first']:17.2f} |")
+        cpu_ms = f"{r['cpu_ms_per_sample']:13.0f}" if r["cpu_ms_per_sample"] is not None else f"{'n/a':>13s}"
+        print(f"| {c:22s} | {r['median_s']:8.2f} | {r['samples_per_s']:9.1f} | {r['speedup_vs_first']:17.2f} "
+              f"| {cpu_ms} |")
     m = res["manifest"]
     print(f"identical shards across configurations: {res['identical_shards']}")
     print(f"manifest: {m['bytes_per_sample']:.0f} bytes/sample; scaled to {m['scaled_samples']} samples: "
