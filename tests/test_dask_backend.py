@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from converter import synth
-from converter.convert import convert
+from converter.convert import BadInputError, convert
 from converter.execute_dask import DaskBackendError, ProgressTracker
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.plan import ShardTask
@@ -201,6 +202,29 @@ def test_local_cluster_writes_the_same_bytes_as_a_local_run(sources, reference, 
     _assert_same_dataset(out, reference)
     assert sum(progress) == 16
     assert len(progress) > len(result.written)  # per sample, not per shard
+
+
+def test_rerun_with_nothing_new_starts_no_cluster(sources, reference, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(reference, out)
+    t0 = time.perf_counter()
+    result = convert(SourceSpec(root=str(sources.root)), str(out), OPTIONS, _run_options(workers=2, backend="dask"))
+    assert result.plan.nothing_to_do and not result.published
+    assert time.perf_counter() - t0 < 5  # a LocalCluster would take seconds to start
+    _assert_same_dataset(out, reference)
+
+
+def test_bad_inputs_come_back_from_dask_workers_as_from_local_ones(camvid_unknown_colors, tmp_path):
+    spec = SourceSpec(root=str(camvid_unknown_colors.root))
+    errors = {}
+    for backend in ("local", "dask"):
+        out = tmp_path / backend
+        with pytest.raises(BadInputError) as info:
+            convert(spec, str(out), OPTIONS, _run_options(workers=1, backend=backend))
+        errors[backend] = [(b.path, b.reason) for b in info.value.bad]
+        assert not (out / MANIFEST_NAME).exists()
+        assert _shard_files(out) == {}
+    assert errors["dask"] == errors["local"] != []
 
 
 def test_cli_with_scheduler_on_loopback_writes_the_same_bytes(sources, reference, tmp_path, cluster_factory):
