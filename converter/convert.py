@@ -7,6 +7,7 @@ the whole run, never publishes a half-done dataset, and returns a `ConvertResult
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -229,8 +230,7 @@ def _assemble(old: Manifest | None, result: ConvertResult, options: OutputOption
         for split, shards in splits.items():
             splits[split] = [
                 s if not any(x.key in plan.refreshed for x in s.samples)
-                else ShardEntry(s.file, s.records, s.bytes, s.sha256, s.class_pixels, s.ignore_pixels,
-                                tuple(plan.refreshed.get(x.key, x) for x in s.samples))
+                else dataclasses.replace(s, samples=tuple(plan.refreshed.get(x.key, x) for x in s.samples))
                 for s in shards
             ]
     split_entries = {

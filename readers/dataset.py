@@ -120,6 +120,19 @@ class Dataset:
         `class_pixels` in the manifest; no shard is read. Ignored pixels are not counted."""
         return np.asarray(self._manifest.split(split).class_pixels(self.num_classes), np.int64)
 
+    def class_weights(self, split: str, scheme: str = "median-frequency") -> np.ndarray:
+        """Per-class loss weights (float32, length num_classes) from the manifest's counts.
+
+        scheme: "median-frequency" (SegNet: median(f) / f_c, f_c = pixels of c / pixels of
+        the images where c occurs) or "inverse-frequency" (N / (K * n_c), mean pixel
+        weight 1). The ignore index is excluded; a class absent from `split` gets 0.
+        Use them per pixel with `readers.stats.with_sample_weights(w)` in a `tf.data` map,
+        or as `class_weight=dict(enumerate(w))` for classification. See `readers.stats`.
+        """
+        from readers.stats import manifest_class_weights
+
+        return manifest_class_weights(self._manifest, split, scheme)
+
     # -- shard selection ------------------------------------------------------------------------
     def shards(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> list[ShardRef]:
         """The shards of `split` whose position i satisfies i % num_shards == shard_index."""
