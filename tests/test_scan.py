@@ -225,3 +225,11 @@ def test_scan_missing_class_table_names_the_file(tmp_path):
     os.unlink(ds.class_dict_path)
     with pytest.raises(FileNotFoundError, match="class_dict.csv"):
         _scan(ds.root)
+
+
+def test_scan_empty_source_says_nothing_to_convert(tmp_path):
+    ds = synth.make_camvid(tmp_path / "empty", splits={"train": 0}, size=(16, 16))
+    r = _scan(ds.root)
+    assert r.splits == {"train": 0}
+    assert r.verdict["status"] == "no_data" and not r.verdict["convert_ok_without_flags"]
+    assert "Nothing to convert" in format_report(r)
