@@ -14,7 +14,7 @@ from converter.describe import bar, describe, format_description
 from tests._look import add_unused_class, convert_tiny, write_classification
 
 
-@pytest.mark.parametrize("fmt,compression", [("tfrecord", None), ("npz", "none")])
+@pytest.mark.parametrize("fmt,compression", [("tfrecord", None), ("npz", None)])
 def test_inspect_percentages_equal_counts_from_records(camvid_src, tmp_path, fmt, compression):
     add_unused_class(camvid_src.class_dict_path)
     convert_tiny(camvid_src.root, tmp_path / "out", format=fmt, compression=compression)
