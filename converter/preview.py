@@ -338,8 +338,8 @@ def source_samples(spec: Any, options: PreviewOptions, max_pixels: int) -> tuple
     from converter.transform.colormap import AMBIGUOUS, ColorMap
     from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
 
-    classes = load_class_table(_classes_csv(spec))
     found = discover(spec)
+    classes = load_class_table(_classes_csv(spec))
     samples = [s for s in found.samples if options.split is None or s.split == options.split]
     if options.keys:
         by_key = {s.key: s for s in found.samples}

@@ -282,8 +282,8 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
          on_progress: Callable[[int], None] | None = None) -> ScanReport:
     """Scan the sources of `spec`. `on_start(total)` is called once the pairs are known."""
     options = options or ScanOptions()
+    found = discover(spec)  # first: a missing source folder is named as such
     classes = load_class_table(_classes_csv(spec))
-    found = discover(spec)
     if on_start is not None:
         on_start(len(found.samples))
     summaries = run_scan_workers(found.samples, classes, spec.base, options.max_pixels, options.effective_workers,
