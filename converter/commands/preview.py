@@ -3,6 +3,9 @@
 PATH is a converted dataset (a folder with imgshard.json) or raw sources (CamVid
 layout, or --images/--masks/--classes). On raw sources, mask colours that match no
 class are drawn as a magenta/black checkerboard.
+
+--split S picks the split to show (a dataset: default train; raw sources: default
+every split; with --images/--masks it names the split as for convert).
 """
 
 from __future__ import annotations
