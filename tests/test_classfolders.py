@@ -158,3 +158,8 @@ def test_explicit_images_folder_of_classes_uses_split(classification_flat):
     assert {s.split for s in found.samples} == {"test"}
     assert all(s.key.startswith("test/") for s in found.samples)
     assert [c.name for c in classes] == classification_flat.classes
+
+
+def test_class_table_csv_with_classification_is_an_error(classification_flat):
+    with pytest.raises(ValueError, match="--classes"):
+        discover_classification(SourceSpec(root=str(classification_flat.root), classes="x.csv"))

@@ -205,3 +205,19 @@ def test_cli_val_fraction_implies_classification(classification_flat, tmp_path):
     assert cli.main(["convert", str(classification_flat.root), str(out), "--size", "8x8", "--val-fraction", "0.5",
                      "--workers", "1", "-q"]) == 0
     assert sorted(readers.open(out).splits) == ["train", "val"]
+
+
+def test_png_with_exif_orientation_is_rotated(tmp_path):
+    """libspng ignores a PNG's eXIf chunk; such PNGs take the Pillow path and are oriented."""
+    rgb = synth.textured_image(20, 36, np.random.default_rng(4))  # stored 20x36 (landscape)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display: 36x20 (portrait)
+    for name in ("a", "b"):
+        (tmp_path / "src" / name).mkdir(parents=True)
+        Image.fromarray(rgb).save(tmp_path / "src" / name / "img.png", "PNG", exif=exif.tobytes())
+    _convert(tmp_path / "src", tmp_path / "out", size=(40, 40), fit="crop-or-pad")
+    image = next(readers.open(tmp_path / "out").records("train")).image
+    expected = np.rot90(rgb, k=-1)  # clockwise
+    assert expected.shape[:2] == (36, 20)
+    np.testing.assert_array_equal(image[2:38, 10:30], expected)
+    assert not image[:, :10].any() and not image[:, 30:].any()

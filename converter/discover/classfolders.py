@@ -178,6 +178,9 @@ def _check_classes(classes: list[str], where: str) -> tuple[ClassInfo, ...]:
 def discover_classification(spec: SourceSpec, val_fraction: float | None = None) -> tuple[Discovery, tuple[ClassInfo, ...]]:
     """List the samples (with labels) and the classes of a class-folder dataset."""
     bad: list[BadInput] = []
+    if spec.classes is not None:
+        raise ValueError("--classes (a class_dict.csv) is for segmentation; classification takes its classes from "
+                         f"the class folder names. Received: --classes {spec.classes!r}")
     if spec.images is not None:
         if spec.masks is not None:
             raise ValueError(f"--task classification reads class folders; --masks does not apply. "

@@ -136,7 +136,13 @@ def _exif_transpose(src: SourceFile, im: Image.Image) -> Image.Image:
 
 
 def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = False) -> np.ndarray:
-    """Decode to (H, W) uint8 greyscale or (H, W, 3) uint8 RGB."""
+    """Decode to (H, W) uint8 greyscale or (H, W, 3) uint8 RGB.
+
+    With `exif_transpose` (classification sources: photos) the EXIF orientation is
+    applied first, as a viewer shows the image (JPEG, TIFF, WebP, and PNG with an eXIf
+    chunk). Every mode other than L and RGB (CMYK, P, RGBA, LA, I;16, 1, ...) becomes
+    RGB through Pillow's own `convert("RGB")`.
+    """
     header = _png_header(src.data)
     # libspng ignores a PNG's eXIf chunk: such a PNG goes through Pillow when orienting.
     if header is not None and not (exif_transpose and _PNG_EXIF_CHUNK in src.data):
