@@ -234,3 +234,20 @@ def test_class_names_tfds_cannot_list_are_left_out(tmp_path):
     builder = tfds.builder_from_directory(str(out))
     assert builder.info.features["label"].num_classes == 2
     assert_tfds_equals_records(out)
+
+
+def test_changed_class_folder_image_replaced_and_tfds_in_step(classification_src, tmp_path):
+    out = tmp_path / "out"
+    _convert(classification_src.root, out, task="classification")
+    (path,) = classification_src.paths_of_kind("bmp")
+    key = os.path.relpath(path, classification_src.root).replace(os.sep, "/")
+    old_image = next(r.image for s in ("train", "val") for r in readers.open(out).records(s) if r.key == key)
+    Image.fromarray(synth.textured_image(30, 30, np.random.default_rng(99))).save(path, "BMP")
+    result = _convert(classification_src.root, out, run=RunOptions(workers=1, shard_size_bytes=4096,
+                                                                  on_change="replace"), task="classification")
+    assert result.plan.replaced == 1
+    ds = readers.open(out)
+    record = next(r for s in ds.splits for r in ds.records(s) if r.key == key)
+    assert not np.array_equal(record.image, old_image)
+    assert record.label == classification_src.classes.index(path.parent.name)
+    assert_tfds_equals_records(out)
