@@ -11,11 +11,12 @@ from converter.options import OutputOptions, RunOptions, SourceSpec
 
 
 
-@pytest.fixture
-def converted(classification_src, tmp_path):
+@pytest.fixture(params=["tfrecord", "npz"])
+def converted(classification_src, tmp_path, request):
     out = tmp_path / "out"
     convert(SourceSpec(root=str(classification_src.root)), str(out),
-            OutputOptions(size=(16, 16), task="classification"), RunOptions(workers=1, shard_size_bytes=2048))
+            OutputOptions(size=(16, 16), task="classification", format=request.param),
+            RunOptions(workers=1, shard_size_bytes=2048))
     return readers.open(out)
 
 
