@@ -221,3 +221,18 @@ def test_png_with_exif_orientation_is_rotated(tmp_path):
     assert expected.shape[:2] == (36, 20)
     np.testing.assert_array_equal(image[2:38, 10:30], expected)
     assert not image[:, :10].any() and not image[:, 30:].any()
+
+
+def test_files_whose_extension_lies_are_decoded_by_content(classification_flat, tmp_path):
+    """Real datasets hide a GIF (or a PNG) among the JPEGs under a .jpg name."""
+    gif = classification_flat.paths_of_kind("gif")[0]
+    png = classification_flat.paths_of_kind("png_rgb")[0]
+    fake_jpg = gif.parent / "hidden_gif.jpg"
+    fake_jpeg = png.parent / "hidden_png.jpeg"
+    shutil.copy(gif, fake_jpg)
+    shutil.copy(png, fake_jpeg)
+    _convert(classification_flat.root, tmp_path / "out", size=PAD_SIZE, fit="crop-or-pad")
+    images = {r.key: r.image for r in readers.open(tmp_path / "out").records("train")}
+    for path in (fake_jpg, fake_jpeg):
+        np.testing.assert_array_equal(images[_key(classification_flat.root, path)], _pillow_reference(path, PAD_SIZE))
+    assert np.array_equal(images[_key(classification_flat.root, fake_jpg)], images[_key(classification_flat.root, gif)])
