@@ -260,11 +260,25 @@ def render_classification(samples: Sequence[PreviewSample], classes: Sequence[Cl
         if tile is not None:
             sheet.paste(tile, (x, y))
             entry["image"] = (x, y, x + tile.size[0], y + tile.size[1])
+        elif s.error:  # a bad source file: its reason where the image would be
+            for j, line in enumerate(_wrap(s.error, tile_w, font)[: max(1, tile_h // CAPTION_H)]):
+                draw.text((x, y + j * CAPTION_H), line, fill=ERROR_TEXT, font=font)
         name = classes[s.label].name if s.label is not None and 0 <= s.label < len(classes) else f"label {s.label}"
         draw.text((x, y + tile_h + 2), name, fill=TEXT, font=font)
         draw.text((x, y + tile_h + CAPTION_H), _ellipsize(s.key, tile_w, font), fill=(90, 90, 90), font=font)
         result.boxes.append(entry)
     return result
+
+
+def _wrap(text: str, width: int, font: Any) -> list[str]:
+    """Words of `text` in lines no wider than `width` (a longer word gets a line of its own)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and font.getlength(lines[-1] + " " + word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
 
 
 def _ellipsize(text: str, width: int, font: Any) -> str:
@@ -373,6 +387,35 @@ def source_samples(spec: Any, options: PreviewOptions, max_pixels: int) -> tuple
     return classes, out
 
 
+def class_source_samples(spec: Any, options: PreviewOptions, max_pixels: int, val_fraction: float | None = None,
+                         ) -> tuple[tuple[ClassInfo, ...], list[PreviewSample]]:
+    """Images decoded from class folders as convert decodes them (EXIF applied); bad files captioned."""
+    from converter.discover.classfolders import discover_classification
+    from converter.transform.decode import DecodeError, decode_image, read_source
+
+    found, classes = discover_classification(spec, val_fraction)
+    samples = [s for s in found.samples if options.split is None or s.split == options.split]
+    if options.keys:
+        by_key = {s.key: s for s in found.samples}
+        missing = [k for k in options.keys if k not in by_key]
+        if missing:
+            raise KeyError(f"--key: no image {missing[0]!r} in {spec.base}. Keys look like "
+                           f"{found.samples[0].key if found.samples else 'train/CLASS/NAME.jpg'}. "
+                           f"Received: {list(options.keys)}")
+        chosen = [by_key[k] for k in options.keys]
+    else:
+        chosen = [samples[i] for i in _choose(len(samples), options.n, options.seed)]
+    out = []
+    for s in chosen:
+        try:
+            image = decode_image(read_source(s.image, s.key), max_pixels, exif_transpose=True)
+        except DecodeError as e:
+            out.append(PreviewSample(s.key, None, label=s.label, error=f"[{e.kind}] {e.reason}"))
+            continue
+        out.append(PreviewSample(s.key, image, label=s.label))
+    return classes, out
+
+
 def is_dataset(path: str | os.PathLike) -> bool:
     from readers.manifest import MANIFEST_NAME
 
@@ -401,10 +444,22 @@ def preview_dataset(path: str | os.PathLike, out_png: str | os.PathLike, options
 
 
 def preview_sources(spec: Any, out_png: str | os.PathLike, options: PreviewOptions | None = None, *,
-                    max_pixels: int | None = None) -> Sheet:
-    from converter.options import DEFAULT_MAX_PIXELS
+                    max_pixels: int | None = None, task: Any = None, val_fraction: float | None = None) -> Sheet:
+    """Contact sheet of raw sources. `task` None: classification with `val_fraction`, else detected
+    as convert detects it; class folders give a grid of images with their class names."""
+    from converter.discover.classfolders import detect_task
+    from converter.options import DEFAULT_MAX_PIXELS, Task
 
     options = options or PreviewOptions()
+    if task is None:
+        task = Task.CLASSIFICATION if val_fraction is not None else detect_task(spec)
+    if Task.parse(task, "task") is Task.CLASSIFICATION:
+        classes, samples = class_source_samples(spec, options, max_pixels or DEFAULT_MAX_PIXELS, val_fraction)
+        where = spec.root or spec.images
+        title = f"{where}  (raw sources, class folders, {len(samples)} images)"
+        sheet = render_classification(samples, classes, title)
+        _save(sheet, out_png)
+        return sheet
     classes, samples = source_samples(spec, options, max_pixels or DEFAULT_MAX_PIXELS)
     where = spec.root or spec.images
     title = f"{where}  (raw sources, --color-tolerance {options.color_tolerance}, {len(samples)} pairs)"
@@ -413,5 +468,6 @@ def preview_sources(spec: Any, out_png: str | os.PathLike, options: PreviewOptio
     return sheet
 
 
-__all__ = ["PreviewOptions", "PreviewSample", "Sheet", "blend", "colorize", "is_dataset", "preview_dataset",
+__all__ = ["PreviewOptions", "PreviewSample", "Sheet", "blend", "class_source_samples", "colorize", "is_dataset",
+           "preview_dataset",
            "preview_sources", "render_classification", "render_segmentation", "tile_scale"]

@@ -33,8 +33,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from converter.discover.classes import load_class_table
+from converter.discover.classfolders import detect_task
 from converter.discover.layout import BadInput, SourceSample, discover
-from converter.options import DEFAULT_MAX_PIXELS, SourceSpec
+from converter.options import DEFAULT_MAX_PIXELS, SourceSpec, Task
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
 from converter.transform.sample import UnknownColorError, relative_key_path
@@ -53,13 +54,27 @@ Color = tuple[int, int, int]
 
 @dataclass(frozen=True)
 class ScanOptions:
-    """Options of a scan; `color_tolerance` and `max_pixels` mean what they mean for convert."""
+    """Options of a scan; `color_tolerance`, `max_pixels`, `task` and `val_fraction` mean what
+    they mean for convert (`task` None: detected from the sources, as convert does)."""
 
     color_tolerance: int = 0
     max_pixels: int = DEFAULT_MAX_PIXELS
     workers: int = 0  # 0 -> all cores
+    task: Task | None = None
+    val_fraction: float | None = None  # classification, flat layout
 
     def __post_init__(self) -> None:
+        if self.task is not None:
+            object.__setattr__(self, "task", Task.parse(self.task, "--task"))
+        if self.val_fraction is not None:
+            if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, (int, float)) \
+                    or not 0.0 < float(self.val_fraction) < 1.0:
+                raise ValueError(f"--val-fraction must be a number strictly between 0 and 1. "
+                                 f"Received: {self.val_fraction!r}")
+            if self.task is Task.SEGMENTATION:
+                raise ValueError("--val-fraction applies to classification datasets in the flat layout "
+                                 f"SRC/<class>/*. Received: --val-fraction {self.val_fraction} with --task segmentation")
+            object.__setattr__(self, "val_fraction", float(self.val_fraction))
         if isinstance(self.color_tolerance, bool) or not isinstance(self.color_tolerance, int) \
                 or not 0 <= self.color_tolerance <= 255:
             raise ValueError(f"--color-tolerance must be an integer in 0..255. Received: {self.color_tolerance!r}")
@@ -71,6 +86,14 @@ class ScanOptions:
     @property
     def effective_workers(self) -> int:
         return self.workers or (os.cpu_count() or 1)
+
+    def resolve_task(self, spec: SourceSpec) -> Task:
+        """`task` as given, else classification with `val_fraction`, else detected (as convert)."""
+        if self.task is not None:
+            return self.task
+        if self.val_fraction is not None:
+            return Task.CLASSIFICATION
+        return detect_task(spec)
 
 
 @dataclass
@@ -127,6 +150,13 @@ def _bad(e: DecodeError, key: str) -> BadInput:
     return BadInput(e.path, e.reason, e.fix, key, e.kind)
 
 
+def pixel_hash(image: np.ndarray) -> str:
+    """sha256 of decoded pixels (with shape and dtype): equal for the same picture in other files."""
+    h = hashlib.sha256(f"{image.shape}|{image.dtype}".encode())
+    h.update(np.ascontiguousarray(image).data)
+    return h.hexdigest()
+
+
 def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str, max_pixels: int) -> FileSummary:
     """Decode one pair the way convert would and summarise it (never raises DecodeError)."""
     s = FileSummary(sample.split, sample.key, sample.image, sample.mask)
@@ -137,9 +167,7 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
         s.image_mode, s.image_format = _header(src.data)
         image = decode_image(src, max_pixels)
         s.image_size = (int(image.shape[1]), int(image.shape[0]))
-        h = hashlib.sha256(f"{image.shape}|{image.dtype}".encode())
-        h.update(np.ascontiguousarray(image).data)
-        s.pixel_hash = h.hexdigest()
+        s.pixel_hash = pixel_hash(image)
     except DecodeError as e:
         s.errors.append(_bad(e, sample.key))
     if sample.mask is None:
@@ -260,6 +288,7 @@ class ScanReport:
 
     def to_json(self) -> dict:
         return {
+            "task": Task.SEGMENTATION.value,
             "source": self.source,
             "options": {"color_tolerance": self.options.color_tolerance, "max_pixels": self.options.max_pixels},
             "pairs": self.splits,
@@ -280,8 +309,16 @@ class ScanReport:
 def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
          on_start: Callable[[int], None] | None = None,
          on_progress: Callable[[int], None] | None = None) -> ScanReport:
-    """Scan the sources of `spec`. `on_start(total)` is called once the pairs are known."""
+    """Scan the sources of `spec`. `on_start(total)` is called once the pairs are known.
+
+    Class-folder sources (task classification, given or detected as convert does) get a
+    `converter.scan_classification.ClassScanReport` instead.
+    """
     options = options or ScanOptions()
+    if options.resolve_task(spec) is Task.CLASSIFICATION:
+        from converter.scan_classification import scan_classification
+
+        return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)  # type: ignore[return-value]
     found = discover(spec)  # first: a missing source folder is named as such
     classes = load_class_table(_classes_csv(spec))
     if on_start is not None:
@@ -500,7 +537,8 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     if sizes:
         w, h = next(iter(sizes)).split("x")
         size_flag = f"{h}x{w}"
-    command = ["imgshard", "convert", *_source_args(r.spec), "OUT", "--size", size_flag, *flags]
+    task_flags = [] if detect_task(r.spec) is Task.SEGMENTATION else ["--task", Task.SEGMENTATION.value]
+    command = ["imgshard", "convert", *_source_args(r.spec), "OUT", *task_flags, "--size", size_flag, *flags]
     status = "no_data" if total == 0 else ("needs_flags" if r.bad else ("warnings" if warnings else "ok"))
     hints = []
     if len(sizes) > 1:
@@ -525,6 +563,7 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         "status": status,
         "convert_ok_without_flags": status in ("ok", "warnings"),
         "flags": flags,
+        "task_flags": task_flags,
         "command": " ".join(shlex.quote(a) for a in command),
         "problems": problems,
         "warnings": warnings,
@@ -536,6 +575,10 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
 
 def format_report(r: ScanReport, *, limit: int = 20) -> str:
     """The human-readable report (what `imgshard scan` prints)."""
+    if not isinstance(r, ScanReport):  # classification
+        from converter.scan_classification import format_classification_report
+
+        return format_classification_report(r, limit=limit)
     out: list[str] = []
     total = sum(r.splits.values())
     out.append(f"Source: {r.source}")
@@ -610,4 +653,4 @@ def format_verdict(r: ScanReport) -> list[str]:
 
 
 __all__ = ["FileSummary", "ScanOptions", "ScanReport", "UnknownColorInfo", "build_report", "format_report",
-           "format_verdict", "scan", "scan_sample", "suggest_tolerance"]
+           "format_verdict", "pixel_hash", "scan", "scan_sample", "suggest_tolerance"]

@@ -1,8 +1,10 @@
 """`imgshard preview PATH -o preview.png`: a contact sheet of samples.
 
 PATH is a converted dataset (a folder with imgshard.json) or raw sources (CamVid
-layout, or --images/--masks/--classes). On raw sources, mask colours that match no
-class are drawn as a magenta/black checkerboard.
+layout, or --images/--masks/--classes; or class folders, detected as convert detects
+them, --task/--val-fraction as for convert). On raw sources, mask colours that match no
+class are drawn as a magenta/black checkerboard; class folders give a grid of images
+with their class names.
 
 --split S picks the split to show (a dataset: default train; raw sources: default
 every split; with --images/--masks it names the split as for convert).
@@ -13,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from converter.commands.convert import add_source_arguments
+from converter.commands.convert import add_source_arguments, add_task_arguments, resolve_task
 from converter.options import DEFAULT_MAX_PIXELS, SourceSpec
 
 
@@ -21,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("preview", help="contact sheet PNG: image | mask | overlay per sample, with a legend",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_source_arguments(p)
+    add_task_arguments(p)
     p.set_defaults(split=None)
     p.add_argument("-o", "--output", required=True, help="PNG file to write")
     p.add_argument("-n", type=int, default=8, help="number of samples (default 8)")
@@ -47,7 +50,8 @@ def main(args: argparse.Namespace) -> int:
         if args.images is not None and args.split is not None:
             options = PreviewOptions(split=None, n=args.n, seed=args.seed, keys=tuple(args.key),
                                      color_tolerance=args.color_tolerance)
-        sheet = preview_sources(spec, args.output, options, max_pixels=args.max_pixels)
+        sheet = preview_sources(spec, args.output, options, max_pixels=args.max_pixels,
+                                task=resolve_task(args, spec), val_fraction=args.val_fraction)
         what = "raw sources"
     w, h = sheet.size
     print(f"Wrote {args.output} ({w}x{h} px, {len(sheet.boxes)} sample(s) from the {what}).", file=sys.stderr)
