@@ -72,6 +72,8 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
             "share": {sp: _pct(d["class_pixels"][i], d["total_pixels"]) for sp, d in splits.items()},
             "pixels": {sp: d["class_pixels"][i] for sp, d in splits.items()},
         })
+        if not segmentation:  # a record per image: the counts are images
+            classes[-1]["images"] = {sp: d["class_images"][i] for sp, d in splits.items()}
     return {
         "path": root,
         "manifest": os.path.join(root, MANIFEST_NAME),
@@ -154,15 +156,18 @@ def format_description(d: dict[str, Any], *, color: bool = False) -> str:
     top = max((c["share"][sp] for c in d["classes"] for sp in splits), default=0.0) or 100.0
     out.append(f"Classes: share of {unit} per split (bars scaled to the largest share, {top:.1f}%)")
     width = max([len(c["name"]) for c in d["classes"]] + [5])
+    counts = d["task"] != "segmentation"  # classification: image counts beside the shares
+    col = BAR_WIDTH + 8 + (8 if counts else 0)
     head = f"  {'#':>3} {width * ' '}" + (" " * 10 if d["task"] == "segmentation" else "")
-    out.append(head + "".join(f" {sp[:BAR_WIDTH + 7]:<{BAR_WIDTH + 8}}" for sp in splits))
+    out.append(head + "".join(f" {sp[:col - 1]:<{col}}" for sp in splits))
     for c in d["classes"]:
         swatch = ""
         if c["color"] is not None:
             r, g, b = c["color"]
             block = f"\x1b[48;2;{r};{g};{b}m  \x1b[0m" if color else "  "
             swatch = f" {block} {c['hex']}" if color else f" {c['hex']}  "
-        cells = "".join(f" {c['share'][sp]:6.2f}% {bar(c['share'][sp] / top)}" for sp in splits)
+        cells = "".join(f" {c['share'][sp]:6.2f}%" + (f" {'(%d)' % c['images'][sp]:>7}" if counts else "")
+                        + f" {bar(c['share'][sp] / top)}" for sp in splits)
         absent = [sp for sp in splits if c["pixels"][sp] == 0 and d["splits"][sp]["samples"]]
         note = f"  absent from {', '.join(absent)}" if absent else ""
         out.append(f"  {c['index']:>3} {c['name']:<{width}}{swatch}{cells}{note}")
