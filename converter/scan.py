@@ -28,7 +28,7 @@ import os
 import shlex
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
 from converter.transform.sample import UnknownColorError, relative_key_path
 from readers.manifest import ClassInfo
+
+if TYPE_CHECKING:
+    from converter.scan_classification import ClassScanReport
 
 #: Unknown colours kept per file (the most frequent); the rest are summed as "other".
 MAX_UNKNOWN_COLORS_PER_FILE = 4096
@@ -308,7 +311,7 @@ class ScanReport:
 
 def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
          on_start: Callable[[int], None] | None = None,
-         on_progress: Callable[[int], None] | None = None) -> ScanReport:
+         on_progress: Callable[[int], None] | None = None) -> ScanReport | ClassScanReport:
     """Scan the sources of `spec`. `on_start(total)` is called once the pairs are known.
 
     Class-folder sources (task classification, given or detected as convert does) get a
@@ -318,7 +321,7 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
     if options.resolve_task(spec) is Task.CLASSIFICATION:
         from converter.scan_classification import scan_classification
 
-        return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)  # type: ignore[return-value]
+        return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
     found = discover(spec)  # first: a missing source folder is named as such
     classes = load_class_table(_classes_csv(spec))
     if on_start is not None:
@@ -573,7 +576,7 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
 
 # -- text report ------------------------------------------------------------------------------------
 
-def format_report(r: ScanReport, *, limit: int = 20) -> str:
+def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     """The human-readable report (what `imgshard scan` prints)."""
     if not isinstance(r, ScanReport):  # classification
         from converter.scan_classification import format_classification_report
@@ -635,7 +638,7 @@ def format_report(r: ScanReport, *, limit: int = 20) -> str:
     return "\n".join(out)
 
 
-def format_verdict(r: ScanReport) -> list[str]:
+def format_verdict(r: ScanReport | ClassScanReport) -> list[str]:
     v = r.verdict
     headline = {
         "ok": "OK: convert will succeed.",

@@ -101,7 +101,9 @@ def scan_image(sample: SourceSample, base: str, max_pixels: int) -> ImageSummary
         src = read_source(sample.image, relative_key_path(sample.image, base))
         s.image_sha256 = src.fingerprint.sha256
         s.image_mode, s.image_format = _header(src.data)
-        image = decode_image(src, max_pixels, exif_transpose=True)
+        with warnings.catch_warnings():  # Pillow's "Corrupt EXIF data" (no file name): reported below, by file
+            warnings.filterwarnings("ignore", message=".*EXIF", category=UserWarning)
+            image = decode_image(src, max_pixels, exif_transpose=True)
     except DecodeError as e:
         s.errors.append(_bad(e, sample.key))
         return s
