@@ -540,8 +540,7 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     if sizes:
         w, h = next(iter(sizes)).split("x")
         size_flag = f"{h}x{w}"
-    task_flags = [] if detect_task(r.spec) is Task.SEGMENTATION else ["--task", Task.SEGMENTATION.value]
-    command = ["imgshard", "convert", *_source_args(r.spec), "OUT", *task_flags, "--size", size_flag, *flags]
+    command = ["imgshard", "convert", *_source_args(r.spec), "OUT", "--size", size_flag, *flags]
     status = "no_data" if total == 0 else ("needs_flags" if r.bad else ("warnings" if warnings else "ok"))
     hints = []
     if len(sizes) > 1:
@@ -566,7 +565,6 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         "status": status,
         "convert_ok_without_flags": status in ("ok", "warnings"),
         "flags": flags,
-        "task_flags": task_flags,
         "command": " ".join(shlex.quote(a) for a in command),
         "problems": problems,
         "warnings": warnings,
