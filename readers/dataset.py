@@ -212,10 +212,14 @@ class Dataset:
                 average record size, at least one batch, at most the whole split.
 
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
-        Keras shows the epoch length. Shard sizes were checked at `open`; a record
-        damaged inside a TFRecord file surfaces as TensorFlow's `DataLossError`
-        ("corrupted record at <offset>"), which does not name the file: run
-        `imgshard verify OUT` (or iterate `records(split)`) to find it.
+        Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
+        name the shard file: for NPZ the loader raises `ShardError` (surfacing from
+        TensorFlow as an error whose message holds it); for TFRecord, TensorFlow's own
+        `DataLossError` ("corrupted record at <offset>") does not name the file, so
+        each file is checked to give exactly its manifest record count and an
+        `InvalidArgumentError` names the file otherwise (see
+        `readers.formats.tfrecord._checked_reader`); `records(split)` then names the
+        record.
         """
         import tensorflow as tf
 
@@ -309,6 +313,8 @@ def _check_shard_file(path: str, expected: int) -> None:
         raise FileNotFoundError(
             f"Shard file {path} is missing (the manifest lists it with {expected} bytes). {FIX_HINT}"
         ) from None
+    if not os.access(path, os.R_OK):
+        raise PermissionError(f"Shard file {path} is not readable by this process. Fix its permissions.")
     if size != expected:
         raise ShardError(
             f"Shard file {path} has the wrong size: expected {expected} bytes (from the manifest). "
