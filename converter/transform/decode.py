@@ -78,6 +78,11 @@ def _png_header(data: bytes) -> tuple[int, int, int, int] | None:
     return width, height, depth, ctype
 
 
+def _png_complete(data: bytes) -> bool:
+    """True when a PNG ends with its IEND chunk (a cut file does not)."""
+    return b"\0\0\0\0IEND" in data[-256:]
+
+
 def _check_pixels(path: str, width: int, height: int, max_pixels: int) -> None:
     if width * height > max_pixels:
         raise DecodeError(
@@ -119,6 +124,9 @@ def _spng(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -
     try:
         arr = pyspng.load(src.data)
     except Exception as e:  # libspng raises plain Exception subclasses; name the file and go on
+        if not _png_complete(src.data):
+            raise DecodeError(src.path, "truncated", f"truncated PNG (no IEND chunk at the end): {e}",
+                              "re-copy or re-export the file") from e
         raise DecodeError(src.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
     if arr.shape[:2] != (height, width):
         raise DecodeError(src.path, "corrupt", f"PNG decoded to {arr.shape}, header says {height}x{width}")
