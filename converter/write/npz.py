@@ -25,7 +25,9 @@ def write_npz_member(zf: zipfile.ZipFile, name: str, array: np.ndarray, compress
     info = zipfile.ZipInfo(name + ".npy", date_time=ZIP_EPOCH)
     info.compress_type = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     if compress:
-        info.compress_level = DEFLATE_LEVEL
+        # `compress_level` is public from Python 3.13; `_compresslevel` is what 3.10-3.12 read.
+        setattr(info, "compress_level" if hasattr(zipfile.ZipInfo, "compress_level") else "_compresslevel",
+                DEFLATE_LEVEL)
     info.external_attr = 0o644 << 16
     with zf.open(info, "w", force_zip64=True) as f:
         np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
