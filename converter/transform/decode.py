@@ -116,9 +116,21 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
 
 
 def _spng(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -> np.ndarray | None:
-    """Decode a plain 8-bit grey/RGB/RGBA PNG with libspng, else return None."""
+    """Decode a plain 8-bit grey/RGB/RGBA PNG with libspng, else return None.
+
+    libspng bypasses Pillow, so Pillow's decompression-bomb limit is applied here too:
+    a larger --max-pixels never lets a PNG past it.
+    """
     width, height, depth, ctype = header
     _check_pixels(src.path, width, height, max_pixels)
+    bomb = Image.MAX_IMAGE_PIXELS
+    if bomb is not None and width * height > bomb:
+        raise DecodeError(
+            src.path, "too_large",
+            f"{width}x{height} = {width * height} pixels is over Pillow's decompression-bomb limit "
+            f"({bomb} pixels, PIL.Image.MAX_IMAGE_PIXELS)",
+            "check the file; Pillow's guard stays on whatever --max-pixels says",
+        )
     if pyspng is None or depth != 8 or ctype not in (0, 2, 6):
         return None
     try:
