@@ -217,7 +217,12 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     try:
         publish_manifest(out_dir, manifest)
     except OSError as e:
-        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], None)
+        if _is_published(out_dir, manifest):  # renamed, then the folder fsync failed: keep its shards
+            raise OutputWriteError(
+                e.errno, f"Published {MANIFEST_NAME} in {out_dir}, but making it durable failed: "
+                f"{e.strerror or e}. Check the disk, then run `imgshard verify OUT`."
+            ) from e
+        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise OutputWriteError(
             e.errno, f"Publishing {MANIFEST_NAME} in {out_dir} failed: {e.strerror or e}. "
             "The previous dataset is intact; fix the disk and re-run."
@@ -228,6 +233,14 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     report["history"] = manifest.history[-1]
     result.report_path = _write_report_safely(out_dir, report | {"published": True})
     return result
+
+
+def _is_published(out_dir: str, manifest: Manifest) -> bool:
+    try:
+        with open(os.path.join(out_dir, MANIFEST_NAME), "rb") as f:
+            return f.read() == manifest.dumps().encode("utf-8")
+    except OSError:
+        return False
 
 
 def _cleanup_quietly(out_dir: str, files: list[str], old: Manifest | None) -> None:
