@@ -66,6 +66,7 @@ class ConvertResult:
     bad: list[BadInput] = field(default_factory=list)
     unknown_colors: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
     seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (for the report)
     report_path: str | None = None
     published: bool = False
 
@@ -166,6 +167,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         log.warning("%s changed since it was converted; keeping the old record (--on-change replace re-converts it)", key)
     for key in plan.deleted_kept:
         log.warning("%s: its source is gone; keeping its record (--prune drops it)", key)
+    t_plan = time.perf_counter()
     if on_plan is not None:
         on_plan(plan)
 
@@ -201,6 +203,8 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     result.bad.sort(key=lambda b: (b.path, b.reason))
     result.written = sorted((r.entry for r in results if r.entry is not None), key=lambda e: e.file)
     result.seconds = time.perf_counter() - t0
+    result.timings = {"discover_and_plan": t_plan - t0, "write_shards": time.perf_counter() - t_plan,
+                      "worker_busy": sum(r.seconds for r in results)}
 
     cmap = ColorMap(classes) if options.task.value == "segmentation" else None
     report = _report(result, options, run, cmap)
@@ -364,6 +368,7 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "changed_kept": plan.changed_kept,
         "deleted_kept": plan.deleted_kept,
         "seconds": round(result.seconds, 3),
+        "timings": {k: round(v, 3) for k, v in result.timings.items()},
         "shards": [s.file for s in result.written],
     }
 

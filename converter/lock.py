@@ -93,12 +93,18 @@ class OutputLock:
 
     @staticmethod
     def _holder(fd: int) -> str:
-        try:
-            os.lseek(fd, 0, os.SEEK_SET)
-            info = json.loads(os.read(fd, 4096).decode() or "{}")
-            return f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}: {info.get('command')}"
-        except (OSError, ValueError):
-            return "holder unknown"
+        for _ in range(20):  # the holder may have locked but not yet written who it is
+            try:
+                os.lseek(fd, 0, os.SEEK_SET)
+                text = os.read(fd, 4096).decode()
+                info = json.loads(text) if text.strip() else None
+            except (OSError, ValueError):
+                info = None
+            if info:
+                return (f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}: "
+                        f"{info.get('command')}")
+            time.sleep(0.025)
+        return "holder unknown"
 
     def __exit__(self, *exc: object) -> None:
         if self._fd is not None:

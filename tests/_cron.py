@@ -104,3 +104,12 @@ def assert_whole(out: Path, expected_keys: set[str] | None = None, *, allow_warn
         counts = record_keys(out)
         assert set(counts) == expected_keys, (sorted(set(counts) ^ expected_keys))[:10]
         assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1][:10]
+
+
+def startup_seconds() -> float:
+    """How long starting the CLI takes right now (the machine is shared: timings are relative)."""
+    import time
+
+    t0 = time.monotonic()
+    subprocess.run(cli_command(["--version"]), cwd=ROOT, env=child_env(), capture_output=True, timeout=60)
+    return time.monotonic() - t0

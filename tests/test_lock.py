@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from converter.lock import LOCK_NAME, EX_TEMPFAIL, OutputLock, WorkerGuard, wait_for_orphans
-from tests._cron import ROOT, assert_whole, child_env, cli_command, convert_args, run_cli, source_keys
+from tests._cron import ROOT, assert_whole, child_env, cli_command, convert_args, run_cli, source_keys, startup_seconds
 
 HOLD = """
 import os, sys, time
@@ -47,6 +47,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def test_second_run_exits_75_within_two_seconds_naming_the_running_process(camvid_src, tmp_path):
     out = tmp_path / "out"
     holder, _ = _holder(out)
+    startup = startup_seconds()
     try:
         t0 = time.monotonic()
         second = subprocess.run(cli_command(convert_args(camvid_src.root, out)), cwd=ROOT, env=child_env(),
@@ -55,7 +56,8 @@ def test_second_run_exits_75_within_two_seconds_naming_the_running_process(camvi
     finally:
         _stop(holder)
     assert second.returncode == EX_TEMPFAIL == 75
-    assert elapsed < 2.5, f"the second run took {elapsed:.1f} s to give up"
+    # "within a second or two" of starting Python (measured alongside: the machine is shared)
+    assert elapsed < startup + 1.5, f"the second run took {elapsed:.1f} s to give up (startup {startup:.1f} s)"
     assert f"pid {holder.pid}" in second.stderr and "Another imgshard run" in second.stderr
     assert not (out / "imgshard.json").exists()
 
