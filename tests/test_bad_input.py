@@ -28,6 +28,7 @@ EXPECTED_KINDS = {
     "orphan_L.png": "missing_image",
     "odd_colour_L.png": "unknown_color",
     "big.png": "too_large",
+    "big_L.png": "too_large",  # its mask is as large: both files are listed
     "bomb.png": "too_large",
 }
 
@@ -98,11 +99,11 @@ def test_every_bad_input_kind_is_collected_in_one_run_and_nothing_is_published(s
     err = capsys.readouterr().err
     for name in EXPECTED_KINDS:
         assert name in err, f"{name} is not named in the error:\n{err}"
-    assert "--max-bad 10" in err
+    assert "--max-bad 11" in err
     assert manifest_bytes(out) == manifest and shard_hashes(out) == hashes
     assert verify(out).ok and not verify(out).warnings
     report = _reports(out)[-1]
-    assert report["published"] is False and report["counts"]["bad"] == 10
+    assert report["published"] is False and report["counts"]["bad"] == 11
     kinds = {os.path.basename(b["path"]): b["kind"] for b in report["bad"]}
     assert kinds == EXPECTED_KINDS
     assert all(b["reason"] and b["fix"] for b in report["bad"])
@@ -113,18 +114,18 @@ def test_max_bad_publishes_the_good_samples_and_lists_the_bad(sources, tmp_path,
     full, big, src = sources
     out = tmp_path / "out"
     plant_every_bad_kind(full, big, src)
-    assert run_cli(convert_args(src, out, "--max-pixels", "4000", "--max-bad", "9")) == 65
+    assert run_cli(convert_args(src, out, "--max-pixels", "4000", "--max-bad", "10")) == 65
     assert manifest_bytes(out) is None
     assert not [p for p in out.iterdir() if p.suffix == ".tfrecord"]
     capsys.readouterr()
 
-    assert run_cli([a for a in convert_args(src, out, "--max-pixels", "4000", "--max-bad", "10") if a != "-q"]) == 0
+    assert run_cli([a for a in convert_args(src, out, "--max-pixels", "4000", "--max-bad", "11") if a != "-q"]) == 0
     err = capsys.readouterr().err
-    assert "10 bad source file(s) skipped" in err
+    assert "11 bad source file(s) skipped" in err
     good = {f"{split}/{img.name}" for split, pairs in full.pairs.items() for img, _ in pairs}
     assert_whole(out, good)
     report = _reports(out)[-1]
-    assert report["published"] is True and len(report["bad"]) == 10
+    assert report["published"] is True and len(report["bad"]) == 11
     assert report["history"]["added"] == len(good)
 
 
@@ -156,3 +157,20 @@ def test_changed_source_that_turns_bad_keeps_its_old_record_with_replace(sources
     assert (kept.image == old).all()
     assert_whole(out, {f"{s}/{i.name}" for s, pairs in full.pairs.items() for i, _ in pairs})
     assert Manifest.load(out).history[-1]["replaced"] == 0
+
+
+def test_a_sample_whose_image_and_mask_are_both_bad_lists_both(sources, tmp_path):
+    full, big, src = sources
+    out = tmp_path / "out"
+    good = full.pairs["train"][0]
+    image, mask = _copy_pair(src, good, "both")
+    image.write_text("not an image")
+    arr = np.array(Image.open(good[1]).convert("RGB"))
+    arr[:3, :3] = (250, 3, 7)
+    Image.fromarray(arr).save(mask)
+    _copy_pair(src, good, "both_empty")[0].write_bytes(b"")
+    (src / "train_labels" / "both_empty_L.png").write_bytes(b"")
+    assert run_cli(convert_args(src, out)) == 65
+    kinds = {os.path.basename(b["path"]): b["kind"] for b in _reports(out)[-1]["bad"]}
+    assert kinds == {"both.png": "not_an_image", "both_L.png": "unknown_color",
+                     "both_empty.png": "empty_file", "both_empty_L.png": "empty_file"}

@@ -167,9 +167,10 @@ def discover(spec: SourceSpec) -> Discovery:
             raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
     kept = []
     for s in samples:
-        problem = _file_problem(s.image, s.key) or (_file_problem(s.mask, s.key) if s.mask is not None else None)
-        if problem is not None:
-            bad.append(problem)
+        problems = [p for p in (_file_problem(s.image, s.key),
+                                _file_problem(s.mask, s.key) if s.mask is not None else None) if p is not None]
+        if problems:
+            bad.extend(problems)  # image and mask both listed when both are bad
         else:
             kept.append(s)
     return Discovery(tuple(kept), tuple(bad), tuple(splits), csv_path)

@@ -94,6 +94,24 @@ def _note_bad(result: ShardResult, e: DecodeError, key: str) -> None:
             agg[1] += 1
 
 
+def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeError | None:
+    """The mask's own problem, when its image already failed (so every bad file is listed)."""
+    from converter.options import UnknownColor
+    from converter.transform.decode import decode_mask, read_source
+    from converter.transform.sample import relative_key_path
+
+    try:
+        mask = decode_mask(read_source(sample.mask, relative_key_path(sample.mask, transform.base)),
+                           transform.max_pixels)
+        if transform.colormap is not None:
+            _, unknown = transform.colormap.lookup(mask)
+            if unknown.ambiguous or (unknown.counts and transform.options.unknown_color is UnknownColor.FAIL):
+                raise UnknownColorError(sample.mask, unknown, transform.colormap)
+    except DecodeError as e:
+        return e
+    return None
+
+
 class _EmptyShard(Exception):
     """Every sample of a shard was bad: leaving the `with` block discards the file."""
 
@@ -135,6 +153,10 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                         out = transform(sample)
                     except DecodeError as e:
                         _note_bad(result, e, sample.key)
+                        if sample.mask is not None and e.path == sample.image:  # its mask may be bad too
+                            mask_error = _mask_problem(transform, sample)
+                            if mask_error is not None:
+                                _note_bad(result, mask_error, sample.key)
                         if isinstance(item, ReplaceRecord):
                             copy = item.old  # keep the old record: nothing is lost
                     else:
