@@ -174,3 +174,13 @@ def test_a_sample_whose_image_and_mask_are_both_bad_lists_both(sources, tmp_path
     kinds = {os.path.basename(b["path"]): b["kind"] for b in _reports(out)[-1]["bad"]}
     assert kinds == {"both.png": "not_an_image", "both_L.png": "unknown_color",
                      "both_empty.png": "empty_file", "both_empty_L.png": "empty_file"}
+
+
+def test_a_fifo_among_the_images_is_reported_instead_of_hanging_the_run(sources, tmp_path):
+    full, big, src = sources
+    os.mkfifo(src / "train" / "pipe.png")
+    (src / "train_labels" / "pipe_L.png").write_bytes(full.pairs["train"][0][1].read_bytes())
+    out = tmp_path / "out"
+    assert run_cli(convert_args(src, out)) == 65
+    (bad,) = _reports(out)[-1]["bad"]
+    assert bad["kind"] == "unreadable" and "not a regular file" in bad["reason"]
