@@ -143,7 +143,8 @@ class TFRecordAdapter(FileAdapter):
         if options.shuffle:
             ds = ds.shuffle(options.buffer_records(shards), seed=options.seed, reshuffle_each_iteration=True)
         ds = ds.batch(options.batch_size, drop_remainder=options.drop_remainder)
-        parse = make_batch_parser(spec, one_hot=options.one_hot, normalize=options.normalize)
+        parse = make_batch_parser(spec, one_hot=options.one_hot, normalize=options.normalize,
+                                  batch_size=options.batch_size if options.drop_remainder else None)
         return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
 
     # -- random access ----------------------------------------------------------------------------
@@ -151,8 +152,9 @@ class TFRecordAdapter(FileAdapter):
         return TFRecordRandomAccess(shard, spec)
 
 
-def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool):
-    """A function: vector of serialized Examples -> expanded (x, y) batch."""
+def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch_size: int | None = None):
+    """A function: vector of serialized Examples -> expanded (x, y) batch (of static
+    size `batch_size` when given)."""
     import tensorflow as tf
 
     features = {FEATURE_IMAGE: tf.io.FixedLenFeature([], tf.string)}
@@ -161,8 +163,9 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool):
         mask_dtype = tf.uint16 if spec.mask_dtype == "uint16" else tf.uint8
     else:
         features[FEATURE_LABEL] = tf.io.FixedLenFeature([], tf.int64)
-    image_shape = [-1, *spec.image_shape]
-    mask_shape = [-1, *spec.mask_shape]
+    lead = -1 if batch_size is None else batch_size
+    image_shape = [lead, *spec.image_shape]
+    mask_shape = [lead, *spec.mask_shape]
 
     def parse(serialized: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
         parsed = tf.io.parse_example(serialized, features)
