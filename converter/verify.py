@@ -109,8 +109,26 @@ def verify(out_dir: str | os.PathLike, *, deep: bool = False,
     """Check the dataset in `out_dir` against its manifest (see the module docstring).
 
     Never raises for a damaged dataset: every problem found is in the returned
-    report's `errors` (a missing or unreadable manifest is one error too).
+    report's `errors` (a missing or unreadable manifest is one error too). When a
+    `convert` published a new manifest while this ran (it may delete shards of the
+    previous one), the check runs once more on the new manifest.
     """
+    before = _manifest_identity(out_dir)
+    report = _verify_once(out_dir, deep, on_shard)
+    if not report.ok and before is not None and _manifest_identity(out_dir) != before:
+        report = _verify_once(out_dir, deep, on_shard)
+    return report
+
+
+def _manifest_identity(out_dir: str | os.PathLike) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(os.path.join(os.fspath(out_dir), MANIFEST_NAME))
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _verify_once(out_dir: str | os.PathLike, deep: bool, on_shard: Callable[[str], None] | None) -> VerifyReport:
     t0 = time.perf_counter()
     root = os.path.abspath(os.fspath(out_dir))
     report = VerifyReport(root, deep)
