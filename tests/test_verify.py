@@ -229,3 +229,15 @@ def test_npz_with_pickled_objects_is_refused_and_never_unpickled(camvid_src, tmp
 def test_verify_without_a_manifest_fails_clearly(tmp_path, capsys):
     assert cli_main(["verify", str(tmp_path)]) == 1
     assert "imgshard.json not found" in capsys.readouterr().err
+
+
+def test_gzip_tfrecord_damage_is_named_with_its_record(camvid_src, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli(convert_args(camvid_src.root, out, "--compression", "gzip")) == 0
+    assert verify(out, deep=True).ok
+    path, _ = _train_shard(out)
+    _flip(path, path.stat().st_size // 2)
+    report = verify(out)
+    assert report.bad_files == [path.name]
+    assert any(p.record is not None for p in report.errors) or any("cannot count" in p.problem
+                                                                  for p in report.errors)
