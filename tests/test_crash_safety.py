@@ -40,7 +40,7 @@ from tests._cron import (
 
 # -- random moments over a run of a couple of seconds --------------------------------------------
 
-BIG_ARGS = ("--size", "96x96", "--shard-size", "256KB")
+BIG_SIZE = "96x96"
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +61,8 @@ def big(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-def _args(src: Path, out: Path, *extra: str, workers: int = 2) -> list[str]:
-    return [a for a in convert_args(src, out, *extra, workers=workers) if a not in ("--size", "32x32")] + list(
-        BIG_ARGS)
+def _args(src: Path, out: Path, *extra: str, workers: int = 2, shard_size: str = "256KB") -> list[str]:
+    return convert_args(src, out, "--shard-size", shard_size, *extra, size=BIG_SIZE, workers=workers)
 
 
 def _start(args: list[str]) -> subprocess.Popen:
@@ -356,3 +355,64 @@ def test_folder_fsync_failing_after_the_manifest_rename_keeps_the_new_dataset(ca
         assert run_cli(convert_args(camvid_src.root, out)) == 74
     assert "Published imgshard.json" in capsys.readouterr().err
     assert_whole(out, source_keys(Path(camvid_src.root)))  # the shards it lists were kept
+
+
+
+# -- the orphan guard, directly: a worker whose run was killed mid-task --------------------------
+
+RUN_WITH_ONE_WORKER = """
+import os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:], str(os.getpid())])
+print(child.pid, flush=True)
+child.wait()
+"""
+
+WORKER = """
+import sys
+from converter.discover.classes import load_class_table
+from converter.discover.layout import discover
+from converter.options import OutputOptions, SourceSpec
+from converter.plan import ShardTask
+from converter.write.task import WorkerContext, run_shard_task
+
+out, src, guard, owner = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+spec = SourceSpec(root=src)
+samples = tuple(s for s in discover(spec).samples if s.split == "train")
+ctx = WorkerContext(out, OutputOptions(size=(96, 96)), load_class_table(src + "/class_dict.csv"), spec.base,
+                    10**9, owner_pid=owner if guard == "on" else None)
+run_shard_task(ShardTask("train", "train-00000.tfrecord", samples), ctx)
+print("renamed", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("guard", ["on", "off"])
+def test_a_worker_whose_run_was_killed_mid_task_renames_nothing(big, tmp_path, guard):
+    """SIGKILL does not reach the run's workers (loky's or Dask's): they finish the task
+    in hand. With the guard (what `convert` uses) the orphan discards its shard and exits;
+    without it (the control) it renames the shard into a folder the next run owns."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run = subprocess.Popen([sys.executable, "-c", RUN_WITH_ONE_WORKER, WORKER, str(out), str(big["half"]), guard],
+                           cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        run.stdout.readline()  # the worker's pid: it has started
+        deadline = time.monotonic() + 60
+        while not list(out.glob(".tmp-train-00000.tfrecord-*")):
+            assert time.monotonic() < deadline and run.poll() is None, "the worker never started its shard"
+            time.sleep(0.005)
+        run.send_signal(signal.SIGKILL)  # the run dies mid-task; its worker lives on
+        run.wait(timeout=30)
+        # The orphan ends its task by renaming or discarding its temporary file (it may
+        # linger as a zombie where nothing reaps orphans, so its pid proves nothing).
+        while list(out.glob(".tmp-train-00000.tfrecord-*")):
+            assert time.monotonic() < deadline + 60, "the orphaned worker never ended its task"
+            time.sleep(0.05)
+        time.sleep(0.2)
+    finally:
+        _kill_session(run)
+    shards = [p.name for p in out.iterdir() if not p.name.startswith(".imgshard")]
+    if guard == "on":
+        assert shards == [], f"the orphaned worker left {shards}"
+    else:
+        assert shards == ["train-00000.tfrecord"]  # the hazard the guard removes
