@@ -7,6 +7,7 @@ the whole run, never publishes a half-done dataset, and returns a `ConvertResult
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -16,12 +17,14 @@ from typing import Callable
 
 from converter import __version__
 from converter.discover.classes import load_class_table
+from converter.discover.classfolders import discover_classification
 from converter.discover.layout import BadInput, discover
 from converter.execute import run_tasks
 from converter.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.plan import Plan, PlanError, make_plan
 from converter.publish import publish_manifest, remove_files, sweep_leftovers, utc_now, write_report
+from converter.tfds_meta import TFDS_FILES, sync_tfds_metadata
 from converter.transform.colormap import ColorMap, ignore_index_for, mask_dtype_for
 from converter.write.task import ShardResult, WorkerContext
 from readers.manifest import (
@@ -100,7 +103,13 @@ def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[Clas
     except (TypeError, ValueError, KeyError) as e:
         diffs = [f"stored options unreadable ({e})"]
     if tuple(old.classes) != tuple(classes):
-        diffs.append("classes: the class table differs from the one the dataset was built with")
+        line = "classes: the class table differs from the one the dataset was built with"
+        old_names, new_names = [c.name for c in old.classes], [c.name for c in classes]
+        if options.task.value == "classification" and old_names != new_names:
+            added = [n for n in new_names if n not in old_names]
+            removed = [n for n in old_names if n not in new_names]
+            line += f" (class folders added: {added}, removed: {removed}; the labels would change)"
+        diffs.append(line)
     if diffs:
         raise PlanError(
             "The output folder holds a dataset built with other options:\n  " + "\n  ".join(diffs)
@@ -148,9 +157,14 @@ def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOpti
 
 
 def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
-    classes = load_class_table(_classes_csv(spec)) if options.task.value == "segmentation" else _classification_classes(spec)
-    found = discover(spec)
+    if options.task.value == "segmentation":
+        classes = load_class_table(_classes_csv(spec))
+        found = discover(spec)
+    else:
+        found, classes = discover_classification(spec, options.val_fraction)
     old = Manifest.load(out_dir) if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) else None
+    if old is not None:  # TFDS files in step with the published manifest (a run may have died in between)
+        sync_tfds_metadata(out_dir, old)
     if old is not None and not run.rebuild:
         _check_compatible(old, options, classes)
     wait_for_orphans(out_dir)  # workers of a killed run finish their task or stop first
@@ -219,6 +233,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
 
     manifest = _assemble(old, result, options, classes, plan, rebuild=run.rebuild)
     try:
+        sync_tfds_metadata(out_dir, manifest)  # before the manifest: the manifest is published last
         publish_manifest(out_dir, manifest)
     except OSError as e:
         if _is_published(out_dir, manifest):  # renamed, then the folder fsync failed: keep its shards
@@ -226,6 +241,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
                 e.errno, f"Published {MANIFEST_NAME} in {out_dir}, but making it durable failed: "
                 f"{e.strerror or e}. Check the disk, then run `imgshard verify OUT`."
             ) from e
+        _restore_tfds_metadata(out_dir, old)
         _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise OutputWriteError(
             e.errno, f"Publishing {MANIFEST_NAME} in {out_dir} failed: {e.strerror or e}. "
@@ -266,16 +282,24 @@ def _write_report_safely(out_dir: str, report: dict) -> str | None:
         return None
 
 
+def _restore_tfds_metadata(out_dir: str, old: Manifest | None) -> None:
+    """After a failed publish, point the TFDS files back at the previous dataset (best effort:
+    the next run does it again before anything else)."""
+    try:
+        if old is not None:
+            sync_tfds_metadata(out_dir, old)
+        else:
+            remove_files(out_dir, TFDS_FILES)
+    except OSError as e:
+        log.warning("could not restore the TFDS metadata in %s (%s); the next run rewrites it", out_dir, e)
+
+
 def _classes_csv(spec: SourceSpec) -> str:
     if spec.classes is not None:
         return spec.classes
     if spec.root is not None:
         return os.path.join(spec.root, "class_dict.csv")
     raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
-
-
-def _classification_classes(spec: SourceSpec) -> tuple[ClassInfo, ...]:
-    raise ValueError("classification datasets are not supported yet; see the README.")
 
 
 def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputOptions,
@@ -293,8 +317,7 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
         for split, shards in splits.items():
             splits[split] = [
                 s if not any(x.key in plan.refreshed for x in s.samples)
-                else ShardEntry(s.file, s.records, s.bytes, s.sha256, s.class_pixels, s.ignore_pixels,
-                                tuple(plan.refreshed.get(x.key, x) for x in s.samples))
+                else dataclasses.replace(s, samples=tuple(plan.refreshed.get(x.key, x) for x in s.samples))
                 for s in shards
             ]
     split_entries = {

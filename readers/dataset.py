@@ -120,6 +120,19 @@ class Dataset:
         `class_pixels` in the manifest; no shard is read. Ignored pixels are not counted."""
         return np.asarray(self._manifest.split(split).class_pixels(self.num_classes), np.int64)
 
+    def class_weights(self, split: str, scheme: str = "median-frequency") -> np.ndarray:
+        """Per-class loss weights (float32, length num_classes) from the manifest's counts.
+
+        scheme: "median-frequency" (SegNet: median(f) / f_c, f_c = pixels of c / pixels of
+        the images where c occurs) or "inverse-frequency" (N / (K * n_c), mean pixel
+        weight 1). The ignore index is excluded; a class absent from `split` gets 0.
+        Use them per pixel with `readers.stats.with_sample_weights(w)` in a `tf.data` map,
+        or as `class_weight=dict(enumerate(w))` for classification. See `readers.stats`.
+        """
+        from readers.stats import manifest_class_weights
+
+        return manifest_class_weights(self._manifest, split, scheme)
+
     # -- shard selection ------------------------------------------------------------------------
     def shards(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> list[ShardRef]:
         """The shards of `split` whose position i satisfies i % num_shards == shard_index."""
@@ -199,10 +212,14 @@ class Dataset:
                 average record size, at least one batch, at most the whole split.
 
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
-        Keras shows the epoch length. Shard sizes were checked at `open`; a record
-        damaged inside a TFRecord file surfaces as TensorFlow's `DataLossError`
-        ("corrupted record at <offset>"), which does not name the file: run
-        `imgshard verify OUT` (or iterate `records(split)`) to find it.
+        Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
+        name the shard file: for NPZ the loader raises `ShardError` (surfacing from
+        TensorFlow as an error whose message holds it); for TFRecord, TensorFlow's own
+        `DataLossError` ("corrupted record at <offset>") does not name the file, so
+        each file is checked to give exactly its manifest record count and an
+        `InvalidArgumentError` names the file otherwise (see
+        `readers.formats.tfrecord._checked_reader`); `records(split)` then names the
+        record.
         """
         import tensorflow as tf
 
@@ -296,6 +313,8 @@ def _check_shard_file(path: str, expected: int) -> None:
         raise FileNotFoundError(
             f"Shard file {path} is missing (the manifest lists it with {expected} bytes). {FIX_HINT}"
         ) from None
+    if not os.access(path, os.R_OK):
+        raise PermissionError(f"Shard file {path} is not readable by this process. Fix its permissions.")
     if size != expected:
         raise ShardError(
             f"Shard file {path} has the wrong size: expected {expected} bytes (from the manifest). "

@@ -32,6 +32,7 @@ from PIL import Image, ImageOps
 from readers.manifest import SourceFingerprint
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_EXIF_CHUNK = b"eXIf"
 
 
 class DecodeError(ValueError):
@@ -145,10 +146,26 @@ def _spng(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -
     return arr
 
 
+def _exif_transpose(src: SourceFile, im: Image.Image) -> Image.Image:
+    """Apply the EXIF orientation tag (as a photo viewer shows the image)."""
+    try:
+        return ImageOps.exif_transpose(im)
+    except (OSError, SyntaxError, ValueError, KeyError, TypeError, struct.error) as e:
+        raise DecodeError(src.path, "corrupt", f"cannot apply the EXIF orientation: {type(e).__name__}: {e}",
+                          "re-save the file, or strip its EXIF data") from e
+
+
 def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = False) -> np.ndarray:
-    """Decode to (H, W) uint8 greyscale or (H, W, 3) uint8 RGB."""
+    """Decode to (H, W) uint8 greyscale or (H, W, 3) uint8 RGB.
+
+    With `exif_transpose` (classification sources: photos) the EXIF orientation is
+    applied first, as a viewer shows the image (JPEG, TIFF, WebP, and PNG with an eXIf
+    chunk). Every mode other than L and RGB (CMYK, P, RGBA, LA, I;16, 1, ...) becomes
+    RGB through Pillow's own `convert("RGB")`.
+    """
     header = _png_header(src.data)
-    if header is not None:
+    # libspng ignores a PNG's eXIf chunk: such a PNG goes through Pillow when orienting.
+    if header is not None and not (exif_transpose and _PNG_EXIF_CHUNK in src.data):
         arr = _spng(src, header, max_pixels)
         if arr is not None:
             if arr.ndim == 3 and arr.shape[2] == 4:
@@ -156,7 +173,7 @@ def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = Fal
             return arr
     im = _open_pillow(src, max_pixels)
     if exif_transpose:
-        im = ImageOps.exif_transpose(im)
+        im = _exif_transpose(src, im)
     if im.mode == "L":
         return np.asarray(im)
     if im.mode != "RGB":

@@ -136,6 +136,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     t0 = time.perf_counter()
     transform = _transformer(ctx)
     class_pixels = np.zeros(len(ctx.classes), dtype=np.int64)
+    class_images = np.zeros(len(ctx.classes), dtype=np.int64)
     ignore_pixels = 0
     entries: list[SampleEntry] = []
     result = ShardResult(task.split, None, task.replaces)
@@ -178,6 +179,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                     counts, ignored = transform.count_classes(rec.mask, rec.label)
                 if counts is not None:
                     class_pixels += counts
+                    class_images += counts > 0
                     ignore_pixels += ignored
                 if progress is not None:
                     progress(1)
@@ -191,6 +193,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     result.entry = ShardEntry(
         file=written.file, records=written.records, bytes=written.bytes, sha256=written.sha256,
         class_pixels=tuple(int(c) for c in class_pixels), ignore_pixels=ignore_pixels, samples=tuple(entries),
+        class_images=tuple(int(c) for c in class_images),
     )
     result.seconds = time.perf_counter() - t0
     return result
