@@ -135,10 +135,24 @@ class Dataset:
 
     # -- shard selection ------------------------------------------------------------------------
     def shards(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> list[ShardRef]:
-        """The shards of `split` whose position i satisfies i % num_shards == shard_index."""
+        """The shards of `split` whose position i satisfies i % num_shards == shard_index.
+
+        With more processes (`num_shards`) than shard files, some processes get no file
+        at all: a warning says so (re-convert with a smaller --shard-size for more files).
+        """
         _check_sharding(num_shards, shard_index, "num_shards", "shard_index")
         self._manifest.split(split)  # KeyError naming the valid splits
-        return [ref for ref in self._refs[split] if ref.position % num_shards == shard_index]
+        refs = self._refs[split]
+        if num_shards > len(refs):
+            message = (
+                f"Split {split!r} of {self._path} has {len(refs)} shard files for num_shards={num_shards} "
+                f"processes; shard_index={shard_index} gets {1 if shard_index < len(refs) else 0} of them and "
+                f"{num_shards - len(refs)} process(es) get none. Re-convert with a smaller --shard-size "
+                "(at least one file per process, ideally several)."
+            )
+            logger.warning(message)
+            warnings.warn(message, stacklevel=3)
+        return [ref for ref in refs if ref.position % num_shards == shard_index]
 
     # -- NumPy ----------------------------------------------------------------------------------
     def records(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> Iterator[Record]:
