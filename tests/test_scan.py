@@ -163,7 +163,7 @@ def test_scan_names_bad_inputs_like_convert(camvid_src, tmp_path):
     scan_bad = sorted((b.path, b.kind) for b in r.bad)
     convert_bad = sorted((b.path, b.kind) for b in e.value.bad)
     assert scan_bad == convert_bad
-    assert {k for _, k in scan_bad} >= {"corrupt", "missing_image", "size_mismatch", "missing_mask", "empty_file"}
+    assert {k for _, k in scan_bad} >= {"truncated", "missing_image", "size_mismatch", "missing_mask", "empty_file"}
     assert r.verdict["flags"] == ["--max-bad", str(len(r.bad))]
 
 

@@ -147,8 +147,10 @@ def main(args: argparse.Namespace) -> int:
 def summary(result, seconds: float) -> str:
     plan = result.plan
     lines = []
-    if not result.published and plan.nothing_to_do:
+    if not result.written and not plan.drop_shards:
         lines.append(f"Nothing new: {plan.unchanged} sample(s) already converted in {result.out_dir}; no shard changed.")
+        if plan.refreshed and result.published:
+            lines.append(f"(updated the modification times of {len(plan.refreshed)} unchanged source(s) in the manifest)")
     else:
         n = result.samples_written
         rate = n / seconds if seconds > 0 else 0.0
@@ -163,7 +165,12 @@ def summary(result, seconds: float) -> str:
             lines.append(f"  {b}")
     if plan.changed_kept:
         lines.append(f"warning: {len(plan.changed_kept)} source(s) changed since conversion; kept the old records "
-                     "(--on-change replace re-converts them)")
+                     f"(--on-change replace re-converts them): {_some(plan.changed_kept)}")
     if plan.deleted_kept:
-        lines.append(f"warning: {len(plan.deleted_kept)} source(s) deleted; kept their records (--prune drops them)")
+        lines.append(f"warning: {len(plan.deleted_kept)} source(s) deleted; kept their records (--prune drops them): "
+                     f"{_some(plan.deleted_kept)}")
     return "\n".join(lines)
+
+
+def _some(keys: list[str], limit: int = 5) -> str:
+    return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")

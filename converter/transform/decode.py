@@ -79,6 +79,11 @@ def _png_header(data: bytes) -> tuple[int, int, int, int] | None:
     return width, height, depth, ctype
 
 
+def _png_complete(data: bytes) -> bool:
+    """True when a PNG ends with its IEND chunk (a cut file does not)."""
+    return b"\0\0\0\0IEND" in data[-256:]
+
+
 def _check_pixels(path: str, width: int, height: int, max_pixels: int) -> None:
     if width * height > max_pixels:
         raise DecodeError(
@@ -112,14 +117,29 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
 
 
 def _spng(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -> np.ndarray | None:
-    """Decode a plain 8-bit grey/RGB/RGBA PNG with libspng, else return None."""
+    """Decode a plain 8-bit grey/RGB/RGBA PNG with libspng, else return None.
+
+    libspng bypasses Pillow, so Pillow's decompression-bomb limit is applied here too:
+    a larger --max-pixels never lets a PNG past it.
+    """
     width, height, depth, ctype = header
     _check_pixels(src.path, width, height, max_pixels)
+    bomb = Image.MAX_IMAGE_PIXELS
+    if bomb is not None and width * height > bomb:
+        raise DecodeError(
+            src.path, "too_large",
+            f"{width}x{height} = {width * height} pixels is over Pillow's decompression-bomb limit "
+            f"({bomb} pixels, PIL.Image.MAX_IMAGE_PIXELS)",
+            "check the file; Pillow's guard stays on whatever --max-pixels says",
+        )
     if pyspng is None or depth != 8 or ctype not in (0, 2, 6):
         return None
     try:
         arr = pyspng.load(src.data)
     except Exception as e:  # libspng raises plain Exception subclasses; name the file and go on
+        if not _png_complete(src.data):
+            raise DecodeError(src.path, "truncated", f"truncated PNG (no IEND chunk at the end): {e}",
+                              "re-copy or re-export the file") from e
         raise DecodeError(src.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
     if arr.shape[:2] != (height, width):
         raise DecodeError(src.path, "corrupt", f"PNG decoded to {arr.shape}, header says {height}x{width}")
