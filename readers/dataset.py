@@ -23,7 +23,7 @@ import numpy as np
 
 from readers.errors import FIX_HINT, ShardError, shard_error
 from readers.formats import FileFormat, check_compression
-from readers.formats.base import PipelineOptions, Record, RecordSpec, ShardRef
+from readers.formats.base import PipelineOptions, Record, RecordSpec, ShardRef, tune_allocator
 from readers.formats.registry import get_adapter
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
 
@@ -225,6 +225,11 @@ class Dataset:
                 256 MB (`readers.formats.base.SHUFFLE_BUFFER_BYTES`) at the shards'
                 average record size, at least one batch, at most the whole split.
 
+        Speed: TFRecord batches are parsed whole (`parse_example` on the batch, then
+        `decode_raw`), files are read in parallel (in order when not shuffling), and
+        the first call tunes glibc malloc for megabyte blocks (see
+        `readers.formats.base.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` to opt out).
+
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
         Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
         name the shard file: for NPZ the loader raises `ShardError` (surfacing from
@@ -240,6 +245,7 @@ class Dataset:
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), drop_remainder=bool(drop_remainder),
                                   shuffle_buffer=shuffle_buffer)
+        tune_allocator()
         shards = self.shards(split)
         total = sum(s.records for s in shards)
         if input_context is not None:
@@ -301,6 +307,7 @@ class Dataset:
 
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize))
+        tune_allocator()
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
         return make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
