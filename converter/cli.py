@@ -2,7 +2,8 @@
 
 The CLI only parses, reports and sets exit codes; the work lives in the stage modules.
 Exit codes: 0 success, 1 unexpected error, 2 bad arguments, 65 bad input data,
-74 output I/O error (disk full), 75 another run holds the output folder.
+69 Dask backend unavailable, 74 output I/O error (disk full), 75 another run holds
+the output folder.
 """
 
 from __future__ import annotations

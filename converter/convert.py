@@ -7,6 +7,7 @@ the whole run, never publishes a half-done dataset, and returns a `ConvertResult
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -16,12 +17,14 @@ from typing import Callable
 
 from converter import __version__
 from converter.discover.classes import load_class_table
+from converter.discover.classfolders import discover_classification
 from converter.discover.layout import BadInput, discover
 from converter.execute import run_tasks
-from converter.lock import OutputLock
+from converter.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.plan import Plan, PlanError, make_plan
 from converter.publish import publish_manifest, remove_files, sweep_leftovers, utc_now, write_report
+from converter.tfds_meta import TFDS_FILES, sync_tfds_metadata
 from converter.transform.colormap import ColorMap, ignore_index_for, mask_dtype_for
 from converter.write.task import ShardResult, WorkerContext
 from readers.manifest import (
@@ -29,6 +32,7 @@ from readers.manifest import (
     MANIFEST_NAME,
     ClassInfo,
     Manifest,
+    SampleEntry,
     ShardEntry,
     SplitEntry,
 )
@@ -65,6 +69,7 @@ class ConvertResult:
     bad: list[BadInput] = field(default_factory=list)
     unknown_colors: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
     seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (for the report)
     report_path: str | None = None
     published: bool = False
 
@@ -98,11 +103,36 @@ def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[Clas
     except (TypeError, ValueError, KeyError) as e:
         diffs = [f"stored options unreadable ({e})"]
     if tuple(old.classes) != tuple(classes):
-        diffs.append("classes: the class table differs from the one the dataset was built with")
+        line = "classes: the class table differs from the one the dataset was built with"
+        old_names, new_names = [c.name for c in old.classes], [c.name for c in classes]
+        if options.task.value == "classification" and old_names != new_names:
+            added = [n for n in new_names if n not in old_names]
+            removed = [n for n in old_names if n not in new_names]
+            line += f" (class folders added: {added}, removed: {removed}; the labels would change)"
+        diffs.append(line)
     if diffs:
         raise PlanError(
             "The output folder holds a dataset built with other options:\n  " + "\n  ".join(diffs)
             + "\nRe-run with the same options to add new samples, or add --rebuild to convert everything again."
+        )
+
+
+def _check_shards_present(out_dir: str, old: Manifest) -> None:
+    """Refuse to build on a damaged dataset: every listed shard must exist with its size (a cheap stat)."""
+    damaged = []
+    for _, shard in old.iter_shards():
+        try:
+            size = os.stat(os.path.join(out_dir, shard.file)).st_size
+        except FileNotFoundError:
+            damaged.append(f"{shard.file}: missing")
+            continue
+        if size != shard.bytes:
+            damaged.append(f"{shard.file}: {size} bytes, the manifest says {shard.bytes}")
+    if damaged:
+        raise PlanError(
+            f"The dataset in {out_dir} is damaged, so this run will not add to it:\n  " + "\n  ".join(damaged[:20])
+            + ("\n  ..." if len(damaged) > 20 else "")
+            + "\nRun `imgshard verify OUT` for details, and re-run with --rebuild to convert everything again."
         )
 
 
@@ -127,12 +157,20 @@ def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOpti
 
 
 def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
-    classes = load_class_table(_classes_csv(spec)) if options.task.value == "segmentation" else _classification_classes(spec)
-    found = discover(spec)
+    if options.task.value == "segmentation":
+        classes = load_class_table(_classes_csv(spec))
+        found = discover(spec)
+    else:
+        found, classes = discover_classification(spec, options.val_fraction)
     old = Manifest.load(out_dir) if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) else None
+    if old is not None:  # TFDS files in step with the published manifest (a run may have died in between)
+        sync_tfds_metadata(out_dir, old)
     if old is not None and not run.rebuild:
         _check_compatible(old, options, classes)
+    wait_for_orphans(out_dir)  # workers of a killed run finish their task or stop first
     sweep_leftovers(out_dir, old)
+    if old is not None and not run.rebuild:
+        _check_shards_present(out_dir, old)
 
     base_manifest = None if run.rebuild else old
     next_index = {s: e.next_shard_index for s, e in old.splits.items()} if old is not None else {}
@@ -143,26 +181,29 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         log.warning("%s changed since it was converted; keeping the old record (--on-change replace re-converts it)", key)
     for key in plan.deleted_kept:
         log.warning("%s: its source is gone; keeping its record (--prune drops it)", key)
+    t_plan = time.perf_counter()
     if on_plan is not None:
         on_plan(plan)
 
     result = ConvertResult(out_dir, old, plan, bad=list(found.bad))
     ctx = WorkerContext(out_dir, options, classes, spec.base, run.max_pixels,
-                        os.path.join(out_dir, MANIFEST_NAME) if old is not None else None)
+                        os.path.join(out_dir, MANIFEST_NAME) if old is not None else None,
+                        owner_pid=os.getpid() if run.backend == "local" else None)
     results: list[ShardResult] = []
     try:
         for r in run_tasks(plan.tasks, ctx, workers=run.effective_workers, backend=run.backend,
                            scheduler=run.scheduler, on_progress=on_progress):
             results.append(r)
     except OSError as e:
-        remove_files(out_dir, [t.file for t in plan.tasks])
-        sweep_leftovers(out_dir, old)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS):
-            raise OutputWriteError(
-                e.errno, f"Writing shards to {out_dir} failed: {e.strerror} ({e.filename or 'shard'}). "
-                "Nothing was published; the previous dataset is intact. Free space (or fix the disk) and re-run."
-            ) from e
-        raise
+        # Source files never raise OSError here (the workers turn their errors into bad
+        # inputs): this is the output folder failing (disk full, quota, I/O error...).
+        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
+        hint = ("Free space (or raise the quota) and re-run." if e.errno in (errno.ENOSPC, errno.EDQUOT)
+                else "Fix the disk or the folder's permissions and re-run.")
+        raise OutputWriteError(
+            e.errno, f"Writing shards to {out_dir} failed: {e.strerror or e} ({e.filename or 'shard'}). "
+            f"Nothing was published; the previous dataset is intact. {hint}"
+        ) from e
     except BaseException:
         remove_files(out_dir, [t.file for t in plan.tasks])
         raise
@@ -176,32 +217,81 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     result.bad.sort(key=lambda b: (b.path, b.reason))
     result.written = sorted((r.entry for r in results if r.entry is not None), key=lambda e: e.file)
     result.seconds = time.perf_counter() - t0
+    result.timings = {"discover_and_plan": t_plan - t0, "write_shards": time.perf_counter() - t_plan,
+                      "worker_busy": sum(r.seconds for r in results)}
 
     cmap = ColorMap(classes) if options.task.value == "segmentation" else None
     report = _report(result, options, run, cmap)
     if len(result.bad) > run.max_bad:
         remove_files(out_dir, [t.file for t in plan.tasks])
-        result.report_path = write_report(out_dir, report | {"published": False})
+        result.report_path = _write_report_safely(out_dir, report | {"published": False})
         raise BadInputError(_bad_message(result, run, cmap), result.bad, result.report_path)
 
-    if plan.nothing_to_do:
-        result.report_path = write_report(out_dir, report | {"published": False, "nothing_new": True})
+    if not (result.written or plan.drop_shards or plan.refreshed):  # nothing new (or every new sample bad)
+        result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True})
         return result
 
-    manifest = _assemble(old if not run.rebuild else None, result, options, classes, plan)
+    manifest = _assemble(old, result, options, classes, plan, rebuild=run.rebuild)
     try:
+        sync_tfds_metadata(out_dir, manifest)  # before the manifest: the manifest is published last
         publish_manifest(out_dir, manifest)
     except OSError as e:
-        remove_files(out_dir, [t.file for t in plan.tasks])
+        if _is_published(out_dir, manifest):  # renamed, then the folder fsync failed: keep its shards
+            raise OutputWriteError(
+                e.errno, f"Published {MANIFEST_NAME} in {out_dir}, but making it durable failed: "
+                f"{e.strerror or e}. Check the disk, then run `imgshard verify OUT`."
+            ) from e
+        _restore_tfds_metadata(out_dir, old)
+        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise OutputWriteError(
-            e.errno, f"Publishing {MANIFEST_NAME} in {out_dir} failed: {e.strerror}. "
+            e.errno, f"Publishing {MANIFEST_NAME} in {out_dir} failed: {e.strerror or e}. "
             "The previous dataset is intact; fix the disk and re-run."
         ) from e
     remove_files(out_dir, sorted(plan.drop_shards))
     result.manifest = manifest
     result.published = True
-    result.report_path = write_report(out_dir, report | {"published": True})
+    report["history"] = manifest.history[-1]
+    result.report_path = _write_report_safely(out_dir, report | {"published": True})
     return result
+
+
+def _is_published(out_dir: str, manifest: Manifest) -> bool:
+    try:
+        with open(os.path.join(out_dir, MANIFEST_NAME), "rb") as f:
+            return f.read() == manifest.dumps().encode("utf-8")
+    except OSError:
+        return False
+
+
+def _cleanup_quietly(out_dir: str, files: list[str], old: Manifest | None) -> None:
+    """Remove this run's shards after a write failure; a failure here only leaves
+    leftovers (unlisted, swept by the next run) and must not hide the first error."""
+    try:
+        remove_files(out_dir, files)
+        sweep_leftovers(out_dir, old)
+    except OSError as e:
+        log.warning("could not remove this run's partial files in %s (%s); the next run sweeps them", out_dir, e)
+
+
+def _write_report_safely(out_dir: str, report: dict) -> str | None:
+    """Write the run report; on a full disk say so instead of hiding the run's outcome."""
+    try:
+        return write_report(out_dir, report)
+    except OSError as e:
+        log.error("could not write the run report under %s/reports: %s", out_dir, e.strerror or e)
+        return None
+
+
+def _restore_tfds_metadata(out_dir: str, old: Manifest | None) -> None:
+    """After a failed publish, point the TFDS files back at the previous dataset (best effort:
+    the next run does it again before anything else)."""
+    try:
+        if old is not None:
+            sync_tfds_metadata(out_dir, old)
+        else:
+            remove_files(out_dir, TFDS_FILES)
+    except OSError as e:
+        log.warning("could not restore the TFDS metadata in %s (%s); the next run rewrites it", out_dir, e)
 
 
 def _classes_csv(spec: SourceSpec) -> str:
@@ -212,12 +302,10 @@ def _classes_csv(spec: SourceSpec) -> str:
     raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
 
 
-def _classification_classes(spec: SourceSpec) -> tuple[ClassInfo, ...]:
-    raise ValueError("classification datasets are not supported yet; see the README.")
-
-
-def _assemble(old: Manifest | None, result: ConvertResult, options: OutputOptions,
-              classes: tuple[ClassInfo, ...], plan: Plan) -> Manifest:
+def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputOptions,
+              classes: tuple[ClassInfo, ...], plan: Plan, *, rebuild: bool = False) -> Manifest:
+    """The new manifest: the previous shards (all dropped with --rebuild) plus this run's."""
+    old = None if rebuild else previous
     splits: dict[str, list[ShardEntry]] = {}
     if old is not None:
         for split, entry in old.splits.items():
@@ -229,17 +317,15 @@ def _assemble(old: Manifest | None, result: ConvertResult, options: OutputOption
         for split, shards in splits.items():
             splits[split] = [
                 s if not any(x.key in plan.refreshed for x in s.samples)
-                else ShardEntry(s.file, s.records, s.bytes, s.sha256, s.class_pixels, s.ignore_pixels,
-                                tuple(plan.refreshed.get(x.key, x) for x in s.samples))
+                else dataclasses.replace(s, samples=tuple(plan.refreshed.get(x.key, x) for x in s.samples))
                 for s in shards
             ]
     split_entries = {
         name: SplitEntry(tuple(sorted(shards, key=lambda s: s.file)), plan.next_index.get(name, 0))
         for name, shards in splits.items()
     }
-    history = list(old.history) if old is not None else []
-    history.append({"time": utc_now(), "added": plan.new - sum(1 for b in result.bad if b.key and b.kind not in ("missing_image",)),
-                    "replaced": plan.replaced, "pruned": plan.pruned, "tool_version": __version__})
+    history = list(previous.history) if previous is not None else []
+    history.append(history_entry(previous, split_entries, rebuild=rebuild))
     h, w = options.size
     return Manifest(
         tool_version=__version__,
@@ -253,6 +339,35 @@ def _assemble(old: Manifest | None, result: ConvertResult, options: OutputOption
         splits=split_entries,
         history=tuple(history[-HISTORY_LIMIT:]),
     )
+
+
+def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], *, rebuild: bool = False) -> dict:
+    """One history line, counted exactly from the samples of the previous and new manifests.
+
+    added: keys now listed that the previous manifest did not list; pruned: the
+    reverse; replaced: keys in both whose image or mask content (sha256) changed.
+    """
+    before: dict[str, SampleEntry] = {}
+    if previous is not None:
+        for _, shard in previous.iter_shards():
+            for s in shard.samples:
+                before[s.key] = s
+    after = {s.key: s for entry in splits.values() for shard in entry.shards for s in shard.samples}
+
+    def content(e: SampleEntry) -> tuple:
+        return (e.image.sha256, e.mask.sha256 if e.mask else None, e.label)
+
+    entry = {
+        "time": utc_now(),
+        "added": sum(1 for k in after if k not in before),
+        "replaced": sum(1 for k, e in after.items() if k in before and content(e) != content(before[k])),
+        "pruned": sum(1 for k in before if k not in after),
+        "samples": len(after),
+        "tool_version": __version__,
+    }
+    if rebuild:
+        entry["rebuild"] = True
+    return entry
 
 
 def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap: ColorMap | None) -> dict:
@@ -276,6 +391,7 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "changed_kept": plan.changed_kept,
         "deleted_kept": plan.deleted_kept,
         "seconds": round(result.seconds, 3),
+        "timings": {k: round(v, 3) for k, v in result.timings.items()},
         "shards": [s.file for s in result.written],
     }
 

@@ -9,8 +9,10 @@ instead of leaving the bar waiting.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
+import time
 from typing import Callable, Iterator, Sequence
 
 from converter.plan import ShardTask
@@ -27,6 +29,17 @@ class _QueueProgress:
 
     def __call__(self, n: int) -> None:
         self.q.put(n)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Manager-process initializer: exit when the run that started it is killed."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="imgshard-parent-watch").start()
 
 
 def _drain(q, on_progress: ProgressFn, stop: threading.Event) -> None:
@@ -50,7 +63,12 @@ def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
 
     from joblib import Parallel, delayed
 
-    manager = multiprocessing.Manager() if on_progress is not None else None
+    manager = None
+    if on_progress is not None:
+        from multiprocessing.managers import SyncManager
+
+        manager = SyncManager()
+        manager.start(_die_with_parent, (os.getpid(),))
     stop = threading.Event()
     drainer = None
     progress = None

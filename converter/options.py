@@ -112,6 +112,9 @@ class OutputOptions:
     color_tolerance: int = 0
     unknown_color: UnknownColor = UnknownColor.FAIL
     seed: int = 0
+    #: Classification, flat layout only: the share of samples put in "val", chosen by
+    #: hashing each key (stable across incremental runs). None: everything in "train".
+    val_fraction: float | None = None
 
     def __post_init__(self) -> None:
         size = self.size
@@ -137,6 +140,16 @@ class OutputOptions:
             raise ValueError(f"--color-tolerance must be an integer in 0..255. Received: {self.color_tolerance!r}")
         if not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int. Received: {self.seed!r}")
+        if self.val_fraction is not None:
+            if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, (int, float)) \
+                    or not 0.0 < float(self.val_fraction) < 1.0:
+                raise ValueError(f"--val-fraction must be a number strictly between 0 and 1. "
+                                 f"Received: {self.val_fraction!r}")
+            if self.task is not Task.CLASSIFICATION:
+                raise ValueError("--val-fraction applies to classification datasets in the flat layout "
+                                 f"SRC/<class>/*. Received: --val-fraction {self.val_fraction} with task "
+                                 f"{self.task.value!r}")
+            object.__setattr__(self, "val_fraction", float(self.val_fraction))
 
     @property
     def height(self) -> int:

@@ -55,10 +55,22 @@ class CopyRecord:
 
 
 @dataclass(frozen=True)
+class ReplaceRecord:
+    """Re-convert a changed source (--on-change replace); keep `old` if the new source is bad."""
+
+    sample: SourceSample
+    old: CopyRecord
+
+    @property
+    def key(self) -> str:
+        return self.sample.key
+
+
+@dataclass(frozen=True)
 class ShardTask:
     split: str
     file: str
-    items: tuple  # SourceSample (convert) or CopyRecord (copy from an old shard)
+    items: tuple  # SourceSample (convert), CopyRecord (copy from an old shard) or ReplaceRecord
     replaces: tuple[str, ...] = ()  # old shard files this one supersedes
 
     @property
@@ -215,7 +227,8 @@ def make_plan(samples: list[SourceSample] | tuple[SourceSample, ...], manifest: 
             for i, s in enumerate(shard.samples):
                 if i in pruned:
                     continue
-                items.append(repl[i] if i in repl else CopyRecord(shard.file, i, s.key))
+                copy = CopyRecord(shard.file, i, s.key)
+                items.append(ReplaceRecord(repl[i], copy) if i in repl else copy)
             if items:
                 name = shard_name(split, next_index.get(split, 0), suffix)
                 next_index[split] = next_index.get(split, 0) + 1

@@ -68,9 +68,27 @@ def sweep_leftovers(out_dir: str, manifest: Manifest | None) -> list[str]:
         if name.startswith(TMP_PREFIX) or (is_shard_name(name) and name not in listed):
             os.unlink(os.path.join(out_dir, name))
             removed.append(name)
+    reports = os.path.join(out_dir, REPORTS_DIR)
+    if os.path.isdir(reports):
+        for name in sorted(os.listdir(reports)):
+            if name.startswith(TMP_PREFIX):
+                os.unlink(os.path.join(reports, name))
+                removed.append(f"{REPORTS_DIR}/{name}")
     if removed:
         log.info("removed %d leftover file(s) of an earlier run: %s", len(removed), ", ".join(removed[:5]))
     return removed
+
+
+def find_leftovers(out_dir: str, manifest: Manifest | None) -> tuple[list[str], list[str]]:
+    """(temporary files, unlisted shard files) in `out_dir`: what `sweep_leftovers` would remove."""
+    listed = {s.file for _, s in manifest.iter_shards()} if manifest is not None else set()
+    temps, unlisted = [], []
+    for name in sorted(os.listdir(out_dir)):
+        if name.startswith(TMP_PREFIX):
+            temps.append(name)
+        elif is_shard_name(name) and name not in listed:
+            unlisted.append(name)
+    return temps, unlisted
 
 
 def remove_files(out_dir: str, names: Iterable[str]) -> None:

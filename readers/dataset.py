@@ -23,7 +23,7 @@ import numpy as np
 
 from readers.errors import FIX_HINT, ShardError, shard_error
 from readers.formats import FileFormat, check_compression
-from readers.formats.base import PipelineOptions, Record, RecordSpec, ShardRef
+from readers.formats.base import PipelineOptions, Record, RecordSpec, ShardRef, tune_allocator
 from readers.formats.registry import get_adapter
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
 
@@ -120,12 +120,39 @@ class Dataset:
         `class_pixels` in the manifest; no shard is read. Ignored pixels are not counted."""
         return np.asarray(self._manifest.split(split).class_pixels(self.num_classes), np.int64)
 
+    def class_weights(self, split: str, scheme: str = "median-frequency") -> np.ndarray:
+        """Per-class loss weights (float32, length num_classes) from the manifest's counts.
+
+        scheme: "median-frequency" (SegNet: median(f) / f_c, f_c = pixels of c / pixels of
+        the images where c occurs) or "inverse-frequency" (N / (K * n_c), mean pixel
+        weight 1). The ignore index is excluded; a class absent from `split` gets 0.
+        Use them per pixel with `readers.stats.with_sample_weights(w)` in a `tf.data` map,
+        or as `class_weight=dict(enumerate(w))` for classification. See `readers.stats`.
+        """
+        from readers.stats import manifest_class_weights
+
+        return manifest_class_weights(self._manifest, split, scheme)
+
     # -- shard selection ------------------------------------------------------------------------
     def shards(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> list[ShardRef]:
-        """The shards of `split` whose position i satisfies i % num_shards == shard_index."""
+        """The shards of `split` whose position i satisfies i % num_shards == shard_index.
+
+        With more processes (`num_shards`) than shard files, some processes get no file
+        at all: a warning says so (re-convert with a smaller --shard-size for more files).
+        """
         _check_sharding(num_shards, shard_index, "num_shards", "shard_index")
         self._manifest.split(split)  # KeyError naming the valid splits
-        return [ref for ref in self._refs[split] if ref.position % num_shards == shard_index]
+        refs = self._refs[split]
+        if num_shards > len(refs):
+            message = (
+                f"Split {split!r} of {self._path} has {len(refs)} shard files for num_shards={num_shards} "
+                f"processes; shard_index={shard_index} gets {1 if shard_index < len(refs) else 0} of them and "
+                f"{num_shards - len(refs)} process(es) get none. Re-convert with a smaller --shard-size "
+                "(at least one file per process, ideally several)."
+            )
+            logger.warning(message)
+            warnings.warn(message, stacklevel=3)
+        return [ref for ref in refs if ref.position % num_shards == shard_index]
 
     # -- NumPy ----------------------------------------------------------------------------------
     def records(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> Iterator[Record]:
@@ -198,17 +225,27 @@ class Dataset:
                 256 MB (`readers.formats.base.SHUFFLE_BUFFER_BYTES`) at the shards'
                 average record size, at least one batch, at most the whole split.
 
+        Speed: TFRecord batches are parsed whole (`parse_example` on the batch, then
+        `decode_raw`), files are read in parallel (in order when not shuffling), and
+        the first call tunes glibc malloc for megabyte blocks (see
+        `readers.formats.base.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` to opt out).
+
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
-        Keras shows the epoch length. Shard sizes were checked at `open`; a record
-        damaged inside a TFRecord file surfaces as TensorFlow's `DataLossError`
-        ("corrupted record at <offset>"), which does not name the file: run
-        `imgshard verify OUT` (or iterate `records(split)`) to find it.
+        Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
+        name the shard file: for NPZ the loader raises `ShardError` (surfacing from
+        TensorFlow as an error whose message holds it); for TFRecord, TensorFlow's own
+        `DataLossError` ("corrupted record at <offset>") does not name the file, so
+        each file is checked to give exactly its manifest record count and an
+        `InvalidArgumentError` names the file otherwise (see
+        `readers.formats.tfrecord._checked_reader`); `records(split)` then names the
+        record.
         """
         import tensorflow as tf
 
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), drop_remainder=bool(drop_remainder),
                                   shuffle_buffer=shuffle_buffer)
+        tune_allocator()
         shards = self.shards(split)
         total = sum(s.records for s in shards)
         if input_context is not None:
@@ -270,6 +307,7 @@ class Dataset:
 
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize))
+        tune_allocator()
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
         return make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
@@ -296,6 +334,8 @@ def _check_shard_file(path: str, expected: int) -> None:
         raise FileNotFoundError(
             f"Shard file {path} is missing (the manifest lists it with {expected} bytes). {FIX_HINT}"
         ) from None
+    if not os.access(path, os.R_OK):
+        raise PermissionError(f"Shard file {path} is not readable by this process. Fix its permissions.")
     if size != expected:
         raise ShardError(
             f"Shard file {path} has the wrong size: expected {expected} bytes (from the manifest). "

@@ -13,8 +13,8 @@ from readers.manifest import ManifestError
 
 #: What to do about a damaged or stale shard; appended to every `ShardError`.
 FIX_HINT = (
-    "Check the dataset with `imgshard verify OUT`, and re-run `imgshard convert SRC OUT` "
-    "to rewrite damaged shards."
+    "Check the dataset with `imgshard verify OUT`, and rewrite it with "
+    "`imgshard convert SRC OUT --rebuild` (same options)."
 )
 
 

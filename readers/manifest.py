@@ -22,6 +22,7 @@ Layout of the JSON document (format version 1)::
           "shards": [
             {"file": "train-00000.tfrecord", "records": 75, "bytes": 58982400,
              "sha256": "...", "class_pixels": [..], "ignore_pixels": 0,
+             "class_images": [..],      # optional: records in which each class occurs
              "samples": [{"key": "train/0001.png",
                           "image": {"path": "train/0001.png", "size": 1, "mtime_ns": 1, "sha256": "..."},
                           "mask": {...} or null}, ...]},
@@ -134,6 +135,9 @@ class ShardEntry:
     class_pixels: tuple[int, ...] = ()
     ignore_pixels: int = 0
     samples: tuple[SampleEntry, ...] = ()
+    #: Per class, the number of records in which it occurs (optional: empty in manifests
+    #: written before it existed). Median-frequency class weights need it.
+    class_images: tuple[int, ...] = ()
 
     @property
     def keys(self) -> list[str]:
@@ -148,6 +152,7 @@ class ShardEntry:
             "class_pixels": list(self.class_pixels),
             "ignore_pixels": self.ignore_pixels,
             "samples": [s.to_json() for s in self.samples],
+            **({"class_images": list(self.class_images)} if self.class_images else {}),
         }
 
     @classmethod
@@ -161,6 +166,7 @@ class ShardEntry:
             class_pixels=tuple(int(c) for c in d.get("class_pixels", ())),
             ignore_pixels=int(d.get("ignore_pixels", 0)),
             samples=samples,
+            class_images=tuple(int(c) for c in d.get("class_images", ())),
         )
         if samples and len(samples) != entry.records:
             raise ManifestError(
@@ -183,6 +189,17 @@ class SplitEntry:
         total = [0] * num_classes
         for shard in self.shards:
             for i, c in enumerate(shard.class_pixels[:num_classes]):
+                total[i] += c
+        return total
+
+    def class_images(self, num_classes: int) -> list[int] | None:
+        """Records in which each class occurs, or None when a shard lacks the counts
+        (written by an older imgshard)."""
+        total = [0] * num_classes
+        for shard in self.shards:
+            if len(shard.class_images) < num_classes:
+                return None
+            for i, c in enumerate(shard.class_images[:num_classes]):
                 total[i] += c
         return total
 

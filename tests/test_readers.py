@@ -408,11 +408,21 @@ def test_tf_dataset_npz_error_names_file(tmp_path):
         list(ds.tf_dataset("train", 2, shuffle=False))
 
 
-def test_tf_dataset_tfrecord_corruption_is_detected(tmp_path):
-    root, _, _ = _write(tmp_path, "tfrecord", "none")
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_tf_dataset_tfrecord_damage_names_file(tmp_path, compression, shuffle):
+    root, _, _ = _write(tmp_path, "tfrecord", compression)
     ds = readers.open(root)
     _flip_byte(root / "train-00001.tfrecord")
-    with pytest.raises(tf.errors.DataLossError):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"train-00001.tfrecord.*could read only\] \[\d\] \[of its\] \[4\]"):
+        list(ds.tf_dataset("train", 2, shuffle=shuffle, seed=0))
+
+
+def test_tf_dataset_tfrecord_shard_deleted_after_open_names_file(tmp_path):
+    root, _, _ = _write(tmp_path, "tfrecord", "none")
+    ds = readers.open(root)
+    os.remove(root / "train-00002.tfrecord")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="train-00002.tfrecord"):
         list(ds.tf_dataset("train", 2, shuffle=False))
 
 

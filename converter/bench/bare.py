@@ -9,7 +9,7 @@ split and prints one JSON line with wall and CPU seconds of:
   nearest resize of the class map; no hashing, writing, planning or processes.
 
 It runs in its own process, with the allocator tuned as in a worker
-(`converter.allocator`), so that `imgshard convert --workers 1` differs from it only
+(`readers.formats.base.tune_allocator`), so that `imgshard convert --workers 1` differs from it only
 by what the tool adds.
 """
 
@@ -37,15 +37,15 @@ def _timed(fn: Callable[[], None]) -> dict[str, float]:
 
 
 def measure(root: str, size: tuple[int, int]) -> dict[str, object]:
-    from converter.allocator import reuse_freed_memory
     from converter.discover.classes import load_class_table
     from converter.discover.layout import discover
     from converter.options import DEFAULT_MAX_PIXELS, Fit, ImageFilter, SourceSpec
     from converter.transform.colormap import ColorMap
     from converter.transform.decode import decode_image, decode_mask
     from converter.transform.resize import plan_geometry, resize_image, resize_nearest
+    from readers.formats.base import tune_allocator
 
-    reuse_freed_memory()
+    tune_allocator()
     found = discover(SourceSpec(root=root))
     split = "train" if any(s.split == "train" for s in found.samples) else found.samples[0].split
     pairs = [(s.image, s.mask) for s in sorted(found.samples, key=lambda s: s.key) if s.split == split]

@@ -15,9 +15,11 @@ from converter.options import (
     OutputOptions,
     RunOptions,
     SourceSpec,
+    Task,
     UnknownColor,
     parse_bytes,
 )
+from converter.discover.classfolders import detect_task
 from readers.formats import FileFormat
 
 
@@ -30,6 +32,25 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classes", help="class table CSV (default: SRC/class_dict.csv)")
 
 
+def add_task_arguments(p: argparse.ArgumentParser) -> None:
+    """Task selection (segmentation or class folders), for commands that read SRC like `convert`."""
+    p.add_argument("--task", choices=Task.values(), default=None,
+                   help="segmentation (image + mask folders) or classification (class folders, Keras layout "
+                        "SRC/{train,val}/<class>/* or flat SRC/<class>/*); default: detected from SRC")
+    p.add_argument("--val-fraction", type=float, default=None, metavar="F",
+                   help="classification, flat layout SRC/<class>/*: put a stable share F of the samples "
+                        "(chosen by hashing their keys) in split 'val'; the rest go to 'train'")
+
+
+def resolve_task(args: argparse.Namespace, spec: SourceSpec) -> Task:
+    """--task as given, else detected from the sources (--val-fraction implies classification)."""
+    if args.task is not None:
+        return Task.parse(args.task, "--task")
+    if getattr(args, "val_fraction", None) is not None:
+        return Task.CLASSIFICATION
+    return detect_task(spec)
+
+
 def source_spec(args: argparse.Namespace) -> SourceSpec:
     return SourceSpec(root=args.src, images=args.images, masks=args.masks, split=args.split, classes=args.classes)
 
@@ -38,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="convert sources into shards + manifest (incremental, cron-safe)",
                        description=__doc__)
     add_source_arguments(p)
+    add_task_arguments(p)
     p.add_argument("out", nargs="?", help="output folder (created if missing)")
     p.add_argument("-o", "--out", dest="out_opt", help="output folder (alternative to the positional OUT)")
     p.add_argument("--size", required=True, help="output size HxW, e.g. 512x512")
@@ -82,8 +104,10 @@ def main(args: argparse.Namespace) -> int:
     compression = args.compression
     if compression == "gzip" and args.format == "npz":
         compression = "deflate"
+    spec = source_spec(args)
+    task = resolve_task(args, spec)
     options = OutputOptions(
-        size=args.size, fit=args.fit, image_filter=args.image_filter, format=args.format, compression=compression,
+        size=args.size, task=task, val_fraction=args.val_fraction, fit=args.fit, image_filter=args.image_filter, format=args.format, compression=compression,
         mask_encoding=args.mask_encoding, color_tolerance=args.color_tolerance, unknown_color=args.unknown_color,
         seed=args.seed,
     )
@@ -92,7 +116,8 @@ def main(args: argparse.Namespace) -> int:
         max_pixels=args.max_pixels, on_change=args.on_change, prune=args.prune, rebuild=args.rebuild,
         backend=args.backend, scheduler=args.scheduler,
     )
-    spec = source_spec(args)
+    if args.task is None and not args.quiet:
+        print(f"imgshard convert: task {task.value} (detected from the sources; --task overrides)", file=sys.stderr)
     bar = None
 
     def on_plan(plan) -> None:
@@ -123,8 +148,10 @@ def main(args: argparse.Namespace) -> int:
 def summary(result, seconds: float) -> str:
     plan = result.plan
     lines = []
-    if not result.published and plan.nothing_to_do:
+    if not result.written and not plan.drop_shards:
         lines.append(f"Nothing new: {plan.unchanged} sample(s) already converted in {result.out_dir}; no shard changed.")
+        if plan.refreshed and result.published:
+            lines.append(f"(updated the modification times of {len(plan.refreshed)} unchanged source(s) in the manifest)")
     else:
         n = result.samples_written
         rate = n / seconds if seconds > 0 else 0.0
@@ -139,7 +166,12 @@ def summary(result, seconds: float) -> str:
             lines.append(f"  {b}")
     if plan.changed_kept:
         lines.append(f"warning: {len(plan.changed_kept)} source(s) changed since conversion; kept the old records "
-                     "(--on-change replace re-converts them)")
+                     f"(--on-change replace re-converts them): {_some(plan.changed_kept)}")
     if plan.deleted_kept:
-        lines.append(f"warning: {len(plan.deleted_kept)} source(s) deleted; kept their records (--prune drops them)")
+        lines.append(f"warning: {len(plan.deleted_kept)} source(s) deleted; kept their records (--prune drops them): "
+                     f"{_some(plan.deleted_kept)}")
     return "\n".join(lines)
+
+
+def _some(keys: list[str], limit: int = 5) -> str:
+    return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from dataclasses import dataclass
 
 from converter.options import SourceSpec
@@ -164,11 +165,29 @@ def discover(spec: SourceSpec) -> Discovery:
         csv_path = spec.classes
         if csv_path is None:
             raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
+    kept = []
     for s in samples:
-        if os.path.getsize(s.image) == 0:
-            bad.append(BadInput(s.image, "zero-byte file", "re-copy the file from its origin", s.key, "empty_file"))
-        elif s.mask is not None and os.path.getsize(s.mask) == 0:
-            bad.append(BadInput(s.mask, "zero-byte file", "re-copy the file from its origin", s.key, "empty_file"))
-    empty = {b.key for b in bad if b.kind == "empty_file"}
-    samples = [s for s in samples if s.key not in empty]
-    return Discovery(tuple(samples), tuple(bad), tuple(splits), csv_path)
+        problems = [p for p in (_file_problem(s.image, s.key),
+                                _file_problem(s.mask, s.key) if s.mask is not None else None) if p is not None]
+        if problems:
+            bad.extend(problems)  # image and mask both listed when both are bad
+        else:
+            kept.append(s)
+    return Discovery(tuple(kept), tuple(bad), tuple(splits), csv_path)
+
+
+def _file_problem(path: str, key: str) -> BadInput | None:
+    """A problem that `stat` alone shows (zero bytes, dangling link, not a regular file), or None."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return BadInput(path, "unreadable: the file (or the target of its symbolic link) does not exist",
+                        "fix or remove the broken link", key, "unreadable")
+    except OSError as e:
+        return BadInput(path, f"unreadable: {e.strerror or e}", "check the file's permissions", key, "unreadable")
+    if not stat.S_ISREG(st.st_mode):
+        return BadInput(path, "unreadable: not a regular file (a FIFO, socket or device)",
+                        "replace it with a real image file", key, "unreadable")
+    if st.st_size == 0:
+        return BadInput(path, "zero-byte file", "re-copy the file from its origin", key, "empty_file")
+    return None

@@ -32,6 +32,7 @@ from PIL import Image, ImageOps
 from readers.manifest import SourceFingerprint
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_EXIF_CHUNK = b"eXIf"
 
 
 class DecodeError(ValueError):
@@ -78,6 +79,11 @@ def _png_header(data: bytes) -> tuple[int, int, int, int] | None:
     return width, height, depth, ctype
 
 
+def _png_complete(data: bytes) -> bool:
+    """True when a PNG ends with its IEND chunk (a cut file does not)."""
+    return b"\0\0\0\0IEND" in data[-256:]
+
+
 def _check_pixels(path: str, width: int, height: int, max_pixels: int) -> None:
     if width * height > max_pixels:
         raise DecodeError(
@@ -111,24 +117,55 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
 
 
 def _spng(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -> np.ndarray | None:
-    """Decode a plain 8-bit grey/RGB/RGBA PNG with libspng, else return None."""
+    """Decode a plain 8-bit grey/RGB/RGBA PNG with libspng, else return None.
+
+    libspng bypasses Pillow, so Pillow's decompression-bomb limit is applied here too:
+    a larger --max-pixels never lets a PNG past it.
+    """
     width, height, depth, ctype = header
     _check_pixels(src.path, width, height, max_pixels)
+    bomb = Image.MAX_IMAGE_PIXELS
+    if bomb is not None and width * height > bomb:
+        raise DecodeError(
+            src.path, "too_large",
+            f"{width}x{height} = {width * height} pixels is over Pillow's decompression-bomb limit "
+            f"({bomb} pixels, PIL.Image.MAX_IMAGE_PIXELS)",
+            "check the file; Pillow's guard stays on whatever --max-pixels says",
+        )
     if pyspng is None or depth != 8 or ctype not in (0, 2, 6):
         return None
     try:
         arr = pyspng.load(src.data)
     except Exception as e:  # libspng raises plain Exception subclasses; name the file and go on
+        if not _png_complete(src.data):
+            raise DecodeError(src.path, "truncated", f"truncated PNG (no IEND chunk at the end): {e}",
+                              "re-copy or re-export the file") from e
         raise DecodeError(src.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
     if arr.shape[:2] != (height, width):
         raise DecodeError(src.path, "corrupt", f"PNG decoded to {arr.shape}, header says {height}x{width}")
     return arr
 
 
+def _exif_transpose(src: SourceFile, im: Image.Image) -> Image.Image:
+    """Apply the EXIF orientation tag (as a photo viewer shows the image)."""
+    try:
+        return ImageOps.exif_transpose(im)
+    except (OSError, SyntaxError, ValueError, KeyError, TypeError, struct.error) as e:
+        raise DecodeError(src.path, "corrupt", f"cannot apply the EXIF orientation: {type(e).__name__}: {e}",
+                          "re-save the file, or strip its EXIF data") from e
+
+
 def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = False) -> np.ndarray:
-    """Decode to (H, W) uint8 greyscale or (H, W, 3) uint8 RGB."""
+    """Decode to (H, W) uint8 greyscale or (H, W, 3) uint8 RGB.
+
+    With `exif_transpose` (classification sources: photos) the EXIF orientation is
+    applied first, as a viewer shows the image (JPEG, TIFF, WebP, and PNG with an eXIf
+    chunk). Every mode other than L and RGB (CMYK, P, RGBA, LA, I;16, 1, ...) becomes
+    RGB through Pillow's own `convert("RGB")`.
+    """
     header = _png_header(src.data)
-    if header is not None:
+    # libspng ignores a PNG's eXIf chunk: such a PNG goes through Pillow when orienting.
+    if header is not None and not (exif_transpose and _PNG_EXIF_CHUNK in src.data):
         arr = _spng(src, header, max_pixels)
         if arr is not None:
             if arr.ndim == 3 and arr.shape[2] == 4:
@@ -136,7 +173,7 @@ def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = Fal
             return arr
     im = _open_pillow(src, max_pixels)
     if exif_transpose:
-        im = ImageOps.exif_transpose(im)
+        im = _exif_transpose(src, im)
     if im.mode == "L":
         return np.asarray(im)
     if im.mode != "RGB":

@@ -3,8 +3,10 @@
 Format adapters (`ShardEncoder` subclasses) only turn samples into bytes; everything
 that makes a shard safe on disk lives here:
 
-* the shard is written under a temporary name (`.tmp-<name>-<pid>`) in the output
-  folder, so a crash leaves nothing under a final name that a manifest could list;
+* the shard is written under a temporary name (`.tmp-<name>-<pid>-<random>`) in the
+  output folder, so a crash leaves nothing under a final name that a manifest could
+  list; the random part keeps two attempts at the same shard apart even when they run
+  on different machines of a cluster with the same pid (a retried Dask task);
 * on a clean exit of the ``with`` block the encoder finishes, the file is flushed
   and fsynced, hashed (sha256) and renamed to its final name;
 * on an exception the temporary file is removed and nothing is renamed (a writer that
@@ -19,6 +21,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import os
+import secrets
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -100,7 +103,7 @@ class ShardWriter:
         self.out_dir = out_dir
         self.name = name
         self.final_path = os.path.join(out_dir, name)
-        self.tmp_path = os.path.join(out_dir, f"{TMP_PREFIX}{name}-{os.getpid()}")
+        self.tmp_path = os.path.join(out_dir, f"{TMP_PREFIX}{name}-{os.getpid()}-{secrets.token_hex(4)}")
         self._encoder_cls = encoder_cls
         self._compression = compression
         self._capacity = capacity

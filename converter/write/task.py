@@ -4,6 +4,10 @@ Only small metadata goes back to the parent (`ShardResult`): counts, sizes, hash
 fingerprints, and the bad inputs met. Pixel arrays never cross a process boundary.
 The worker keeps one `SampleTransformer` per option set (the colour lookup table is
 built once per process, not once per shard).
+
+A task of a local run holds `converter.lock.WorkerGuard` from start to rename: a
+worker whose run was killed (SIGKILL leaves loky workers alive) writes nothing and
+exits instead of renaming shards under the next run's feet.
 """
 
 from __future__ import annotations
@@ -15,14 +19,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from converter.allocator import reuse_freed_memory
 from converter.discover.layout import BadInput, SourceSample
+from converter.lock import OrphanedWorker, WorkerGuard
 from converter.options import OutputOptions
-from converter.plan import CopyRecord, ShardTask
+from converter.plan import CopyRecord, ReplaceRecord, ShardTask
 from converter.transform.decode import DecodeError
 from converter.transform.sample import SampleTransformer, UnknownColorError
-from converter.write.base import SampleArrays, ShardWriter
+from converter.write.base import SampleArrays, ShardWriter, sha256_file
 from converter.write.registry import encoder_for
+from readers.formats.base import tune_allocator
 from readers.manifest import ClassInfo, Manifest, SampleEntry, ShardEntry
 
 
@@ -36,6 +41,7 @@ class WorkerContext:
     source_base: str
     max_pixels: int
     old_manifest_path: str | None = None  # for CopyRecord items (rewrites)
+    owner_pid: int | None = None  # the local run that started the workers; None: no orphan guard (Dask)
 
 
 @dataclass
@@ -56,7 +62,7 @@ def _transformer(ctx: WorkerContext) -> SampleTransformer:
     key = (ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels)
     t = _TRANSFORMERS.get(key)
     if t is None:
-        reuse_freed_memory()  # once per process: per-sample arrays reuse warm pages
+        tune_allocator()  # once per process: per-sample arrays reuse warm pages instead of faulting
         _TRANSFORMERS.clear()
         t = _TRANSFORMERS[key] = SampleTransformer(ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels)
     return t
@@ -70,7 +76,14 @@ def _old_records(ctx: WorkerContext, shard_file: str) -> dict[int, Any]:
     manifest = Manifest.load(ctx.old_manifest_path)  # type: ignore[arg-type]
     spec = RecordSpec.from_manifest(manifest)
     entry = next(s for _, s in manifest.iter_shards() if s.file == shard_file)
-    ref = ShardRef(os.path.join(ctx.out_dir, shard_file), entry, 0)
+    path = os.path.join(ctx.out_dir, shard_file)
+    digest = sha256_file(path)
+    if digest != entry.sha256:
+        raise ValueError(
+            f"{path}: cannot copy records out of it, its sha256 differs from the manifest's (the shard is damaged). "
+            "Run `imgshard verify OUT` to see the damage, then re-convert with --rebuild."
+        )
+    ref = ShardRef(path, entry, 0)
     return dict(enumerate(get_adapter(manifest.format).iter_shard(ref, spec))), entry
 
 
@@ -83,15 +96,49 @@ def _note_bad(result: ShardResult, e: DecodeError, key: str) -> None:
             agg[1] += 1
 
 
+def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeError | None:
+    """The mask's own problem, when its image already failed (so every bad file is listed)."""
+    from converter.options import UnknownColor
+    from converter.transform.decode import decode_mask, read_source
+    from converter.transform.sample import relative_key_path
+
+    try:
+        mask = decode_mask(read_source(sample.mask, relative_key_path(sample.mask, transform.base)),
+                           transform.max_pixels)
+        if transform.colormap is not None:
+            _, unknown = transform.colormap.lookup(mask)
+            if unknown.ambiguous or (unknown.counts and transform.options.unknown_color is UnknownColor.FAIL):
+                raise UnknownColorError(sample.mask, unknown, transform.colormap)
+    except DecodeError as e:
+        return e
+    return None
+
+
 class _EmptyShard(Exception):
     """Every sample of a shard was bad: leaving the `with` block discards the file."""
 
 
 def run_shard_task(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], None] | None = None) -> ShardResult:
-    """Write `task.file` in `ctx.out_dir`. Bad samples are skipped and reported in the result."""
+    """Write `task.file` in `ctx.out_dir`. Bad samples are skipped and reported in the result.
+
+    A `ReplaceRecord` whose new source is bad is reported and its old record is kept,
+    so a bad replacement never loses a sample.
+    """
+    try:
+        with WorkerGuard(ctx.out_dir, ctx.owner_pid) as guard:
+            return _run_guarded(task, ctx, progress, guard)
+    except OrphanedWorker:
+        if ctx.owner_pid is not None and ctx.owner_pid != os.getpid():
+            os._exit(3)  # our run was killed: nobody waits for this result
+        raise
+
+
+def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], None] | None,
+                 guard: WorkerGuard) -> ShardResult:
     t0 = time.perf_counter()
     transform = _transformer(ctx)
     class_pixels = np.zeros(len(ctx.classes), dtype=np.int64)
+    class_images = np.zeros(len(ctx.classes), dtype=np.int64)
     ignore_pixels = 0
     entries: list[SampleEntry] = []
     result = ShardResult(task.split, None, task.replaces)
@@ -101,31 +148,46 @@ def run_shard_task(task: ShardTask, ctx: WorkerContext, progress: Callable[[int]
         with ShardWriter(ctx.out_dir, task.file, encoder, compression=ctx.options.compression,  # type: ignore[arg-type]
                          capacity=task.num_samples) as writer:
             for item in task.items:
-                if isinstance(item, CopyRecord):
-                    if item.shard not in copies:
-                        copies[item.shard] = _old_records(ctx, item.shard)
-                    records, old_entry = copies[item.shard]
-                    rec = records[item.index]
-                    writer.add(SampleArrays(rec.key, rec.image, rec.mask, rec.label))
-                    entries.append(old_entry.samples[item.index])
-                    counts, ignored = transform.count_classes(rec.mask, rec.label)
-                else:
+                copy = item if isinstance(item, CopyRecord) else None
+                counts = None
+                if not isinstance(item, CopyRecord):
+                    sample = item.sample if isinstance(item, ReplaceRecord) else item
                     try:
-                        out = transform(item)
+                        out = transform(sample)
                     except DecodeError as e:
-                        _note_bad(result, e, item.key)
-                        counts = None
+                        _note_bad(result, e, sample.key)
+                        if sample.mask is not None and e.path == sample.image:  # its mask may be bad too
+                            mask_error = _mask_problem(transform, sample)
+                            if mask_error is not None:
+                                _note_bad(result, mask_error, sample.key)
+                        if isinstance(item, ReplaceRecord):
+                            copy = item.old  # keep the old record: nothing is lost
                     else:
                         writer.add(SampleArrays(out.entry.key, out.image, out.mask, out.label))
                         entries.append(out.entry)
                         counts, ignored = out.class_pixels, out.ignore_pixels
+                if copy is not None:
+                    if copy.shard not in copies:
+                        copies[copy.shard] = _old_records(ctx, copy.shard)
+                    records, old_entry = copies[copy.shard]
+                    rec = records[copy.index]
+                    if rec.key != copy.key:
+                        raise ValueError(
+                            f"{os.path.join(ctx.out_dir, copy.shard)}: record {copy.index} has key {rec.key!r}, "
+                            f"the manifest says {copy.key!r}. Run `imgshard verify` and re-convert with --rebuild."
+                        )
+                    writer.add(SampleArrays(rec.key, rec.image, rec.mask, rec.label))
+                    entries.append(old_entry.samples[copy.index])
+                    counts, ignored = transform.count_classes(rec.mask, rec.label)
                 if counts is not None:
                     class_pixels += counts
+                    class_images += counts > 0
                     ignore_pixels += ignored
                 if progress is not None:
                     progress(1)
             if not entries:
                 raise _EmptyShard()
+            guard.check()  # last moment before the rename: is our run still alive?
     except _EmptyShard:
         result.seconds = time.perf_counter() - t0
         return result
@@ -133,6 +195,7 @@ def run_shard_task(task: ShardTask, ctx: WorkerContext, progress: Callable[[int]
     result.entry = ShardEntry(
         file=written.file, records=written.records, bytes=written.bytes, sha256=written.sha256,
         class_pixels=tuple(int(c) for c in class_pixels), ignore_pixels=ignore_pixels, samples=tuple(entries),
+        class_images=tuple(int(c) for c in class_images),
     )
     result.seconds = time.perf_counter() - t0
     return result

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from readers.errors import describe, shard_error
+from readers.errors import FIX_HINT, describe, shard_error
 from readers.formats import (
     FEATURE_HEIGHT,
     FEATURE_IMAGE,
@@ -49,18 +49,17 @@ GZIP_CACHE_BYTES = 1 << 30
 
 #: Files read at once by the shuffled `tf.data` pipeline.
 INTERLEAVE_CYCLE = 4
-#: Read-ahead buffer of each `TFRecordDataset` file reader, for gzip shards and remote
-#: files (``scheme://``). Uncompressed local shards are read unbuffered (0): each record
-#: is then read straight from the file into its string, one copy instead of two, which
-#: made the compact pipeline about a third cheaper per sample (docs/PERFORMANCE.md).
-READ_BUFFER_BYTES = 8 << 20
-
-
-def read_buffer_bytes(paths: Sequence[str], compression: str) -> int:
-    """`TFRecordDataset` buffer size: 0 (unbuffered) for uncompressed local files."""
-    if compression == "none" and not any("://" in p for p in paths):
-        return 0
-    return READ_BUFFER_BYTES
+#: Check in the tf.data pipeline that each file gave all its records, naming the file if
+#: not (see `_checked_reader`); False uses TensorFlow's reader alone.
+NAME_FILES_IN_ERRORS = True
+#: Records per check of the file-naming reader.
+CHECK_BLOCK = 32
+#: Read buffer of each `TFRecordDataset` file reader: 0 reads each record straight
+#: into its string (one copy less than a buffered stream; records are large).
+READ_BUFFER_BYTES = 0
+#: Files read in parallel by the ordered (shuffle=False) pipeline.
+READ_AHEAD_FILES = 2
+ORDERED_PARALLEL = True
 
 
 def record_from_features(features: Mapping[str, list], spec: RecordSpec, path: str, index: int) -> Record:
@@ -129,28 +128,33 @@ class TFRecordAdapter(FileAdapter):
         """
         import tensorflow as tf
 
-        files = tf.constant([s.path for s in shards], tf.string, shape=[len(shards)])
-        compression = "GZIP" if spec.compression == "gzip" else ""
-        buffer = read_buffer_bytes([s.path for s in shards], spec.compression)
+        paths = tf.constant([s.path for s in shards], tf.string, shape=[len(shards)])
+        counts = tf.constant([s.records for s in shards], tf.int64, shape=[len(shards)])
+        read = _checked_reader(spec.compression) if NAME_FILES_IN_ERRORS else _plain_reader(spec.compression)
+        files = tf.data.Dataset.from_tensor_slices((paths, counts))
         # Ordered output unless shuffling without a seed (then the fastest file wins).
         deterministic = (not options.shuffle) or options.seed is not None
         if options.record_shard is not None:
             # Every pipeline reads every file in the same order and keeps its share.
-            ds = tf.data.TFRecordDataset(files, compression_type=compression, buffer_size=buffer)
-            ds = ds.shard(*options.record_shard)
+            ds = files.flat_map(read).shard(*options.record_shard)
         elif options.shuffle and len(shards) > 1:
-            file_ds = tf.data.Dataset.from_tensor_slices(files).shuffle(
-                len(shards), seed=options.seed, reshuffle_each_iteration=True
-            )
-            ds = file_ds.interleave(
-                lambda f: tf.data.TFRecordDataset(f, compression_type=compression, buffer_size=buffer),
+            ds = files.shuffle(len(shards), seed=options.seed, reshuffle_each_iteration=True).interleave(
+                read,
                 cycle_length=min(len(shards), INTERLEAVE_CYCLE),
                 block_length=1,
                 num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=deterministic,
             )
         else:
-            ds = tf.data.TFRecordDataset(files, compression_type=compression, buffer_size=buffer)
+            # Ordered: a whole file per block, so the output order is the sequential one,
+            # while the next files are read ahead in parallel.
+            ds = files.interleave(
+                read,
+                cycle_length=min(len(shards), READ_AHEAD_FILES) or 1,
+                block_length=max([s.records for s in shards] or [1]),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True,
+            ) if ORDERED_PARALLEL else files.flat_map(read)
         if options.shuffle:
             ds = ds.shuffle(options.buffer_records(shards), seed=options.seed, reshuffle_each_iteration=True)
         ds = ds.batch(options.batch_size, drop_remainder=options.drop_remainder)
@@ -161,6 +165,69 @@ class TFRecordAdapter(FileAdapter):
     # -- random access ----------------------------------------------------------------------------
     def random_access(self, shard: ShardRef, spec: RecordSpec) -> "TFRecordRandomAccess":
         return TFRecordRandomAccess(shard, spec)
+
+
+def _plain_reader(compression: str):
+    """(path, count) -> dataset of (index, serialized record), straight from TensorFlow's reader."""
+    import tensorflow as tf
+
+    compression_type = "GZIP" if compression == "gzip" else ""
+
+    def read(path: "tf.Tensor", count: "tf.Tensor") -> "tf.data.Dataset":
+        records = tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES)
+        return records.enumerate()
+
+    return read
+
+
+def _checked_reader(compression: str):
+    """(path, count) -> dataset of (index, serialized record) that names the file on damage.
+
+    TensorFlow's `DataLossError` ("corrupted record at 1770") does not say which file.
+    Here each file's read errors are caught (`ignore_errors`, which ends that file), an
+    empty sentinel record is appended, and every `CHECK_BLOCK` records (batched and
+    unbatched again, which moves the strings rather than copying them) a check asserts
+    that a sentinel sits exactly at index `count`, the manifest's record count; if not,
+    `tf.debugging.Assert` fails with an `InvalidArgumentError` naming the shard file,
+    the records read and expected, and the fix. `take(count)` then drops the sentinel.
+    A real record is never empty (it holds at least the image bytes), so the sentinel
+    cannot be confused with data. Per-record cost: none measurable (one small graph
+    function per block instead of one per record).
+    """
+    import tensorflow as tf
+
+    compression_type = "GZIP" if compression == "gzip" else ""
+    sentinel = tf.data.Dataset.from_tensors(tf.constant(b""))
+
+    def read(path: "tf.Tensor", count: "tf.Tensor") -> "tf.data.Dataset":
+        # `ignore_errors` retries forever when a file cannot be opened at all, so check that
+        # it still exists first (readability was checked by `readers.open`). Paths with glob
+        # characters skip this check.
+        plain = tf.logical_not(tf.strings.regex_full_match(path, r".*[*?\[\]\\{}].*"))
+        exists = tf.logical_or(tf.logical_not(plain), tf.size(tf.io.matching_files(
+            tf.where(plain, path, tf.constant("")))) > 0)
+        found = tf.debugging.Assert(exists, [
+            "imgshard: shard", path, f"has disappeared since the dataset was opened. {FIX_HINT}"])
+        with tf.control_dependencies([found]):
+            path = tf.identity(path)
+        records = tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES)
+        records = records.ignore_errors().concatenate(sentinel).enumerate()
+
+        def check(index: "tf.Tensor", record: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
+            end = tf.equal(tf.strings.length(record), 0)
+            ok = tf.reduce_all(tf.logical_or(tf.logical_not(end), tf.equal(index, count)))
+            read_records = tf.reduce_min(tf.where(end, index, tf.reduce_max(index) + 1))
+            assertion = tf.debugging.Assert(ok, [
+                "imgshard: shard", path, "is damaged or changed: TensorFlow could read only", read_records,
+                "of its", count, f"records (a read error: bad CRC, truncation or missing file). {FIX_HINT} "
+                "`Dataset.records(split)` names the damaged record.",
+            ])
+            with tf.control_dependencies([assertion]):
+                return tf.identity(index), tf.identity(record)
+
+        return records.batch(CHECK_BLOCK).map(check).unbatch().take(count)
+
+    return read
 
 
 def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch_size: int | None = None):
@@ -178,7 +245,8 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
     image_shape = [lead, *spec.image_shape]
     mask_shape = [lead, *spec.mask_shape]
 
-    def parse(serialized: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
+    def parse(index: "tf.Tensor", serialized: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
+        del index  # position inside the shard, carried for the error check
         parsed = tf.io.parse_example(serialized, features)
         images = tf.reshape(tf.io.decode_raw(parsed[FEATURE_IMAGE], tf.uint8), image_shape)
         if spec.segmentation:

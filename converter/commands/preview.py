@@ -1,0 +1,58 @@
+"""`imgshard preview PATH -o preview.png`: a contact sheet of samples.
+
+PATH is a converted dataset (a folder with imgshard.json) or raw sources (CamVid
+layout, or --images/--masks/--classes; or class folders, detected as convert detects
+them, --task/--val-fraction as for convert). On raw sources, mask colours that match no
+class are drawn as a magenta/black checkerboard; class folders give a grid of images
+with their class names.
+
+--split S picks the split to show (a dataset: default train; raw sources: default
+every split; with --images/--masks it names the split as for convert).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from converter.commands.convert import add_source_arguments, add_task_arguments, resolve_task
+from converter.options import DEFAULT_MAX_PIXELS, SourceSpec
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("preview", help="contact sheet PNG: image | mask | overlay per sample, with a legend",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_source_arguments(p)
+    add_task_arguments(p)
+    p.set_defaults(split=None)
+    p.add_argument("-o", "--output", required=True, help="PNG file to write")
+    p.add_argument("-n", type=int, default=8, help="number of samples (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="which samples (default 0)")
+    p.add_argument("--key", action="append", default=[], metavar="KEY",
+                   help="show this sample (repeatable; e.g. train/0001TP_006690.png); overrides -n")
+    p.add_argument("--color-tolerance", type=int, default=0, metavar="N",
+                   help="raw sources: snap colours within N of a class, as convert would (default 0)")
+    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="raw sources: as convert")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from converter.preview import PreviewOptions, is_dataset, preview_dataset, preview_sources
+
+    options = PreviewOptions(split=args.split, n=args.n, seed=args.seed, keys=tuple(args.key),
+                             color_tolerance=args.color_tolerance)
+    if args.src is not None and args.images is None and is_dataset(args.src):
+        sheet = preview_dataset(args.src, args.output, options)
+        what = "dataset"
+    else:
+        spec = SourceSpec(root=args.src, images=args.images, masks=args.masks, split=args.split or "train",
+                          classes=args.classes)
+        if args.images is not None and args.split is not None:
+            options = PreviewOptions(split=None, n=args.n, seed=args.seed, keys=tuple(args.key),
+                                     color_tolerance=args.color_tolerance)
+        sheet = preview_sources(spec, args.output, options, max_pixels=args.max_pixels,
+                                task=resolve_task(args, spec), val_fraction=args.val_fraction)
+        what = "raw sources"
+    w, h = sheet.size
+    print(f"Wrote {args.output} ({w}x{h} px, {len(sheet.boxes)} sample(s) from the {what}).", file=sys.stderr)
+    return 0

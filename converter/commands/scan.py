@@ -1,0 +1,71 @@
+"""`imgshard scan SRC`: check raw sources before converting (colours, bad files, duplicates, sizes).
+
+The task is detected as convert detects it (--task overrides; --val-fraction implies
+classification). Class folders: images per split and class, classes missing from a
+split, bad files, EXIF, duplicates (also under different classes), sizes/modes/formats.
+
+Exit codes: 0 when `imgshard convert` with default flags would succeed (warnings
+allowed), 65 when it would fail (the verdict names the flags that make it succeed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from converter.commands.convert import add_source_arguments, add_task_arguments, resolve_task, source_spec
+from converter.options import DEFAULT_MAX_PIXELS, Task
+
+EX_DATAERR = 65
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("scan", help="check raw sources before converting: colours, bad files, duplicates, sizes",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_source_arguments(p)
+    add_task_arguments(p)
+    p.add_argument("--color-tolerance", type=int, default=0, metavar="N",
+                   help="judge mask colours as convert --color-tolerance N would (default 0: exact)")
+    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="as convert: larger images are bad")
+    p.add_argument("--workers", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only the verdict")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from converter.scan import ScanOptions, format_report, format_verdict, scan
+
+    spec = source_spec(args)
+    task = resolve_task(args, spec)
+    options = ScanOptions(color_tolerance=args.color_tolerance, max_pixels=args.max_pixels, workers=args.workers,
+                          task=task, val_fraction=args.val_fraction)
+    unit = "image" if task is Task.CLASSIFICATION else "pair"
+    if args.task is None and not args.quiet and not args.json:
+        print(f"imgshard scan: task {task.value} (detected from the sources; --task overrides)", file=sys.stderr)
+    bar = None
+
+    def on_start(total: int) -> None:
+        nonlocal bar
+        if not args.quiet and total:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, unit=unit, desc="scan", file=sys.stderr, dynamic_ncols=True)
+
+    def on_progress(n: int) -> None:
+        if bar is not None:
+            bar.update(n)
+
+    try:
+        report = scan(spec, options, on_start=on_start, on_progress=on_progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1, sort_keys=True))
+    elif args.quiet:
+        print("\n".join(format_verdict(report)))
+    else:
+        print(format_report(report))
+    return 0 if report.verdict["convert_ok_without_flags"] else EX_DATAERR

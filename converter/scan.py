@@ -1,0 +1,657 @@
+"""`imgshard scan`: check raw sources before converting them.
+
+Same discovery, decoding and colour rules as `convert` (`converter.discover`,
+`converter.transform.decode`, `converter.transform.colormap`), so what scan calls bad
+is what convert would refuse, with the same `DecodeError` kinds. Workers (joblib, like
+convert) decode each pair once and send back a small `FileSummary`: sizes, modes,
+hashes, per-class pixel counts and the colours that matched no class. No pixel array
+crosses a process boundary. The parent then:
+
+* counts mask colours per class (pixel share and file count) and lists unknown colours
+  with their nearest class, distance (Chebyshev, what ``--color-tolerance`` measures),
+  the tolerance that would snap them and whether that snap would be ambiguous;
+* finds classes of the CSV that never occur (overall and per split);
+* groups exact duplicate images by content hash (sha256 of the decoded pixels, so a
+  PNG saved twice with other settings still matches) within and across splits;
+* tallies image sizes and modes;
+* builds a verdict: the exact `imgshard convert` flags that would succeed.
+
+Everything is deterministic: summaries are sorted by key before they are aggregated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import shlex
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from converter.discover.classes import load_class_table
+from converter.discover.classfolders import detect_task
+from converter.discover.layout import BadInput, SourceSample, discover
+from converter.options import DEFAULT_MAX_PIXELS, SourceSpec, Task
+from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
+from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
+from converter.transform.sample import UnknownColorError, relative_key_path
+from readers.manifest import ClassInfo
+
+if TYPE_CHECKING:
+    from converter.scan_classification import ClassScanReport
+
+#: Unknown colours kept per file (the most frequent); the rest are summed as "other".
+MAX_UNKNOWN_COLORS_PER_FILE = 4096
+#: The verdict suggests snapping only colours at most this far (per channel) from a class;
+#: farther colours are more likely a class missing from the CSV than compression damage.
+SNAP_LIMIT = 10
+#: Files named per unknown colour / duplicate group in the report.
+EXAMPLES = 5
+
+Color = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """Options of a scan; `color_tolerance`, `max_pixels`, `task` and `val_fraction` mean what
+    they mean for convert (`task` None: detected from the sources, as convert does)."""
+
+    color_tolerance: int = 0
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    workers: int = 0  # 0 -> all cores
+    task: Task | None = None
+    val_fraction: float | None = None  # classification, flat layout
+
+    def __post_init__(self) -> None:
+        if self.task is not None:
+            object.__setattr__(self, "task", Task.parse(self.task, "--task"))
+        if self.val_fraction is not None:
+            if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, (int, float)) \
+                    or not 0.0 < float(self.val_fraction) < 1.0:
+                raise ValueError(f"--val-fraction must be a number strictly between 0 and 1. "
+                                 f"Received: {self.val_fraction!r}")
+            if self.task is Task.SEGMENTATION:
+                raise ValueError("--val-fraction applies to classification datasets in the flat layout "
+                                 f"SRC/<class>/*. Received: --val-fraction {self.val_fraction} with --task segmentation")
+            object.__setattr__(self, "val_fraction", float(self.val_fraction))
+        if isinstance(self.color_tolerance, bool) or not isinstance(self.color_tolerance, int) \
+                or not 0 <= self.color_tolerance <= 255:
+            raise ValueError(f"--color-tolerance must be an integer in 0..255. Received: {self.color_tolerance!r}")
+        if isinstance(self.max_pixels, bool) or not isinstance(self.max_pixels, int) or self.max_pixels < 1:
+            raise ValueError(f"--max-pixels must be a positive integer. Received: {self.max_pixels!r}")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 0:
+            raise ValueError(f"--workers must be an integer >= 0 (0 = all cores). Received: {self.workers!r}")
+
+    @property
+    def effective_workers(self) -> int:
+        return self.workers or (os.cpu_count() or 1)
+
+    def resolve_task(self, spec: SourceSpec) -> Task:
+        """`task` as given, else classification with `val_fraction`, else detected (as convert)."""
+        if self.task is not None:
+            return self.task
+        if self.val_fraction is not None:
+            return Task.CLASSIFICATION
+        return detect_task(spec)
+
+
+@dataclass
+class FileSummary:
+    """What a worker learns about one pair; small and picklable."""
+
+    split: str
+    key: str
+    image: str
+    mask: str | None
+    image_size: tuple[int, int] | None = None  # (width, height)
+    image_mode: str | None = None
+    image_format: str | None = None
+    mask_size: tuple[int, int] | None = None
+    mask_mode: str | None = None
+    image_sha256: str | None = None  # file bytes
+    pixel_hash: str | None = None  # decoded pixels
+    class_pixels: tuple[int, ...] | None = None  # exact colour matches per class
+    unknown: dict[Color, int] = field(default_factory=dict)  # colour -> pixels (at most MAX_UNKNOWN_COLORS_PER_FILE)
+    unknown_other_pixels: int = 0  # pixels of the unknown colours not listed
+    unknown_other_colors: int = 0
+    errors: list[BadInput] = field(default_factory=list)  # decode / size problems (not colours)
+
+    @property
+    def mask_pixels(self) -> int:
+        return self.mask_size[0] * self.mask_size[1] if self.mask_size else 0
+
+
+# -- worker side ---------------------------------------------------------------------------------
+
+_COLORMAPS: dict[tuple[ClassInfo, ...], ColorMap] = {}
+
+
+def _colormap(classes: tuple[ClassInfo, ...]) -> ColorMap:
+    cmap = _COLORMAPS.get(classes)
+    if cmap is None:
+        _COLORMAPS.clear()
+        cmap = _COLORMAPS[classes] = ColorMap(classes, 0)
+    return cmap
+
+
+def _header(data: bytes) -> tuple[str | None, str | None]:
+    """(mode, format) from the file header; None when Pillow cannot identify it."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.mode, im.format
+    except (OSError, SyntaxError, ValueError):
+        return None, None
+
+
+def _bad(e: DecodeError, key: str) -> BadInput:
+    return BadInput(e.path, e.reason, e.fix, key, e.kind)
+
+
+def pixel_hash(image: np.ndarray) -> str:
+    """sha256 of decoded pixels (with shape and dtype): equal for the same picture in other files."""
+    h = hashlib.sha256(f"{image.shape}|{image.dtype}".encode())
+    h.update(np.ascontiguousarray(image).data)
+    return h.hexdigest()
+
+
+def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str, max_pixels: int) -> FileSummary:
+    """Decode one pair the way convert would and summarise it (never raises DecodeError)."""
+    s = FileSummary(sample.split, sample.key, sample.image, sample.mask)
+    image = None
+    try:
+        src = read_source(sample.image, relative_key_path(sample.image, base))
+        s.image_sha256 = src.fingerprint.sha256
+        s.image_mode, s.image_format = _header(src.data)
+        image = decode_image(src, max_pixels)
+        s.image_size = (int(image.shape[1]), int(image.shape[0]))
+        s.pixel_hash = pixel_hash(image)
+    except DecodeError as e:
+        s.errors.append(_bad(e, sample.key))
+    if sample.mask is None:
+        return s
+    try:
+        msrc = read_source(sample.mask, relative_key_path(sample.mask, base))
+        s.mask_mode, _ = _header(msrc.data)
+        mask = decode_mask(msrc, max_pixels)
+    except DecodeError as e:
+        s.errors.append(_bad(e, sample.key))
+        return s
+    s.mask_size = (mask.width, mask.height)
+    if image is not None and (mask.height, mask.width) != image.shape[:2]:
+        s.errors.append(BadInput(
+            sample.mask, f"mask is {mask.width}x{mask.height} but its image {sample.image} is "
+            f"{image.shape[1]}x{image.shape[0]}", "masks must have the same size as their images",
+            sample.key, "size_mismatch"))
+    cmap = _colormap(classes)
+    class_map, unknown = cmap.lookup(mask)
+    known = class_map[class_map < AMBIGUOUS]
+    s.class_pixels = tuple(int(c) for c in np.bincount(known, minlength=len(classes))[: len(classes)])
+    items = sorted(unknown.counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    s.unknown = dict(items[:MAX_UNKNOWN_COLORS_PER_FILE])
+    rest = items[MAX_UNKNOWN_COLORS_PER_FILE:]
+    s.unknown_other_colors = len(rest)
+    s.unknown_other_pixels = sum(n for _, n in rest)
+    return s
+
+
+def scan_batch(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str,
+               max_pixels: int) -> list[FileSummary]:
+    return [scan_sample(s, classes, base, max_pixels) for s in samples]
+
+
+def _batches(samples: Sequence[SourceSample], workers: int) -> list[list[SourceSample]]:
+    size = max(1, min(64, math.ceil(len(samples) / max(1, workers * 4))))
+    return [list(samples[i:i + size]) for i in range(0, len(samples), size)]
+
+
+def run_scan_workers(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str, max_pixels: int,
+                     workers: int, on_progress: Callable[[int], None] | None = None) -> list[FileSummary]:
+    """Summaries of every sample, sorted by key; joblib processes when workers > 1."""
+    batches = _batches(samples, workers)
+    out: list[FileSummary] = []
+    if workers <= 1 or len(batches) <= 1:
+        for b in batches:
+            out += scan_batch(b, classes, base, max_pixels)
+            if on_progress is not None:
+                on_progress(len(b))
+    else:
+        from joblib import Parallel, delayed
+
+        parallel = Parallel(n_jobs=min(workers, len(batches)), backend="loky", return_as="generator_unordered")
+        for result in parallel(delayed(scan_batch)(b, classes, base, max_pixels) for b in batches):
+            out += result
+            if on_progress is not None:
+                on_progress(len(result))
+    out.sort(key=lambda s: s.key)
+    return out
+
+
+# -- parent side: aggregation ---------------------------------------------------------------------
+
+def _chebyshev(classes: tuple[ClassInfo, ...], color: Color) -> np.ndarray:
+    colors = np.array([c.color for c in classes], np.int64).reshape(-1, 3)
+    return np.abs(colors - np.array(color, np.int64)).max(axis=1)
+
+
+@dataclass(frozen=True)
+class UnknownColorInfo:
+    color: Color
+    pixels: int
+    files: int
+    share: float  # of all mask pixels
+    nearest: str
+    distance: int  # Chebyshev distance to the nearest class = the tolerance that would snap it
+    ambiguous_at_snap: bool  # another class is just as near: that snap is ambiguous
+    second_distance: int  # distance to the second-nearest class (256 when there is none)
+    status: str  # at the scan's --color-tolerance: "unknown", "snapped" or "ambiguous"
+    examples: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"color": list(self.color), "hex": _hex(self.color), "pixels": self.pixels, "files": self.files,
+                "share": self.share, "nearest_class": self.nearest, "distance": self.distance,
+                "tolerance_to_snap": self.distance, "ambiguous_at_snap": self.ambiguous_at_snap,
+                "second_distance": self.second_distance, "status": self.status, "examples": list(self.examples)}
+
+
+def _hex(color: Sequence[int]) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*color)
+
+
+def _status(d1: int, d2: int, tolerance: int) -> str:
+    if d2 <= tolerance:
+        return "ambiguous"
+    if d1 <= tolerance:
+        return "snapped"
+    return "unknown"
+
+
+@dataclass
+class ScanReport:
+    source: str
+    spec: SourceSpec
+    options: ScanOptions
+    classes: tuple[ClassInfo, ...]
+    splits: dict[str, int]
+    summaries: list[FileSummary]
+    bad: list[BadInput]
+    classes_table: list[dict]
+    unknown_colors: list[UnknownColorInfo]
+    unknown_unlisted: dict[str, int]
+    never_present: list[str]
+    missing_per_split: dict[str, list[str]]
+    duplicates: dict[str, Any]
+    images: dict[str, Any]
+    verdict: dict[str, Any]
+
+    def to_json(self) -> dict:
+        return {
+            "task": Task.SEGMENTATION.value,
+            "source": self.source,
+            "options": {"color_tolerance": self.options.color_tolerance, "max_pixels": self.options.max_pixels},
+            "pairs": self.splits,
+            "total_pairs": sum(self.splits.values()),
+            "bad": [b.to_json() for b in self.bad],
+            "bad_counts": dict(sorted(Counter(b.kind for b in self.bad).items())),
+            "classes": self.classes_table,
+            "unknown_colors": [u.to_json() for u in self.unknown_colors],
+            "unknown_colors_unlisted": self.unknown_unlisted,
+            "classes_never_present": self.never_present,
+            "classes_missing_per_split": self.missing_per_split,
+            "duplicates": self.duplicates,
+            "images": self.images,
+            "verdict": self.verdict,
+        }
+
+
+def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
+         on_start: Callable[[int], None] | None = None,
+         on_progress: Callable[[int], None] | None = None) -> ScanReport | ClassScanReport:
+    """Scan the sources of `spec`. `on_start(total)` is called once the pairs are known.
+
+    Class-folder sources (task classification, given or detected as convert does) get a
+    `converter.scan_classification.ClassScanReport` instead.
+    """
+    options = options or ScanOptions()
+    if options.resolve_task(spec) is Task.CLASSIFICATION:
+        from converter.scan_classification import scan_classification
+
+        return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
+    found = discover(spec)  # first: a missing source folder is named as such
+    classes = load_class_table(_classes_csv(spec))
+    if on_start is not None:
+        on_start(len(found.samples))
+    summaries = run_scan_workers(found.samples, classes, spec.base, options.max_pixels, options.effective_workers,
+                                 on_progress)
+    return build_report(spec, options, classes, found.splits, found.bad, summaries)
+
+
+def _classes_csv(spec: SourceSpec) -> str:
+    if spec.classes is not None:
+        return spec.classes
+    if spec.root is not None:
+        return os.path.join(spec.root, "class_dict.csv")
+    raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
+
+
+def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInfo, ...], splits: Sequence[str],
+                 discovery_bad: Sequence[BadInput], summaries: list[FileSummary]) -> ScanReport:
+    c = len(classes)
+    split_names = sorted(splits)
+    pairs = {s: 0 for s in split_names}
+    for s in summaries:
+        pairs[s.split] = pairs.get(s.split, 0) + 1
+
+    # -- colours per class
+    pixels = {sp: np.zeros(c, np.int64) for sp in split_names}
+    files = np.zeros(c, np.int64)
+    mask_pixels = {sp: 0 for sp in split_names}
+    for s in summaries:
+        if s.class_pixels is None:
+            continue
+        counts = np.asarray(s.class_pixels, np.int64)
+        pixels[s.split] += counts
+        files += counts > 0
+        mask_pixels[s.split] += s.mask_pixels
+    total_mask = sum(mask_pixels.values())
+    overall = sum(pixels.values(), np.zeros(c, np.int64))
+
+    # -- unknown colours
+    agg: dict[Color, list] = {}
+    unlisted = {"pixels": 0, "colors": 0}
+    for s in summaries:
+        for color, n in s.unknown.items():
+            a = agg.setdefault(color, [0, 0, []])
+            a[0] += n
+            a[1] += 1
+            if len(a[2]) < EXAMPLES:
+                a[2].append(s.key)
+        unlisted["pixels"] += s.unknown_other_pixels
+        unlisted["colors"] += s.unknown_other_colors
+    tol = options.color_tolerance
+    unknown: list[UnknownColorInfo] = []
+    for color, (n, nfiles, examples) in agg.items():
+        d = _chebyshev(classes, color)
+        order = np.argsort(d, kind="stable")
+        d1 = int(d[order[0]])
+        d2 = int(d[order[1]]) if len(order) > 1 else 256
+        unknown.append(UnknownColorInfo(
+            color, n, nfiles, _share(n, total_mask), classes[int(order[0])].name, d1, d2 == d1, d2,
+            _status(d1, d2, tol), tuple(examples)))
+    unknown.sort(key=lambda u: (-u.pixels, u.color))
+
+    # snapped colours count for their class in the table, as convert would count them
+    snapped: dict[str, int] = Counter()
+    for u in unknown:
+        if u.status == "snapped":
+            snapped[u.nearest] += u.pixels
+    classes_table = []
+    for i, ci in enumerate(classes):
+        classes_table.append({
+            "index": i, "name": ci.name, "color": list(ci.color) if ci.color else None,
+            "hex": _hex(ci.color) if ci.color else None,
+            "pixels": int(overall[i]), "share": _share(int(overall[i]), total_mask), "files": int(files[i]),
+            "snapped_pixels": int(snapped.get(ci.name, 0)),
+            "share_per_split": {sp: _share(int(pixels[sp][i]), mask_pixels[sp]) for sp in split_names},
+        })
+    never = [ci.name for i, ci in enumerate(classes) if overall[i] == 0 and snapped.get(ci.name, 0) == 0]
+    missing = {sp: [ci.name for i, ci in enumerate(classes) if pixels[sp][i] == 0 and ci.name not in never]
+               for sp in split_names if pairs.get(sp)}
+    missing = {sp: names for sp, names in missing.items() if names}
+
+    # -- bad inputs as convert would name them (colour problems at the scan's tolerance)
+    bad = list(discovery_bad)
+    status = {u.color: u for u in unknown}
+    cmap = ColorMap(classes, tol)
+    for s in summaries:
+        bad += s.errors
+        if s.errors:
+            continue  # convert stops at a sample's first problem
+        if s.unknown or s.unknown_other_pixels:
+            uc = UnknownColors()
+            for color, n in s.unknown.items():
+                st = status[color].status
+                if st == "unknown":
+                    uc.counts[color] = n
+                elif st == "ambiguous":
+                    uc.ambiguous[color] = n
+            if uc or s.unknown_other_pixels:
+                e = UnknownColorError(s.mask or s.image, uc, cmap)
+                reason = e.reason if uc else "unknown mask colours (many; not listed)"
+                bad.append(BadInput(e.path, reason, e.fix, s.key, e.kind))
+    bad.sort(key=lambda b: (b.path, b.kind, b.reason))
+
+    duplicates = _duplicates(summaries, split_names)
+    images = _image_stats(summaries)
+    report = ScanReport(
+        source=spec.root or spec.images or "", spec=spec, options=options, classes=classes, splits=pairs,
+        summaries=summaries, bad=bad, classes_table=classes_table, unknown_colors=unknown, unknown_unlisted=unlisted,
+        never_present=never, missing_per_split=missing, duplicates=duplicates, images=images, verdict={},
+    )
+    report.verdict = _verdict(report)
+    return report
+
+
+def _share(n: int, total: int) -> float:
+    return round(100.0 * n / total, 4) if total else 0.0
+
+
+def _duplicates(summaries: list[FileSummary], split_names: list[str]) -> dict[str, Any]:
+    groups: dict[str, list[FileSummary]] = {}
+    for s in summaries:
+        if s.pixel_hash is not None:
+            groups.setdefault(s.pixel_hash, []).append(s)
+    dup_groups = []
+    pairs: Counter = Counter()
+    for h, members in sorted(groups.items(), key=lambda kv: kv[1][0].key):
+        if len(members) < 2:
+            continue
+        per_split = Counter(m.split for m in members)
+        names = sorted(per_split)
+        for i, a in enumerate(names):
+            pairs[f"{a}/{a}"] += per_split[a] * (per_split[a] - 1) // 2
+            for b in names[i + 1:]:
+                pairs[f"{a}/{b}"] += per_split[a] * per_split[b]
+        dup_groups.append({
+            "pixel_sha256": h, "keys": [m.key for m in members], "splits": names,
+            "identical_files": len({m.image_sha256 for m in members}) == 1,
+        })
+    cross = sum(n for k, n in pairs.items() if k.split("/")[0] != k.split("/")[1])
+    within = sum(n for k, n in pairs.items() if k.split("/")[0] == k.split("/")[1])
+    return {"groups": dup_groups, "pairs_per_split_pair": {k: v for k, v in sorted(pairs.items()) if v},
+            "within_split_pairs": within, "cross_split_pairs": cross,
+            "duplicate_images": sum(len(g["keys"]) for g in dup_groups)}
+
+
+def _image_stats(summaries: list[FileSummary]) -> dict[str, Any]:
+    sizes = Counter(f"{s.image_size[0]}x{s.image_size[1]}" for s in summaries if s.image_size)
+    return {
+        "sizes_wxh": dict(sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "image_modes": dict(sorted(Counter(s.image_mode or "?" for s in summaries).items())),
+        "image_formats": dict(sorted(Counter(s.image_format or "?" for s in summaries).items())),
+        "mask_modes": dict(sorted(Counter(s.mask_mode or "?" for s in summaries if s.mask).items())),
+        "largest_pixels": max((s.image_size[0] * s.image_size[1] for s in summaries if s.image_size), default=0),
+    }
+
+
+# -- verdict --------------------------------------------------------------------------------------
+
+def suggest_tolerance(unknown: Sequence[UnknownColorInfo], at_least: int = 0) -> tuple[int, list[UnknownColorInfo]]:
+    """The largest safe --color-tolerance (<= max(SNAP_LIMIT, at_least)) that snaps near colours
+    without making any colour ambiguous, and the colours still unknown at it."""
+    limit = max(SNAP_LIMIT, at_least)
+    candidates = sorted({at_least} | {u.distance for u in unknown if u.distance <= limit}, reverse=True)
+    for t in candidates:
+        if all(u.second_distance > t for u in unknown):
+            return t, [u for u in unknown if u.distance > t]
+    return 0, list(unknown)
+
+
+def _source_args(spec: SourceSpec) -> list[str]:
+    if spec.root is not None:
+        args = [spec.root]
+    else:
+        args = ["--images", spec.images or "", "--masks", spec.masks or "", "--split", spec.split]
+    if spec.classes is not None:
+        args += ["--classes", spec.classes]
+    return args
+
+
+def _verdict(r: ScanReport) -> dict[str, Any]:
+    problems: list[str] = []
+    warnings: list[str] = []
+    total = sum(r.splits.values())
+    flags: list[str] = []
+    if total == 0:
+        problems.append("no image/mask pairs found")
+    tol, still_unknown = suggest_tolerance(r.unknown_colors, r.options.color_tolerance)
+    unknown_files = {k for u in r.unknown_colors for k in u.examples}
+    unmatched = [u for u in r.unknown_colors if u.status != "snapped"]
+    if unmatched or r.unknown_unlisted["pixels"]:
+        n_files = sum(1 for b in r.bad if b.kind in ("unknown_color", "ambiguous_color"))
+        problems.append(f"{len(unmatched)} mask colour(s) match no class (in {n_files} file(s) at "
+                        f"--color-tolerance {r.options.color_tolerance})")
+    if tol > 0:
+        flags += ["--color-tolerance", str(tol)]
+    if still_unknown or r.unknown_unlisted["pixels"]:
+        flags += ["--unknown-color", "ignore"]
+    other_bad = [b for b in r.bad if b.kind not in ("unknown_color", "ambiguous_color")]
+    if other_bad:
+        kinds = Counter(b.kind for b in other_bad)
+        problems.append(f"{len(other_bad)} bad input(s): " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+        flags += ["--max-bad", str(len(other_bad))]
+    if r.never_present:
+        warnings.append(f"class(es) never present in any mask: {', '.join(r.never_present)}")
+    for sp, names in r.missing_per_split.items():
+        warnings.append(f"class(es) absent from split {sp!r}: {', '.join(names)}")
+    d = r.duplicates
+    if d["cross_split_pairs"]:
+        pairs = ", ".join(f"{k}: {v}" for k, v in d["pairs_per_split_pair"].items() if k.split("/")[0] != k.split("/")[1])
+        warnings.append(f"{d['cross_split_pairs']} duplicate image pair(s) across splits (leakage; {pairs})")
+    if d["within_split_pairs"]:
+        warnings.append(f"{d['within_split_pairs']} duplicate image pair(s) within a split")
+    sizes = r.images["sizes_wxh"]
+    size_flag = "HxW"
+    if sizes:
+        w, h = next(iter(sizes)).split("x")
+        size_flag = f"{h}x{w}"
+    command = ["imgshard", "convert", *_source_args(r.spec), "OUT", "--size", size_flag, *flags]
+    status = "no_data" if total == 0 else ("needs_flags" if r.bad else ("warnings" if warnings else "ok"))
+    hints = []
+    if len(sizes) > 1:
+        hints.append(f"{len(sizes)} different image sizes; --size {size_flag} is the most common one, and "
+                     "--fit cover or contain keeps the aspect ratio")
+    if "--color-tolerance" in flags:
+        hints.append(f"--color-tolerance {tol} snaps the colours within {tol} per channel of exactly one class")
+    if "--unknown-color" in flags:
+        far = [u for u in still_unknown]
+        hints.append(f"--unknown-color ignore maps {len(far)} colour(s) too far from any class (or ambiguous) to "
+                     "the ignore index; add them to class_dict.csv instead if they are real classes")
+    if "--max-bad" in flags:
+        hints.append("--max-bad converts the good samples and skips the bad ones; better: fix or remove them")
+        if any(b.kind == "too_large" for b in other_bad):
+            hints.append(f"images over --max-pixels: --max-pixels {r.images['largest_pixels']} accepts them "
+                         "if they are genuine")
+    if unknown_files:
+        keys = sorted(unknown_files)[:4]
+        hints.append("see where: imgshard preview " + " ".join(shlex.quote(a) for a in _source_args(r.spec))
+                     + " -o preview.png " + " ".join(f"--key {shlex.quote(k)}" for k in keys))
+    return {
+        "status": status,
+        "convert_ok_without_flags": status in ("ok", "warnings"),
+        "flags": flags,
+        "command": " ".join(shlex.quote(a) for a in command),
+        "problems": problems,
+        "warnings": warnings,
+        "hints": hints,
+    }
+
+
+# -- text report ------------------------------------------------------------------------------------
+
+def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
+    """The human-readable report (what `imgshard scan` prints)."""
+    if not isinstance(r, ScanReport):  # classification
+        from converter.scan_classification import format_classification_report
+
+        return format_classification_report(r, limit=limit)
+    out: list[str] = []
+    total = sum(r.splits.values())
+    out.append(f"Source: {r.source}")
+    out.append("Pairs: " + (", ".join(f"{k} {v}" for k, v in r.splits.items()) or "none") + f" (total {total})")
+    im = r.images
+    out.append("Image sizes (WxH): " + ", ".join(f"{k} x{v}" for k, v in list(im["sizes_wxh"].items())[:8])
+               + (f" ... ({len(im['sizes_wxh'])} sizes)" if len(im["sizes_wxh"]) > 8 else ""))
+    out.append("Image modes: " + ", ".join(f"{k} {v}" for k, v in im["image_modes"].items())
+               + "; formats: " + ", ".join(f"{k} {v}" for k, v in im["image_formats"].items()))
+    out.append("Mask modes: " + ", ".join(f"{k} {v}" for k, v in im["mask_modes"].items()))
+    out.append("")
+    out.append(f"Mask colours by class ({len(r.classes)} classes; share of all mask pixels):")
+    width = max((len(c["name"]) for c in r.classes_table), default=4)
+    for c in r.classes_table:
+        snapped = f"  (+{c['snapped_pixels']} px snapped)" if c["snapped_pixels"] else ""
+        never = "  NEVER PRESENT" if c["name"] in r.never_present else ""
+        out.append(f"  {c['index']:>3} {c['name']:<{width}} {c['hex']}  {c['share']:7.3f}%  {c['pixels']:>12} px "
+                   f" in {c['files']:>6} file(s){snapped}{never}")
+    if r.unknown_colors:
+        out.append(f"Unknown colours ({len(r.unknown_colors)}; --color-tolerance {r.options.color_tolerance}):")
+        for u in r.unknown_colors[:limit]:
+            amb = " (ambiguous: another class is as near)" if u.ambiguous_at_snap else ""
+            out.append(f"  {u.color} {_hex(u.color)}  {u.share:7.3f}%  {u.pixels:>10} px in {u.files} file(s); "
+                       f"nearest {u.nearest!r} at distance {u.distance}: --color-tolerance {u.distance} would snap "
+                       f"it{amb}; now {u.status}. e.g. {u.examples[0]}")
+        if len(r.unknown_colors) > limit:
+            out.append(f"  ... and {len(r.unknown_colors) - limit} more (see --json)")
+    if r.unknown_unlisted["pixels"]:
+        out.append(f"  plus {r.unknown_unlisted['colors']} rarer colours in {r.unknown_unlisted['pixels']} px, "
+                   "not listed")
+    if r.never_present:
+        out.append("Classes never present: " + ", ".join(r.never_present))
+    for sp, names in r.missing_per_split.items():
+        out.append(f"Classes absent from {sp}: " + ", ".join(names))
+    out.append("")
+    d = r.duplicates
+    if d["groups"]:
+        out.append(f"Duplicate images (same decoded pixels): {len(d['groups'])} group(s), "
+                   f"{d['within_split_pairs']} pair(s) within a split, {d['cross_split_pairs']} across splits")
+        out.append("  pairs per split pair: " + ", ".join(f"{k} {v}" for k, v in d["pairs_per_split_pair"].items()))
+        for g in d["groups"][:limit]:
+            out.append("  " + " = ".join(g["keys"][:EXAMPLES]) + (" ..." if len(g["keys"]) > EXAMPLES else ""))
+    else:
+        out.append("Duplicate images: none")
+    if r.bad:
+        out.append("")
+        out.append(f"Bad inputs ({len(r.bad)}), as convert would report them:")
+        for b in r.bad[:limit]:
+            out.append(f"  [{b.kind}] {b}")
+        if len(r.bad) > limit:
+            out.append(f"  ... and {len(r.bad) - limit} more (see --json)")
+    out.append("")
+    out += format_verdict(r)
+    return "\n".join(out)
+
+
+def format_verdict(r: ScanReport | ClassScanReport) -> list[str]:
+    v = r.verdict
+    headline = {
+        "ok": "OK: convert will succeed.",
+        "warnings": "OK with warnings: convert will succeed, but look at the warnings.",
+        "needs_flags": "convert would FAIL without the flags below; with them it succeeds.",
+        "no_data": "Nothing to convert.",
+    }[v["status"]]
+    out = [f"Verdict: {headline}"]
+    out += [f"  problem: {p}" for p in v["problems"]]
+    out += [f"  warning: {w}" for w in v["warnings"]]
+    if v["status"] != "no_data":
+        out.append(f"  run: {v['command']}")
+    out += [f"  hint: {h}" for h in v["hints"]]
+    return out
+
+
+__all__ = ["FileSummary", "ScanOptions", "ScanReport", "UnknownColorInfo", "build_report", "format_report",
+           "format_verdict", "pixel_hash", "scan", "scan_sample", "suggest_tolerance"]

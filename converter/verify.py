@@ -1,0 +1,372 @@
+"""`imgshard verify OUT`: prove that a converted dataset is whole.
+
+Checks every shard the manifest lists, without TensorFlow:
+
+* the file exists, has the manifest's size and sha256;
+* it holds the manifest's number of records: TFRecord files are walked header by
+  header (`tfrecord_wire.count_records`), so a file cut exactly at a record boundary
+  (which TensorFlow reads as a shorter valid file) is caught; NPZ members' ``.npy``
+  headers give their shapes (never unpickled: an object dtype is an error);
+* no sample key is listed twice in the dataset (nothing duplicated).
+
+With ``deep=True`` every record is also decoded (CRCs checked): image shape and
+dtype, mask or label shape and dtype, class indices below ``num_classes`` or equal to
+the ignore index (one-hot planes 0/1 with at most one class per pixel), keys equal to
+the manifest's keys in order, and per-shard class pixel counts equal to the
+manifest's.
+
+Leftover temporary files and shard files the manifest does not list (a crashed or
+running `convert`; the next run removes them) are warnings, not errors.
+
+Example::
+
+    from converter.verify import verify
+    report = verify("out/", deep=True)
+    if not report.ok:
+        for p in report.errors:
+            print(p)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import zipfile
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from readers.errors import describe
+from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat, check_compression
+from readers.formats.base import Record, RecordSpec, ShardRef
+from readers.formats.registry import get_adapter
+from readers.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
+
+HASH_CHUNK_BYTES = 4 << 20
+TMP_PREFIX = ".tmp-"  # converter.write.base.TMP_PREFIX, repeated to keep this module light
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: the file (relative to the dataset folder), the record if known, what is wrong."""
+
+    file: str
+    problem: str
+    record: int | None = None
+    split: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file + (f", record {self.record}" if self.record is not None else "")
+        return f"{where}: {self.problem}"
+
+
+@dataclass
+class VerifyReport:
+    out_dir: str
+    deep: bool
+    shards: int = 0
+    records: int = 0
+    bytes: int = 0
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def bad_files(self) -> list[str]:
+        return sorted({p.file for p in self.errors})
+
+    def to_json(self) -> dict:
+        return {
+            "out_dir": self.out_dir,
+            "ok": self.ok,
+            "deep": self.deep,
+            "shards": self.shards,
+            "records": self.records,
+            "bytes": self.bytes,
+            "bad_files": self.bad_files,
+            "errors": [asdict(p) for p in self.errors],
+            "warnings": [asdict(p) for p in self.warnings],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(out_dir: str | os.PathLike, *, deep: bool = False,
+           on_shard: Callable[[str], None] | None = None) -> VerifyReport:
+    """Check the dataset in `out_dir` against its manifest (see the module docstring).
+
+    Never raises for a damaged dataset: every problem found is in the returned
+    report's `errors` (a missing or unreadable manifest is one error too). When a
+    `convert` published a new manifest while this ran (it may delete shards of the
+    previous one), the check runs once more on the new manifest.
+    """
+    before = _manifest_identity(out_dir)
+    report = _verify_once(out_dir, deep, on_shard)
+    if not report.ok and before is not None and _manifest_identity(out_dir) != before:
+        report = _verify_once(out_dir, deep, on_shard)
+    return report
+
+
+def _manifest_identity(out_dir: str | os.PathLike) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(os.path.join(os.fspath(out_dir), MANIFEST_NAME))
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _verify_once(out_dir: str | os.PathLike, deep: bool, on_shard: Callable[[str], None] | None) -> VerifyReport:
+    t0 = time.perf_counter()
+    root = os.path.abspath(os.fspath(out_dir))
+    report = VerifyReport(root, deep)
+    try:
+        manifest = Manifest.load(root)
+        fmt = FileFormat.parse(manifest.format)
+        check_compression(fmt, manifest.compression)
+        spec = RecordSpec.from_manifest(manifest, os.path.join(root, MANIFEST_NAME))
+    except (FileNotFoundError, ManifestError, ValueError, KeyError, TypeError) as e:
+        report.errors.append(Problem(MANIFEST_NAME, str(e)))
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    _check_unique_keys(manifest, report)
+    for split, entry in manifest.iter_shards():
+        report.shards += 1
+        report.records += entry.records
+        report.bytes += entry.bytes
+        found = _check_shard(root, split, entry, fmt, spec, deep)
+        report.errors.extend(found)
+        if on_shard is not None:
+            on_shard(entry.file)
+    _leftovers(root, manifest, report)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _check_unique_keys(manifest: Manifest, report: VerifyReport) -> None:
+    seen: dict[str, str] = {}
+    for split, shard in manifest.iter_shards():
+        for i, s in enumerate(shard.samples):
+            if s.key in seen:
+                report.errors.append(Problem(
+                    shard.file, f"key {s.key!r} is also listed in {seen[s.key]} (a duplicated sample)", i, split))
+            else:
+                seen[s.key] = shard.file
+
+
+def _leftovers(root: str, manifest: Manifest, report: VerifyReport) -> None:
+    from converter.publish import is_shard_name
+
+    listed = {s.file for _, s in manifest.iter_shards()}
+    for name in sorted(os.listdir(root)):
+        if name.startswith(TMP_PREFIX):
+            report.warnings.append(Problem(
+                name, "leftover temporary file of a crashed or running convert (the next convert removes it)"))
+        elif is_shard_name(name) and name not in listed:
+            report.warnings.append(Problem(
+                name, "shard file not listed in the manifest (left by a crashed or running convert, "
+                "or dropped by a rewrite; the next convert removes it)"))
+
+
+def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec: RecordSpec,
+                 deep: bool) -> list[Problem]:
+    path = os.path.join(root, entry.file)
+
+    def problem(text: str, record: int | None = None) -> Problem:
+        return Problem(entry.file, text, record, split)
+
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return [problem("missing: the manifest lists it but the file does not exist")]
+    except OSError as e:
+        return [problem(f"cannot stat it ({describe(e)})")]
+    out: list[Problem] = []
+    if size != entry.bytes:
+        cut = " (truncated)" if size < entry.bytes else ""
+        out.append(problem(f"size is {size} bytes, the manifest says {entry.bytes}{cut}"))
+    try:
+        digest = _sha256(path)
+    except OSError as e:
+        return out + [problem(f"cannot read it ({describe(e)})")]
+    if digest != entry.sha256:
+        out.append(problem(f"sha256 is {digest}, the manifest says {entry.sha256} (the content changed)"))
+    damaged = digest != entry.sha256
+    try:  # a damaged TFRecord is walked with CRCs on, to name the record
+        count, record_problem = _count(path, fmt, spec, check_crc=damaged)
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        count, record_problem = None, Problem("", f"cannot count its records ({describe(e)})")
+    if record_problem is not None:
+        out.append(problem(record_problem.problem, record_problem.record))
+    elif count is not None and count != entry.records:
+        out.append(problem(f"holds {count} records, the manifest says {entry.records}"
+                           + (" (cut at a record boundary)" if count < entry.records else "")))
+    if deep and record_problem is None and count == entry.records:  # else the broken record is named already
+        out.extend(problem(p.problem, p.record) for p in _deep(path, split, entry, fmt, spec))
+    return out
+
+
+def _count(path: str, fmt: FileFormat, spec: RecordSpec, *, check_crc: bool) -> tuple[int | None, Problem | None]:
+    """(records in the file, or a Problem with the record index where reading broke)."""
+    if fmt is FileFormat.TFRECORD:
+        from readers.formats.tfrecord_wire import TFRecordCorruptError, count_records
+
+        try:
+            return count_records(path, compression=spec.compression, check_crc=check_crc), None
+        except TFRecordCorruptError as e:
+            return None, Problem("", str(e).replace(f"Corrupt TFRecord file {path!r}: ", ""), e.record)
+    return _npz_count(path, spec)
+
+
+def _npz_count(path: str, spec: RecordSpec) -> tuple[int | None, Problem | None]:
+    """Records of an NPZ shard from its members' .npy headers (no data read, nothing unpickled)."""
+    target = NPZ_MASKS if spec.segmentation else NPZ_LABELS
+    want = {NPZ_IMAGES: (spec.image_shape, np.dtype(np.uint8)), NPZ_KEYS: ((), None),
+            target: ((spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else ((), None))}
+    counts = {}
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+        for member, (shape, dtype) in want.items():
+            if member + ".npy" not in names:
+                return None, Problem("", f"member {member}.npy is missing; it holds {sorted(names)}")
+            with zf.open(member + ".npy") as f:
+                version = np.lib.format.read_magic(f)
+                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                          else np.lib.format.read_array_header_2_0)
+                got_shape, _, got_dtype = header(f)
+            if got_dtype.hasobject:
+                return None, Problem("", f"member {member}.npy holds Python objects ({got_dtype}); "
+                                         "pickled data is never loaded")
+            if got_shape[1:] != tuple(shape) or (dtype is not None and got_dtype != dtype):
+                return None, Problem("", f"member {member}.npy is {got_shape} {got_dtype}, the manifest implies "
+                                         f"(N, {', '.join(map(str, shape))}) {dtype if dtype is not None else ''}")
+            if member == NPZ_KEYS and got_dtype.kind not in "US":
+                return None, Problem("", f"member {member}.npy holds {got_dtype}, expected strings")
+            if member == NPZ_LABELS and got_dtype.kind not in "iu":
+                return None, Problem("", f"member {member}.npy holds {got_dtype}, expected integers")
+            counts[member] = got_shape[0] if got_shape else 0
+    if len(set(counts.values())) != 1:
+        return None, Problem("", f"members disagree on the number of records: {counts}")
+    return counts[NPZ_IMAGES], None
+
+
+def _deep(path: str, split: str, entry: ShardEntry, fmt: FileFormat, spec: RecordSpec) -> Iterator[Problem]:
+    """Decode every record; yield what is wrong (file names are filled in by the caller)."""
+    adapter = get_adapter(fmt)
+    keys = entry.keys
+    ref = ShardRef(path, entry, 0)
+    class_pixels = np.zeros(spec.num_classes, np.int64)
+    ignore_pixels = 0
+    index = 0
+    records = adapter.iter_shard(ref, spec)
+    while True:
+        try:
+            record = next(records)
+        except StopIteration:
+            break
+        except (ValueError, OSError, EOFError, KeyError, IndexError) as e:  # ShardError names file and record
+            record_index = getattr(e, "record", None)
+            yield Problem("", _strip_fix(str(e), path), record_index if record_index is not None else index)
+            return
+        if index < len(keys) and record.key != keys[index]:
+            yield Problem("", f"key {record.key!r} differs from the manifest's {keys[index]!r}", index)
+        for text in _record_problems(record, spec):
+            yield Problem("", text, index)
+        counts, ignored = _class_counts(record, spec)
+        class_pixels += counts
+        ignore_pixels += ignored
+        index += 1
+    if index != entry.records:
+        yield Problem("", f"decodes to {index} records, the manifest says {entry.records}")
+        return
+    stored = np.zeros(spec.num_classes, np.int64)
+    stored[: len(entry.class_pixels)] = entry.class_pixels[: spec.num_classes]
+    if entry.class_pixels and (not np.array_equal(stored, class_pixels) or ignore_pixels != entry.ignore_pixels):
+        yield Problem("", "per-class pixel counts of the records differ from the manifest's class_pixels")
+
+
+def _strip_fix(text: str, path: str) -> str:
+    """A reader error's message without the file name and fix (the report gives both)."""
+    from readers.errors import FIX_HINT
+
+    text = text.replace(" " + FIX_HINT, "").replace(FIX_HINT, "")
+    if text.startswith(f"shard {path}") and ": " in text:
+        text = text.split(": ", 1)[1]
+    return text.replace(f"Corrupt TFRecord file {path!r}: ", "")
+
+
+def _record_problems(record: Record, spec: RecordSpec) -> list[str]:
+    out = []
+    image = record.image
+    if image.shape != spec.image_shape or image.dtype != np.uint8:
+        out.append(f"image is {image.shape} {image.dtype}, expected {spec.image_shape} uint8")
+    if not spec.segmentation:
+        if record.label is None or not 0 <= int(record.label) < spec.num_classes:
+            out.append(f"label {record.label!r} is not a class index in [0, {spec.num_classes})")
+        return out
+    mask = record.mask
+    if mask is None:
+        return out + ["the record has no mask"]
+    if mask.shape != spec.mask_shape or mask.dtype != spec.mask_np_dtype.newbyteorder("="):
+        return out + [f"mask is {mask.shape} {mask.dtype}, expected {spec.mask_shape} {spec.mask_dtype}"]
+    if spec.mask_encoding == "onehot":
+        if mask.max(initial=0) > 1:
+            out.append("one-hot mask holds values other than 0 and 1")
+        elif mask.sum(axis=-1, dtype=np.int64).max(initial=0) > 1:
+            out.append("one-hot mask sets more than one class on a pixel")
+        return out
+    values = np.unique(mask)
+    bad = [int(v) for v in values if v >= spec.num_classes and v != spec.ignore_index]
+    if bad:
+        out.append(f"mask holds class indices {bad[:8]} outside [0, {spec.num_classes}) "
+                   f"that are not the ignore index {spec.ignore_index}")
+    return out
+
+
+def _class_counts(record: Record, spec: RecordSpec) -> tuple[np.ndarray, int]:
+    c = spec.num_classes
+    counts = np.zeros(c, np.int64)
+    if not spec.segmentation:
+        if record.label is not None and 0 <= int(record.label) < c:
+            counts[int(record.label)] = 1
+        return counts, 0
+    mask = record.mask
+    if mask is None:
+        return counts, 0
+    if mask.ndim == 3:
+        counts += mask.reshape(-1, mask.shape[-1]).sum(axis=0, dtype=np.int64)[:c]
+        return counts, int(mask.shape[0] * mask.shape[1] - counts.sum())
+    ignore = spec.ignore_index if spec.ignore_index is not None else 255
+    full = np.bincount(mask.ravel(), minlength=max(c, ignore + 1))
+    counts += full[:c]
+    return counts, int(full[ignore])
+
+
+def format_report(report: VerifyReport) -> str:
+    """Human-readable lines: one per error and warning, then a verdict."""
+    lines = [f"error: {p}" for p in report.errors] + [f"warning: {p}" for p in report.warnings]
+    what = "size, sha256, record count" + (", every record decoded" if report.deep else "")
+    if report.ok:
+        lines.append(f"OK: {report.shards} shard(s), {report.records} record(s), {report.bytes / 1e6:.1f} MB "
+                     f"verified ({what}) in {report.out_dir} in {report.seconds:.1f} s")
+    else:
+        lines.append(f"FAILED: {len(report.errors)} problem(s) in {len(report.bad_files)} file(s) of "
+                     f"{report.out_dir} ({what} checked over {report.shards} shard(s)). Rewrite the dataset with "
+                     "`imgshard convert SRC OUT --rebuild` (same options).")
+    return "\n".join(lines)
+
+
+__all__ = ["Problem", "VerifyReport", "format_report", "verify"]
