@@ -40,7 +40,6 @@ class BenchOptions:
         memory: also measure converter peak RSS at `memory_samples` (small images).
         memory_samples: the two sample counts of the memory measurement.
         memory_source_size: (height, width) of the sources of the memory measurement.
-        gpu_steps: when > 0 also run the U-Net feed benchmark for that many steps.
         work_dir: where converted outputs go (None: a temporary folder, removed).
         cache: folder of cached generated sources.
         seed: seed of every shuffle.
@@ -64,7 +63,6 @@ class BenchOptions:
     memory: bool = True
     memory_samples: tuple[int, int] = (200, 2000)
     memory_source_size: tuple[int, int] = (120, 160)
-    gpu_steps: int = 0
     work_dir: str | None = None
     cache: str = DEFAULT_CACHE
     seed: int = 0
@@ -92,8 +90,6 @@ class BenchOptions:
             _positive_int("workers", w)
         if isinstance(self.min_seconds, bool) or not isinstance(self.min_seconds, (int, float)) or self.min_seconds < 0:
             raise ValueError(f"min_seconds must be a number >= 0. Received: min_seconds={self.min_seconds!r}")
-        if isinstance(self.gpu_steps, bool) or not isinstance(self.gpu_steps, int) or self.gpu_steps < 0:
-            raise ValueError(f"gpu_steps must be an integer >= 0. Received: gpu_steps={self.gpu_steps!r}")
         if self.src is not None and not os.path.isdir(self.src):
             raise FileNotFoundError(f"--src must be a source folder (train/, train_labels/, class_dict.csv). "
                                     f"Received: {self.src!r}, which is not a folder")

@@ -52,8 +52,6 @@ INTERLEAVE_CYCLE = 4
 #: Check in the tf.data pipeline that each file gave all its records, naming the file if
 #: not (see `_checked_reader`); False uses TensorFlow's reader alone.
 NAME_FILES_IN_ERRORS = True
-#: Records per check of the file-naming reader.
-CHECK_BLOCK = 32
 #: Read buffer of each `TFRecordDataset` file reader: 0 reads each record straight
 #: into its string (one copy less than a buffered stream; records are large).
 READ_BUFFER_BYTES = 0
@@ -185,14 +183,15 @@ def _checked_reader(compression: str):
 
     TensorFlow's `DataLossError` ("corrupted record at 1770") does not say which file.
     Here each file's read errors are caught (`ignore_errors`, which ends that file), an
-    empty sentinel record is appended, and every `CHECK_BLOCK` records (batched and
-    unbatched again, which moves the strings rather than copying them) a check asserts
-    that a sentinel sits exactly at index `count`, the manifest's record count; if not,
+    empty sentinel record is appended, and a check on every record asserts that a
+    sentinel sits exactly at index `count`, the manifest's record count; if not,
     `tf.debugging.Assert` fails with an `InvalidArgumentError` naming the shard file,
     the records read and expected, and the fix. `take(count)` then drops the sentinel.
     A real record is never empty (it holds at least the image bytes), so the sentinel
-    cannot be confused with data. Per-record cost: none measurable (one small graph
-    function per block instead of one per record).
+    cannot be confused with data. The check runs per record but reads only the
+    record's length: batching records into blocks for it (an earlier version) copied
+    every record twice and cost ~40% of the compact pipeline's throughput
+    (docs/PERFORMANCE.md); per record it costs a few percent.
     """
     import tensorflow as tf
 
@@ -214,18 +213,18 @@ def _checked_reader(compression: str):
         records = records.ignore_errors().concatenate(sentinel).enumerate()
 
         def check(index: "tf.Tensor", record: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
+            # Reads only the record's length: no copy of the (large) record itself.
             end = tf.equal(tf.strings.length(record), 0)
-            ok = tf.reduce_all(tf.logical_or(tf.logical_not(end), tf.equal(index, count)))
-            read_records = tf.reduce_min(tf.where(end, index, tf.reduce_max(index) + 1))
+            ok = tf.logical_or(tf.logical_not(end), tf.equal(index, count))
             assertion = tf.debugging.Assert(ok, [
-                "imgshard: shard", path, "is damaged or changed: TensorFlow could read only", read_records,
+                "imgshard: shard", path, "is damaged or changed: TensorFlow could read only", index,
                 "of its", count, f"records (a read error: bad CRC, truncation or missing file). {FIX_HINT} "
                 "`Dataset.records(split)` names the damaged record.",
             ])
             with tf.control_dependencies([assertion]):
                 return tf.identity(index), tf.identity(record)
 
-        return records.batch(CHECK_BLOCK).map(check).unbatch().take(count)
+        return records.map(check).take(count)
 
     return read
 
