@@ -13,7 +13,11 @@ RSS (``ru_maxrss``) and the documented bound of what the pipeline holds:
   pixel). tf.data's AUTOTUNE sizes both; the model allows ``2 * cores + 2`` batches
   (measured on 2 cores: about 6.5 float32 batches at the peak);
 * plus `RUNTIME_SLACK_BYTES` for what TensorFlow itself allocates on first use (traced
-  functions, thread stacks, allocator caches), which does not grow with the data.
+  functions, thread stacks, allocator caches), which does not grow with the data;
+* plus, when the reader tuned glibc's malloc (`readers.formats.base.tune_allocator`,
+  on by default), the freed memory malloc keeps for reuse instead of returning it:
+  up to ``MALLOC_TRIM_THRESHOLD_BYTES`` (256 MB). ``IMGSHARD_TUNE_MALLOC=0`` turns the
+  tuning off, and this term with it.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ def _rss() -> int:
 RUNTIME_SLACK_BYTES = 64 << 20
 
 
-def reader_bound_bytes(ds, *, batch_size: int, shuffle_buffer: int, one_hot: bool) -> int:
+def reader_bound_bytes(ds, *, batch_size: int, shuffle_buffer: int, one_hot: bool,
+                       allocator_tuned: bool = False) -> int:
     """What the documented bound allows for one pipeline of `ds` (a `readers.Dataset`)."""
     h, w, c = ds.image_shape
     record = h * w * (c + 1)
@@ -46,7 +51,12 @@ def reader_bound_bytes(ds, *, batch_size: int, shuffle_buffer: int, one_hot: boo
 
         shards = ds.manifest.splits[next(iter(ds.splits))].shards
         held += (SHARDS_AHEAD + 1) * max(s.bytes for s in shards) * 4  # deflated shards inflate ~4x at most
-    return held + (2 * cores + 2) * batch + RUNTIME_SLACK_BYTES
+    retained = 0
+    if allocator_tuned:
+        from readers.formats.base import MALLOC_TRIM_THRESHOLD_BYTES
+
+        retained = MALLOC_TRIM_THRESHOLD_BYTES
+    return held + (2 * cores + 2) * batch + RUNTIME_SLACK_BYTES + retained
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,8 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         for x, _y in pipeline:
             n += int(x.shape[0])
     peak = high_water_rss()
-    bound = reader_bound_bytes(ds, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer, one_hot=one_hot)
-    print(json.dumps({"baseline_rss": base, "peak_rss": peak, "growth": peak - base, "bound": bound, "samples": n}))
+    from readers.formats import base as formats_base
+
+    tuned = bool(getattr(formats_base, "_allocator_tuned", False))
+    bound = reader_bound_bytes(ds, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer, one_hot=one_hot,
+                               allocator_tuned=tuned)
+    print(json.dumps({"baseline_rss": base, "peak_rss": peak, "growth": peak - base, "bound": bound, "samples": n,
+                      "allocator_tuned": tuned}))
     return 0
 
 

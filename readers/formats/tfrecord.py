@@ -188,10 +188,11 @@ def _checked_reader(compression: str):
     `tf.debugging.Assert` fails with an `InvalidArgumentError` naming the shard file,
     the records read and expected, and the fix. `take(count)` then drops the sentinel.
     A real record is never empty (it holds at least the image bytes), so the sentinel
-    cannot be confused with data. The check runs per record but reads only the
-    record's length: batching records into blocks for it (an earlier version) copied
-    every record twice and cost ~40% of the compact pipeline's throughput
-    (docs/PERFORMANCE.md); per record it costs a few percent.
+    cannot be confused with data. The check runs per record and reads only the
+    record's length. Measured on the compact pipeline (samples per CPU-second, one
+    process, A/B): TensorFlow's reader alone ~1,110, this check ~870, the earlier
+    block-wise check (batch 32 records, check, unbatch) ~810. `NAME_FILES_IN_ERRORS =
+    False` buys the difference back at the price of anonymous `DataLossError`s.
     """
     import tensorflow as tf
 
