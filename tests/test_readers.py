@@ -575,6 +575,17 @@ def test_import_does_not_import_tensorflow():
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_allocator_tuning_can_be_turned_off():
+    code = (
+        "import readers.formats.base as b\n"
+        "assert b.tune_allocator() is False\n"
+    )
+    env = {**os.environ, "IMGSHARD_TUNE_MALLOC": "0",
+           "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(readers.__file__)))}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 def test_warnings_module_quiet_on_normal_use(dataset):
     ds, _ = dataset
     with warnings.catch_warnings():

@@ -269,7 +269,7 @@ def _onehot_table(num_classes: int) -> np.ndarray:
 def expand_numpy(images: np.ndarray, targets: np.ndarray, spec: RecordSpec, *, one_hot: bool,
                  normalize: bool) -> tuple[np.ndarray, np.ndarray]:
     """NumPy twin of `expand_tf` for a batch (used by the PyDataset path)."""
-    x = images.astype(np.float32) * np.float32(1 / 255) if normalize else images
+    x = np.multiply(images, np.float32(1 / 255), dtype=np.float32) if normalize else images  # one pass
     c = spec.num_classes
     if not spec.segmentation:
         labels = np.asarray(targets, np.int64)

@@ -349,12 +349,23 @@ class _BatchGenerator:
 
     def _gather(self, samples: list[tuple[NpzShard, int]]) -> tuple[np.ndarray, np.ndarray]:
         first = samples[0][0]
-        images = np.empty((len(samples), *first.images.shape[1:]), first.images.dtype)
-        targets = np.empty((len(samples), *first.targets.shape[1:]), first.targets.dtype)
+        images = _aligned_empty((len(samples), *first.images.shape[1:]), first.images.dtype)
+        targets = _aligned_empty((len(samples), *first.targets.shape[1:]), first.targets.dtype)
         for j, (data, i) in enumerate(samples):
             images[j] = data.images[i]
             targets[j] = data.targets[i]
         return images, targets
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np.ndarray:
+    """`np.empty` whose data starts on an `alignment`-byte boundary: TensorFlow then wraps
+    the array handed over by `from_generator` without copying it (it copies arrays that
+    are not aligned for Eigen)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 class NpzRandomAccess(RandomAccessShard):
