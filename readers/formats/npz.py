@@ -50,9 +50,9 @@ _LOCAL_MAGIC = b"PK\x03\x04"
 _NPY_MAGIC = b"\x93NUMPY"
 
 #: Threads loading (inflating, CRC-checking) shards ahead of the `tf.data` pipeline.
-LOADER_THREADS = 2
-#: Shards loaded ahead of the one being batched.
-SHARDS_AHEAD = 2
+LOADER_THREADS = min(4, max(2, os.cpu_count() or 2))
+#: Shards loaded ahead of the one being batched (each held in memory whole).
+SHARDS_AHEAD = LOADER_THREADS
 #: Loaded shards kept per random-access process (least recently used dropped).
 CACHE_BYTES = 1 << 30
 

@@ -168,26 +168,25 @@ class TFRecordAdapter(FileAdapter):
 
 
 def _plain_reader(compression: str):
-    """(path, count) -> dataset of (index, serialized record), straight from TensorFlow's reader."""
+    """(path, count) -> dataset of serialized records, straight from TensorFlow's reader."""
     import tensorflow as tf
 
     compression_type = "GZIP" if compression == "gzip" else ""
 
     def read(path: "tf.Tensor", count: "tf.Tensor") -> "tf.data.Dataset":
-        records = tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES)
-        return records.enumerate()
+        return tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES)
 
     return read
 
 
 def _checked_reader(compression: str):
-    """(path, count) -> dataset of (index, serialized record) that names the file on damage.
+    """(path, count) -> dataset of serialized records that names the file on damage.
 
     TensorFlow's `DataLossError` ("corrupted record at 1770") does not say which file.
     Here each file's read errors are caught (`ignore_errors`, which ends that file), an
-    empty sentinel record is appended, and every `CHECK_BLOCK` records (batched and
-    unbatched again, which moves the strings rather than copying them) a check asserts
-    that a sentinel sits exactly at index `count`, the manifest's record count; if not,
+    empty sentinel record is appended, and every block of `CHECK_BLOCK` records (batched
+    and unbatched again, which moves the strings rather than copying them) a check
+    asserts that a sentinel sits exactly at index `count`, the manifest's record count; if not,
     `tf.debugging.Assert` fails with an `InvalidArgumentError` naming the shard file,
     the records read and expected, and the fix. `take(count)` then drops the sentinel.
     A real record is never empty (it holds at least the image bytes), so the sentinel
@@ -211,10 +210,11 @@ def _checked_reader(compression: str):
         with tf.control_dependencies([found]):
             path = tf.identity(path)
         records = tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES)
-        records = records.ignore_errors().concatenate(sentinel).enumerate()
+        blocks = records.ignore_errors().concatenate(sentinel).batch(CHECK_BLOCK).enumerate()
 
-        def check(index: "tf.Tensor", record: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
-            end = tf.equal(tf.strings.length(record), 0)
+        def check(block: "tf.Tensor", records: "tf.Tensor") -> "tf.Tensor":
+            index = block * CHECK_BLOCK + tf.range(tf.size(records, out_type=tf.int64), dtype=tf.int64)
+            end = tf.equal(tf.strings.length(records), 0)
             ok = tf.reduce_all(tf.logical_or(tf.logical_not(end), tf.equal(index, count)))
             read_records = tf.reduce_min(tf.where(end, index, tf.reduce_max(index) + 1))
             assertion = tf.debugging.Assert(ok, [
@@ -223,9 +223,9 @@ def _checked_reader(compression: str):
                 "`Dataset.records(split)` names the damaged record.",
             ])
             with tf.control_dependencies([assertion]):
-                return tf.identity(index), tf.identity(record)
+                return tf.identity(records)
 
-        return records.batch(CHECK_BLOCK).map(check).unbatch().take(count)
+        return blocks.map(check).unbatch().take(count)
 
     return read
 
@@ -245,8 +245,7 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
     image_shape = [lead, *spec.image_shape]
     mask_shape = [lead, *spec.mask_shape]
 
-    def parse(index: "tf.Tensor", serialized: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
-        del index  # position inside the shard, carried for the error check
+    def parse(serialized: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
         parsed = tf.io.parse_example(serialized, features)
         images = tf.reshape(tf.io.decode_raw(parsed[FEATURE_IMAGE], tf.uint8), image_shape)
         if spec.segmentation:
