@@ -414,16 +414,49 @@ def test_tf_dataset_tfrecord_damage_names_file(tmp_path, compression, shuffle):
     root, _, _ = _write(tmp_path, "tfrecord", compression)
     ds = readers.open(root)
     _flip_byte(root / "train-00001.tfrecord")
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"train-00001.tfrecord.*could read only\] \[\d\] \[of its\] \[4\]"):
+    with pytest.raises(tf.errors.OpError, match="train-00001.tfrecord"):
         list(ds.tf_dataset("train", 2, shuffle=shuffle, seed=0))
 
 
-def test_tf_dataset_tfrecord_shard_deleted_after_open_names_file(tmp_path):
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_tf_reader_engine_damage_names_file_and_counts(tmp_path, monkeypatch, compression, shuffle):
+    import readers.formats.tfrecord as tfrecord_adapter
+
+    monkeypatch.setattr(tfrecord_adapter, "ENGINE", "tf")
+    root, _, _ = _write(tmp_path, "tfrecord", compression)
+    ds = readers.open(root)
+    _flip_byte(root / "train-00001.tfrecord")
+    pattern = r"train-00001.tfrecord.*could read only\] \[\d\] \[of its\] \[4\]"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=pattern):
+        list(ds.tf_dataset("train", 2, shuffle=shuffle, seed=0))
+
+
+@pytest.mark.parametrize("engine", ["mapped", "tf"])
+def test_tf_dataset_tfrecord_shard_deleted_after_open_names_file(tmp_path, monkeypatch, engine):
+    import readers.formats.tfrecord as tfrecord_adapter
+
+    monkeypatch.setattr(tfrecord_adapter, "ENGINE", engine)
     root, _, _ = _write(tmp_path, "tfrecord", "none")
     ds = readers.open(root)
     os.remove(root / "train-00002.tfrecord")
-    with pytest.raises(tf.errors.InvalidArgumentError, match="train-00002.tfrecord"):
+    with pytest.raises(tf.errors.OpError, match="train-00002.tfrecord"):
         list(ds.tf_dataset("train", 2, shuffle=False))
+
+
+@pytest.mark.parametrize("engine", ["mapped", "tf"])
+def test_tfrecord_engines_give_the_same_batches(tmp_path, monkeypatch, engine):
+    import readers.formats.tfrecord as tfrecord_adapter
+
+    root, _, samples = _write(tmp_path, "tfrecord", "none")
+    ds = readers.open(root)
+    monkeypatch.setattr(tfrecord_adapter, "ENGINE", engine)
+    got = list(ds.tf_dataset("train", 3, shuffle=False))
+    masks = np.stack([s.mask for s in samples["train"]])
+    np.testing.assert_array_equal(np.concatenate([np.asarray(y) for _, y in got]),
+                                  (masks[..., None] == np.arange(NUM_CLASSES)).astype(np.float32))
+    assert _keys_of_batches(list(ds.tf_dataset("train", 3, shuffle=False, normalize=False)),
+                            samples["train"]) == [s.key for s in samples["train"]]
 
 
 # -- keras_dataset -----------------------------------------------------------------------------

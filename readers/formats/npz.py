@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import ast
 import collections
-import concurrent.futures
 import mmap
 import os
 import struct
 import threading
 import zipfile
 import zlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
@@ -37,10 +35,9 @@ from readers.formats.base import (
     Record,
     RecordSpec,
     ShardRef,
-    expand_tf,
     naming_shard,
-    y_signature,
 )
+from readers.formats.batching import ShardArrays, generator_dataset
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -49,25 +46,11 @@ _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _LOCAL_MAGIC = b"PK\x03\x04"
 _NPY_MAGIC = b"\x93NUMPY"
 
-#: Threads loading (inflating, CRC-checking) shards ahead of the `tf.data` pipeline.
-LOADER_THREADS = min(4, max(2, os.cpu_count() or 2))
-#: Shards loaded ahead of the one being batched (each held in memory whole).
-SHARDS_AHEAD = LOADER_THREADS
 #: Loaded shards kept per random-access process (least recently used dropped).
 CACHE_BYTES = 1 << 30
 
 
-@dataclass(frozen=True)
-class NpzShard:
-    """The arrays of one shard (views on a mapping or on one inflated buffer)."""
-
-    images: np.ndarray
-    targets: np.ndarray  # masks (N, H, W[, C]) or labels (N,)
-    keys: np.ndarray
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.images.nbytes + self.targets.nbytes + self.keys.nbytes)
+NpzShard = ShardArrays  # the arrays of one shard (images (N, H, W, 3), targets, keys)
 
 
 def _parse_npy(buf: Any, start: int, end: int, member: str, path: str) -> np.ndarray:
@@ -197,7 +180,7 @@ def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: bool = True) -> 
         raise shard_error(path, f"member {NPZ_LABELS!r} must hold integers. Received: {targets.dtype}")
     if keys.shape != (n,) or keys.dtype.kind not in "US":
         raise shard_error(path, f"member {NPZ_KEYS!r} is {keys.shape} {keys.dtype}, expected ({n},) strings")
-    return NpzShard(images, targets, keys)
+    return ShardArrays(images, targets, keys)
 
 
 class NpzAdapter(FileAdapter):
@@ -218,154 +201,14 @@ class NpzAdapter(FileAdapter):
     def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions) -> "tf.data.Dataset":
         """Batched (x, y) from NPZ shards.
 
-        `LOADER_THREADS` threads load the next `SHARDS_AHEAD` shards (inflate + CRC, GIL
-        free) while a generator cuts compact uint8 batches, which `from_generator` hands to
-        a parallel map that casts and one-hot encodes them. shuffle=False: shard order and
-        record order, as `Dataset.records()`. shuffle=True: the shard order is shuffled
-        every epoch (with the seed); shards are gathered into windows of at least
-        `options.buffer_records()` records, and each window is permuted as a whole (a
-        block shuffle whose memory is bounded like the TFRecord shuffle buffer).
+        Loader threads read whole shards (inflate + CRC, GIL free) ahead of a generator
+        that cuts compact batches (see `readers.formats.batching` for order, shuffling and
+        threads).
         """
-        import tensorflow as tf
-
-        image_spec = tf.TensorSpec((None, *spec.image_shape), tf.uint8)
-        y_shape, y_dtype = y_signature(spec)
-        if options.drop_remainder:
-            image_spec = tf.TensorSpec((options.batch_size, *spec.image_shape), tf.uint8)
-            y_shape = (options.batch_size, *y_shape[1:])
-        generator = _BatchGenerator(list(shards), spec, options)
-        ds = tf.data.Dataset.from_generator(
-            generator, output_signature=(image_spec, tf.TensorSpec(y_shape, tf.dtypes.as_dtype(y_dtype)))
-        )
-
-        def expand(images: "tf.Tensor", targets: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
-            return expand_tf(images, targets, spec, one_hot=options.one_hot, normalize=options.normalize)
-
-        return ds.map(expand, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return generator_dataset(shards, spec, options, load_shard)
 
     def random_access(self, shard: ShardRef, spec: RecordSpec) -> "NpzRandomAccess":
         return NpzRandomAccess(shard, spec)
-
-
-class _BatchGenerator:
-    """Callable that `from_generator` calls once per epoch; yields compact batches."""
-
-    def __init__(self, shards: list[ShardRef], spec: RecordSpec, options: PipelineOptions):
-        self.shards = shards
-        self.spec = spec
-        self.options = options
-        self.rng = np.random.default_rng(options.seed)  # advances every epoch: reshuffles
-        self.window = options.buffer_records(shards)
-
-    def _loaded(self, order: list[int]) -> Iterator[NpzShard]:
-        """Shards in `order`, loaded `SHARDS_AHEAD` ahead by a thread pool."""
-        pool = concurrent.futures.ThreadPoolExecutor(LOADER_THREADS, thread_name_prefix="imgshard-npz")
-        pending: collections.deque = collections.deque()
-        try:
-            todo = iter(order)
-            for i in todo:
-                pending.append(pool.submit(load_shard, self.shards[i], self.spec))
-                if len(pending) > SHARDS_AHEAD:
-                    break
-            while pending:
-                data = pending.popleft().result()
-                nxt = next(todo, None)
-                if nxt is not None:
-                    pending.append(pool.submit(load_shard, self.shards[nxt], self.spec))
-                yield data
-        finally:
-            for fut in pending:
-                fut.cancel()
-            pool.shutdown(wait=False, cancel_futures=True)
-
-    def __call__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        order = list(range(len(self.shards)))
-        if self.options.shuffle and self.options.record_shard is None:
-            self.rng.shuffle(order)
-        pieces = self._pieces(order)
-        if self.options.shuffle:
-            yield from self._shuffled(pieces)
-        else:
-            yield from self._sequential(pieces)
-
-    def _pieces(self, order: list[int]) -> Iterator[tuple[NpzShard, np.ndarray]]:
-        """(shard arrays, indices of the records this pipeline keeps) per shard."""
-        offset = 0
-        for data in self._loaded(order):
-            n = len(data.images)
-            idx = np.arange(n)
-            if self.options.record_shard is not None:
-                num, index = self.options.record_shard
-                idx = idx[(idx + offset) % num == index]
-            offset += n
-            yield data, idx
-
-    def _emit(self, parts: list[tuple[NpzShard, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        """Gather a batch from (shard, record indices) pieces; a contiguous run is a view."""
-        if len(parts) == 1:
-            data, idx = parts[0]
-            if idx.size and int(idx[-1]) - int(idx[0]) + 1 == idx.size:
-                sl = slice(int(idx[0]), int(idx[-1]) + 1)
-                return data.images[sl], data.targets[sl]
-        return self._gather([(d, int(i)) for d, ids in parts for i in ids])
-
-    def _sequential(self, pieces: Iterator[tuple[NpzShard, np.ndarray]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        bs = self.options.batch_size
-        parts: list[tuple[NpzShard, np.ndarray]] = []
-        have = 0
-        for data, idx in pieces:
-            pos = 0
-            while pos < idx.size:
-                take = min(bs - have, idx.size - pos)
-                parts.append((data, idx[pos:pos + take]))
-                have += take
-                pos += take
-                if have == bs:
-                    yield self._emit(parts)
-                    parts, have = [], 0
-        if have and not self.options.drop_remainder:
-            yield self._emit(parts)
-
-    def _shuffled(self, pieces: Iterator[tuple[NpzShard, np.ndarray]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        bs = self.options.batch_size
-        window: list[tuple[NpzShard, int]] = []  # leftover samples of the previous window first
-
-        def flush(final: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            nonlocal window
-            samples, window = window, []
-            perm = self.rng.permutation(len(samples))
-            full = len(samples) // bs * bs
-            for start in range(0, full, bs):
-                yield self._gather([samples[j] for j in perm[start:start + bs]])
-            window = [samples[j] for j in perm[full:]]
-            if final and window and not self.options.drop_remainder:
-                yield self._gather(window)
-
-        for data, idx in pieces:
-            window.extend((data, int(i)) for i in idx)
-            if len(window) >= self.window:
-                yield from flush(final=False)
-        yield from flush(final=True)
-
-    def _gather(self, samples: list[tuple[NpzShard, int]]) -> tuple[np.ndarray, np.ndarray]:
-        first = samples[0][0]
-        images = _aligned_empty((len(samples), *first.images.shape[1:]), first.images.dtype)
-        targets = _aligned_empty((len(samples), *first.targets.shape[1:]), first.targets.dtype)
-        for j, (data, i) in enumerate(samples):
-            images[j] = data.images[i]
-            targets[j] = data.targets[i]
-        return images, targets
-
-
-def _aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np.ndarray:
-    """`np.empty` whose data starts on an `alignment`-byte boundary: TensorFlow then wraps
-    the array handed over by `from_generator` without copying it (it copies arrays that
-    are not aligned for Eigen)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    raw = np.empty(nbytes + alignment, np.uint8)
-    start = (-raw.ctypes.data) % alignment
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 class NpzRandomAccess(RandomAccessShard):
