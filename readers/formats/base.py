@@ -145,7 +145,8 @@ class PipelineOptions:
     record_shard: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, (int, np.integer)) or self.batch_size < 1:
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
             raise ValueError(f"batch_size must be a positive integer. Received: batch_size={self.batch_size!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))):
             raise TypeError(f"seed must be an int or None. Received: seed={self.seed!r}")
@@ -154,7 +155,8 @@ class PipelineOptions:
             or self.shuffle_buffer < 1
         ):
             raise ValueError(
-                f"shuffle_buffer must be a positive number of records or None. Received: shuffle_buffer={self.shuffle_buffer!r}"
+                "shuffle_buffer must be a positive number of records or None. "
+                f"Received: shuffle_buffer={self.shuffle_buffer!r}"
             )
 
     def buffer_records(self, shards: Sequence[ShardRef]) -> int:
@@ -251,8 +253,10 @@ def tune_allocator() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     arenas = max(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 4))
-    done = [mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES), mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD_BYTES),
-            mallopt(_M_MMAP_MAX, 0), mallopt(_M_ARENA_MAX, arenas)]
+    done = [mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES),
+            mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD_BYTES),
+            mallopt(_M_MMAP_MAX, 0),
+            mallopt(_M_ARENA_MAX, arenas)]
     _allocator_tuned = all(done)
     logger.debug("imgshard: glibc malloc tuned for large blocks: %s", _allocator_tuned)
     return _allocator_tuned

@@ -49,6 +49,8 @@ _FOOTER_BYTES = 4
 #: Decompressed gzip shards kept per random-access reader (per worker), least recently used out.
 GZIP_CACHE_BYTES = 1 << 30
 
+#: Mapped shards kept open per process by the random-access reader.
+MAPPED_SHARDS = 1024
 #: Files read at once by the shuffled `tf.data` pipeline.
 INTERLEAVE_CYCLE = 4
 #: "mapped": uncompressed shards are read through `load_mapped` and the generator
@@ -438,9 +440,11 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
 class TFRecordRandomAccess(RandomAccessShard):
     """Records of one TFRecord shard by index.
 
-    Uncompressed shards: an offset index is built on first use by reading only the
-    12-byte record headers (seeking past the payloads); each read is one `pread` of the
-    record, CRC-checked. Gzip shards cannot be seeked into: they are decompressed whole
+    Uncompressed shards (`ENGINE` "mapped"): the shard is memory-mapped and checked once
+    per process (`load_mapped`) and records are views on the mapping. With `ENGINE`
+    "tf" (or through `read_record`): an offset index is built on first use by reading
+    only the 12-byte record headers (seeking past the payloads); each read is one
+    `pread` of the record, CRC-checked. Gzip shards cannot be seeked into: they are decompressed whole
     on first use and kept in memory (`GZIP_CACHE_BYTES` per process across all shards,
     least recently used dropped), so random access over a large gzip split
     decompresses shards repeatedly -- prefer compression "none" for `keras_dataset`.
@@ -560,7 +564,31 @@ class TFRecordRandomAccess(RandomAccessShard):
                 raise shard_error(path, "data CRC mismatch", record=index, offset=offset)
             return record_from_features(tfrecord_wire.decode_example(payload), self.spec, path, index)
 
+    _mapped_cache: "collections.OrderedDict[tuple[int, str], Any]" = collections.OrderedDict()
+
+    def _mapped(self) -> Any:
+        """The shard mapped and checked once per process (`load_mapped`); mappings cost
+        address space, not memory, so up to `MAPPED_SHARDS` stay open."""
+        cache, key = TFRecordRandomAccess._mapped_cache, (os.getpid(), self.shard.path)
+        with TFRecordRandomAccess._gzip_lock:
+            data = cache.get(key)
+            if data is not None:
+                cache.move_to_end(key)
+                return data
+        data = load_mapped(self.shard, self.spec)
+        with TFRecordRandomAccess._gzip_lock:
+            cache[key] = data
+            while len(cache) > MAPPED_SHARDS:
+                cache.popitem(last=False)
+        return data
+
     def read(self, index: int) -> tuple[np.ndarray, np.ndarray | int]:
+        if self.spec.compression == "none" and ENGINE == "mapped":
+            if not 0 <= index < self.shard.records:
+                raise IndexError(f"record index must be in [0, {self.shard.records}). Received: {index}")
+            data = self._mapped()
+            target = data.targets[index]
+            return data.images[index], (target if self.spec.segmentation else int(target))
         record = self.read_record(index)
         return record.image, (record.mask if self.spec.segmentation else record.label)
 
