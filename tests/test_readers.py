@@ -404,6 +404,16 @@ def test_tf_dataset_onehot_encoded_masks(tmp_path):
         np.testing.assert_array_equal(np.asarray(cmap), expected)
 
 
+@pytest.mark.parametrize("fmt,compression", [("tfrecord", "none"), ("npz", "none"), ("npz", "deflate")])
+def test_damage_after_a_clean_epoch_is_still_caught(tmp_path, fmt, compression):
+    root, _, _ = _write(tmp_path, fmt, compression)
+    ds = readers.open(root)
+    assert len(list(ds.tf_dataset("train", 2, shuffle=False))) == 5  # checksums verified once
+    _flip_byte(root / f"train-00001.{fmt}")  # same size, new mtime: checked again
+    with pytest.raises(tf.errors.OpError, match=f"train-00001.{fmt}"):
+        list(ds.tf_dataset("train", 2, shuffle=False))
+
+
 def test_tf_dataset_npz_error_names_file(tmp_path):
     root, _, _ = _write(tmp_path, "npz", "deflate")
     ds = readers.open(root)

@@ -212,6 +212,34 @@ def naming_shard(path: str, record: int | None = None) -> Iterator[None]:
         raise shard_error(path, f"cannot read it ({describe(e)})", record=record) from e
 
 
+# -- checksums -----------------------------------------------------------------------------------
+
+#: "once": training pipelines check a shard's checksums the first time this process reads
+#: it (and again if its size, mtime or inode change); "always": on every read.
+#: `Dataset.records()` always checks.
+CRC_POLICY = "once"
+_verified: set[tuple[str, int, int, int]] = set()
+
+
+def crc_due(path: str, check_crc: "bool | str") -> tuple[bool, tuple[str, int, int, int] | None]:
+    """Whether to check `path`'s checksums now, and the key to mark it verified with.
+
+    `check_crc` True/False forces it; "once" defers to `CRC_POLICY`.
+    """
+    if check_crc is not True and check_crc != "once":
+        return False, None
+    if check_crc is True or CRC_POLICY == "always":
+        return True, None
+    st = os.stat(path)
+    key = (path, st.st_size, st.st_mtime_ns, st.st_ino)
+    return key not in _verified, key
+
+
+def mark_verified(key: tuple[str, int, int, int] | None) -> None:
+    if key is not None:
+        _verified.add(key)
+
+
 # -- allocator ---------------------------------------------------------------------------------
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -3, -4, -8
@@ -340,6 +368,8 @@ __all__ = [
     "ShardRef",
     "expand_numpy",
     "expand_tf",
+    "crc_due",
+    "mark_verified",
     "naming_shard",
     "tune_allocator",
     "y_signature",

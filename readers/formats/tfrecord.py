@@ -33,7 +33,9 @@ from readers.formats.base import (
     Record,
     RecordSpec,
     ShardRef,
+    crc_due,
     expand_tf,
+    mark_verified,
     naming_shard,
 )
 
@@ -275,12 +277,13 @@ def _locate_feature(buf: Any, pos: int, end: int) -> tuple[int, int, int] | None
     return None
 
 
-def load_mapped(shard: ShardRef, spec: RecordSpec) -> "ShardArrays":
+def load_mapped(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = "once") -> "ShardArrays":
     """Map an uncompressed TFRecord shard and view its records' arrays (no copy).
 
-    Checks every record's framing, length CRC and data CRC32C, the features against the
-    manifest, and the record count; any problem raises `ShardError` naming the file and
-    the record.
+    Checks every record's framing and length CRC, its data CRC32C (always with
+    `check_crc=True`, the first time per process with "once", see
+    `readers.formats.base.CRC_POLICY`), the features against the manifest, and the
+    record count; any problem raises `ShardError` naming the file and the record.
     """
     import mmap
 
@@ -288,6 +291,7 @@ def load_mapped(shard: ShardRef, spec: RecordSpec) -> "ShardArrays":
 
     path = shard.path
     with naming_shard(path):
+        check_crc, verified_key = crc_due(path, check_crc)
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
@@ -311,7 +315,7 @@ def load_mapped(shard: ShardRef, spec: RecordSpec) -> "ShardArrays":
             if end + _FOOTER_BYTES > size:
                 raise shard_error(path, "truncated record", record=index, offset=pos)
             (data_crc,) = struct.unpack_from("<I", mapped, end)
-            if _masked_crc32c(buf[start:end]) != data_crc:
+            if check_crc and _masked_crc32c(buf[start:end]) != data_crc:
                 raise shard_error(path, "data CRC mismatch", record=index, offset=pos)
             try:
                 where = locate_features(mapped, start, end)
@@ -333,6 +337,8 @@ def load_mapped(shard: ShardRef, spec: RecordSpec) -> "ShardArrays":
         index += 1
     if index != shard.records:
         raise shard_error(path, f"holds {index} records, the manifest says {shard.records}")
+    if check_crc:
+        mark_verified(verified_key)
     return ShardArrays(images, targets)
 
 
