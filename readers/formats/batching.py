@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from readers.formats.base import PipelineOptions, RecordSpec, ShardRef, expand_tf, y_signature
+from readers.formats.base import PipelineOptions, RecordSpec, ShardRef, make_expand_tf, y_signature
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -68,9 +68,7 @@ def generator_dataset(shards: Sequence[ShardRef], spec: RecordSpec, options: Pip
         generator, output_signature=(image_spec, tf.TensorSpec(y_shape, tf.dtypes.as_dtype(y_dtype)))
     )
 
-    def expand(images: "tf.Tensor", targets: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
-        return expand_tf(images, targets, spec, one_hot=options.one_hot, normalize=options.normalize)
-
+    expand = make_expand_tf(spec, one_hot=options.one_hot, normalize=options.normalize)
     return ds.map(expand, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 

@@ -34,7 +34,7 @@ from readers.formats.base import (
     RecordSpec,
     ShardRef,
     crc_due,
-    expand_tf,
+    make_expand_tf,
     mark_verified,
     naming_shard,
 )
@@ -427,6 +427,7 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
         mask_dtype = tf.uint16 if spec.mask_dtype == "uint16" else tf.uint8
     else:
         features[FEATURE_LABEL] = tf.io.FixedLenFeature([], tf.int64)
+    expand = make_expand_tf(spec, one_hot=one_hot, normalize=normalize)
     lead = -1 if batch_size is None else batch_size
     image_shape = [lead, *spec.image_shape]
     mask_shape = [lead, *spec.mask_shape]
@@ -438,7 +439,7 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
             targets = tf.reshape(tf.io.decode_raw(parsed[FEATURE_MASK], mask_dtype, little_endian=True), mask_shape)
         else:
             targets = parsed[FEATURE_LABEL]
-        return expand_tf(images, targets, spec, one_hot=one_hot, normalize=normalize)
+        return expand(images, targets)
 
     return parse
 
