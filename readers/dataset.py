@@ -208,8 +208,8 @@ class Dataset:
                 pass `input_context.get_per_replica_batch_size(global_batch_size)`).
             shuffle: shuffle the shard order every epoch and the records through a
                 bounded buffer. False: the order equals `records(split)`.
-            seed: makes the shuffle (and the order of the output) reproducible. Without
-                a seed, the TFRecord reader yields whichever file is ready first.
+            seed: makes the shuffle (and so the order of the output) reproducible;
+                without one the order differs from run to run.
             one_hot: y as float32 one-hot (H, W, C) (or (C,) for classification) where
                 the ignore index is an all-zero row; False: the class map as stored
                 ((H, W) uint8/uint16) or the int64 label.
@@ -225,20 +225,22 @@ class Dataset:
                 256 MB (`readers.formats.base.SHUFFLE_BUFFER_BYTES`) at the shards'
                 average record size, at least one batch, at most the whole split.
 
-        Speed: TFRecord batches are parsed whole (`parse_example` on the batch, then
-        `decode_raw`), files are read in parallel (in order when not shuffling), and
-        the first call tunes glibc malloc for megabyte blocks (see
-        `readers.formats.base.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` to opt out).
-
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
         Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
-        name the shard file: for NPZ the loader raises `ShardError` (surfacing from
-        TensorFlow as an error whose message holds it); for TFRecord, TensorFlow's own
-        `DataLossError` ("corrupted record at <offset>") does not name the file, so
-        each file is checked to give exactly its manifest record count and an
-        `InvalidArgumentError` names the file otherwise (see
-        `readers.formats.tfrecord._checked_reader`); `records(split)` then names the
-        record.
+        name the shard file: uncompressed TFRecord and all NPZ shards are read by
+        loader threads that raise `ShardError` naming the file and record (it surfaces
+        from TensorFlow as an `OpError` whose message holds it); gzip TFRecord shards
+        go through TensorFlow's reader, whose `DataLossError` ("corrupted record at
+        <offset>") does not name the file, so each file is checked to give exactly its
+        manifest record count and an `InvalidArgumentError` names the file otherwise
+        (see `readers.formats.tfrecord._checked_reader`).
+
+        Speed: uncompressed TFRecord shards are memory-mapped and their image/mask bytes
+        gathered straight into aligned batches (one copy; see
+        `readers.formats.tfrecord.load_mapped` and `readers.formats.batching`); NPZ
+        shards are inflated by loader threads; casting and one-hot encoding run in a
+        parallel `tf.data` map. The first call tunes glibc malloc for megabyte blocks
+        (`readers.formats.base.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
         """
         import tensorflow as tf
 

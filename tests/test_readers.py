@@ -201,7 +201,8 @@ def test_records_without_tensorflow_joblib_pillow(tmp_path):
             f"ds = readers.open({str(root)!r})\n"
             "n = sum(1 for r in ds.records('train'))\n"
             "assert n == 10, n\n"
-            "assert not any(m.startswith(('tensorflow', 'keras')) for m in sys.modules if sys.modules[m]), 'TF imported'\n"
+            "loaded = [m for m in sys.modules if sys.modules[m] is not None]\n"
+            "assert not any(m.startswith(('tensorflow', 'keras')) for m in loaded), 'TF imported'\n"
         )
         env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(readers.__file__)))}
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
@@ -316,8 +317,11 @@ def test_tf_dataset_unshuffled_order_equals_records(dataset):
 def test_tf_dataset_shuffle_with_seed_is_reproducible_permutation(dataset):
     ds, samples = dataset
     keys = [s.key for s in samples["train"]]
-    first = _keys_of_batches(list(ds.tf_dataset("train", 3, seed=7, normalize=False, shuffle_buffer=4)), samples["train"])
-    again = _keys_of_batches(list(ds.tf_dataset("train", 3, seed=7, normalize=False, shuffle_buffer=4)), samples["train"])
+    def order():
+        return _keys_of_batches(list(ds.tf_dataset("train", 3, seed=7, normalize=False, shuffle_buffer=4)),
+                                samples["train"])
+
+    first, again = order(), order()
     assert sorted(first) == sorted(keys) and len(set(first)) == len(keys)
     assert first == again
     assert first != keys
@@ -400,6 +404,16 @@ def test_tf_dataset_onehot_encoded_masks(tmp_path):
         np.testing.assert_array_equal(np.asarray(cmap), expected)
 
 
+@pytest.mark.parametrize("fmt,compression", [("tfrecord", "none"), ("npz", "none"), ("npz", "deflate")])
+def test_damage_after_a_clean_epoch_is_still_caught(tmp_path, fmt, compression):
+    root, _, _ = _write(tmp_path, fmt, compression)
+    ds = readers.open(root)
+    assert len(list(ds.tf_dataset("train", 2, shuffle=False))) == 5  # checksums verified once
+    _flip_byte(root / f"train-00001.{fmt}")  # same size, new mtime: checked again
+    with pytest.raises(tf.errors.OpError, match=f"train-00001.{fmt}"):
+        list(ds.tf_dataset("train", 2, shuffle=False))
+
+
 def test_tf_dataset_npz_error_names_file(tmp_path):
     root, _, _ = _write(tmp_path, "npz", "deflate")
     ds = readers.open(root)
@@ -414,16 +428,49 @@ def test_tf_dataset_tfrecord_damage_names_file(tmp_path, compression, shuffle):
     root, _, _ = _write(tmp_path, "tfrecord", compression)
     ds = readers.open(root)
     _flip_byte(root / "train-00001.tfrecord")
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"train-00001.tfrecord.*could read only\] \[\d\] \[of its\] \[4\]"):
+    with pytest.raises(tf.errors.OpError, match="train-00001.tfrecord"):
         list(ds.tf_dataset("train", 2, shuffle=shuffle, seed=0))
 
 
-def test_tf_dataset_tfrecord_shard_deleted_after_open_names_file(tmp_path):
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_tf_reader_engine_damage_names_file_and_counts(tmp_path, monkeypatch, compression, shuffle):
+    import readers.formats.tfrecord as tfrecord_adapter
+
+    monkeypatch.setattr(tfrecord_adapter, "ENGINE", "tf")
+    root, _, _ = _write(tmp_path, "tfrecord", compression)
+    ds = readers.open(root)
+    _flip_byte(root / "train-00001.tfrecord")
+    pattern = r"train-00001.tfrecord.*could read only\] \[\d\] \[of its\] \[4\]"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=pattern):
+        list(ds.tf_dataset("train", 2, shuffle=shuffle, seed=0))
+
+
+@pytest.mark.parametrize("engine", ["mapped", "tf"])
+def test_tf_dataset_tfrecord_shard_deleted_after_open_names_file(tmp_path, monkeypatch, engine):
+    import readers.formats.tfrecord as tfrecord_adapter
+
+    monkeypatch.setattr(tfrecord_adapter, "ENGINE", engine)
     root, _, _ = _write(tmp_path, "tfrecord", "none")
     ds = readers.open(root)
     os.remove(root / "train-00002.tfrecord")
-    with pytest.raises(tf.errors.InvalidArgumentError, match="train-00002.tfrecord"):
+    with pytest.raises(tf.errors.OpError, match="train-00002.tfrecord"):
         list(ds.tf_dataset("train", 2, shuffle=False))
+
+
+@pytest.mark.parametrize("engine", ["mapped", "tf"])
+def test_tfrecord_engines_give_the_same_batches(tmp_path, monkeypatch, engine):
+    import readers.formats.tfrecord as tfrecord_adapter
+
+    root, _, samples = _write(tmp_path, "tfrecord", "none")
+    ds = readers.open(root)
+    monkeypatch.setattr(tfrecord_adapter, "ENGINE", engine)
+    got = list(ds.tf_dataset("train", 3, shuffle=False))
+    masks = np.stack([s.mask for s in samples["train"]])
+    np.testing.assert_array_equal(np.concatenate([np.asarray(y) for _, y in got]),
+                                  (masks[..., None] == np.arange(NUM_CLASSES)).astype(np.float32))
+    assert _keys_of_batches(list(ds.tf_dataset("train", 3, shuffle=False, normalize=False)),
+                            samples["train"]) == [s.key for s in samples["train"]]
 
 
 # -- keras_dataset -----------------------------------------------------------------------------
@@ -571,6 +618,17 @@ def test_import_does_not_import_tensorflow():
         "assert not bad, bad\n"
     )
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(readers.__file__)))}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_allocator_tuning_can_be_turned_off():
+    code = (
+        "import readers.formats.base as b\n"
+        "assert b.tune_allocator() is False\n"
+    )
+    env = {**os.environ, "IMGSHARD_TUNE_MALLOC": "0",
+           "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(readers.__file__)))}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
 

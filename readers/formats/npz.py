@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import ast
 import collections
-import concurrent.futures
+import ctypes
 import mmap
 import os
 import struct
 import threading
+import weakref
 import zipfile
 import zlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
@@ -42,10 +42,11 @@ from readers.formats.base import (
     Record,
     RecordSpec,
     ShardRef,
-    expand_tf,
+    crc_due,
+    mark_verified,
     naming_shard,
-    y_signature,
 )
+from readers.formats.batching import ShardArrays, generator_dataset
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -54,25 +55,15 @@ _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _LOCAL_MAGIC = b"PK\x03\x04"
 _NPY_MAGIC = b"\x93NUMPY"
 
-#: Threads loading (inflating, CRC-checking) shards ahead of the `tf.data` pipeline.
-LOADER_THREADS = 2
-#: Shards loaded ahead of the one being batched.
-SHARDS_AHEAD = 2
+#: Compressed bytes inflated per step (the output step is up to 4x that).
+INFLATE_CHUNK_BYTES = 256 << 10
+#: Free inflate buffers kept for reuse per process.
+POOL_BYTES = 512 << 20
 #: Loaded shards kept per random-access process (least recently used dropped).
 CACHE_BYTES = 1 << 30
 
 
-@dataclass(frozen=True)
-class NpzShard:
-    """The arrays of one shard (views on a mapping or on one inflated buffer)."""
-
-    images: np.ndarray
-    targets: np.ndarray  # masks (N, H, W[, C]) or labels (N,)
-    keys: np.ndarray
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.images.nbytes + self.targets.nbytes + self.keys.nbytes)
+NpzShard = ShardArrays  # the arrays of one shard (images (N, H, W, 3), targets, keys)
 
 
 def _parse_npy(buf: Any, start: int, end: int, member: str, path: str) -> np.ndarray:
@@ -111,37 +102,104 @@ def _parse_npy(buf: Any, start: int, end: int, member: str, path: str) -> np.nda
     return arr.reshape(shape)
 
 
-def _inflate_member(fd: int, start: int, info: zipfile.ZipInfo, path: str, check_crc: bool = True) -> bytes:
-    """Inflate one deflated member in a single `decompress` call (Intel ISA-L when the
-    optional `isal` package is installed, ``pip install imgshard[fast]``: same bytes,
-    2-5x faster on shard data; zlib otherwise).
+class _BufferPool:
+    """Reusable byte buffers for inflated members, so that inflating a shard writes into
+    memory the process already has instead of fresh pages the kernel must zero.
 
-    One call releases the GIL for the whole member (so loader threads inflate in
-    parallel) and makes no extra copy. Its 40 MB result is only cheap when malloc
-    reuses memory instead of mapping fresh pages (see `tune_allocator`).
+    `take` returns a uint8 array over a pooled buffer; the buffer goes back to the pool
+    when the last array or view on it is gone (a `weakref.finalize` on the ctypes
+    object that every view keeps alive), so handing views to consumers is safe. Sizes
+    are rounded up to `_POOL_GRANULE` so shards of similar size share buffers; at most
+    `POOL_BYTES` are kept free.
     """
-    raw = os.pread(fd, info.compress_size, start)
-    if len(raw) != info.compress_size:
-        raise shard_error(path, f"member {info.filename!r} is truncated ({len(raw)} of {info.compress_size} bytes)")
+
+    def __init__(self, max_free_bytes: int):
+        self.max_free_bytes = max_free_bytes
+        self._free: dict[int, list[bytearray]] = collections.defaultdict(list)
+        self._free_bytes = 0
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> np.ndarray:
+        if nbytes <= 0:
+            return np.empty(0, np.uint8)
+        size = -(-nbytes // _POOL_GRANULE) * _POOL_GRANULE
+        with self._lock:
+            stack = self._free.get(size)
+            raw = stack.pop() if stack else None
+            if raw is not None:
+                self._free_bytes -= size
+        if raw is None:
+            raw = bytearray(size)
+        holder = (ctypes.c_char * size).from_buffer(raw)
+        weakref.finalize(holder, self._give, raw)
+        return np.frombuffer(holder, np.uint8, count=nbytes)
+
+    def _give(self, raw: bytearray) -> None:
+        with self._lock:
+            if self._free_bytes + len(raw) <= self.max_free_bytes:
+                self._free[len(raw)].append(raw)
+                self._free_bytes += len(raw)
+
+
+_POOL_GRANULE = 1 << 20
+_POOL = _BufferPool(POOL_BYTES)
+
+
+def _inflate_member(fd: int, start: int, info: zipfile.ZipInfo, path: str, check_crc: bool = True) -> np.ndarray:
+    """Inflate one deflated member into a pooled buffer, checking its CRC-32.
+
+    The compressed bytes are read into a pooled buffer too, and inflated in
+    `INFLATE_CHUNK_BYTES` steps (`inflate` and `crc32` release the GIL, so loader
+    threads run in parallel); each step is copied into the output while in cache. A
+    single `zlib.decompress` would allocate a fresh 40 MB result per member, which the
+    kernel zero-fills page by page (measured: 310 page faults and 45% system time per
+    sample).
+    """
+    raw = _POOL.take(info.compress_size)
+    got = os.preadv(fd, [raw], start) if info.compress_size else 0
+    if got != info.compress_size:
+        raise shard_error(path, f"member {info.filename!r} is truncated ({got} of {info.compress_size} bytes)")
+    out = _POOL.take(info.file_size)
+    inflater = _inflater.decompressobj(-15)  # ISA-L when `isal` is installed (imgshard[fast])
+    view = memoryview(raw)
+    pos = crc = 0
+    step = INFLATE_CHUNK_BYTES
     try:
-        data = _inflater.decompress(raw, -15, max(info.file_size, 1))
+        for at in range(0, len(raw), step):
+            piece = inflater.decompress(view[at:at + step], 4 * step)
+            while True:
+                if pos + len(piece) > len(out):
+                    raise shard_error(path, f"member {info.filename!r} inflates past its size {info.file_size}")
+                out[pos:pos + len(piece)] = np.frombuffer(piece, np.uint8)
+                pos += len(piece)
+                if check_crc:
+                    crc = _inflater.crc32(piece, crc)
+                if not inflater.unconsumed_tail:
+                    break
+                piece = inflater.decompress(inflater.unconsumed_tail, 4 * step)
+        tail = inflater.flush()
     except (zlib.error, _inflater.error) as e:
         raise shard_error(path, f"member {info.filename!r} does not inflate ({e})") from e
-    del raw
-    if len(data) != info.file_size:
-        raise shard_error(path, f"member {info.filename!r} inflates to {len(data)} bytes, expected {info.file_size}")
-    if check_crc and _inflater.crc32(data) != info.CRC:
+    finally:
+        view.release()
+    if tail or pos != info.file_size or not inflater.eof:
+        raise shard_error(
+            path, f"member {info.filename!r} inflates to {pos + len(tail)} bytes, expected {info.file_size}"
+        )
+    if check_crc and crc != info.CRC:
         raise shard_error(path, f"CRC-32 mismatch in member {info.filename!r}")
-    return data
+    return out
 
 
-def read_npz(path: str, names: Sequence[str], *, check_crc: bool = True) -> dict[str, np.ndarray]:
+def read_npz(path: str, names: Sequence[str], *, check_crc: "bool | str" = True) -> dict[str, np.ndarray]:
     """Read members `names` (without ".npy") of an uncompressed or deflated npz file.
 
     Raises `ShardError` naming the file for any damage (bad zip, CRC mismatch, missing
-    member, object dtype).
+    member, object dtype). `check_crc`: True, False, or "once" (see
+    `readers.formats.base.CRC_POLICY`).
     """
     with naming_shard(path):
+        check_crc, verified_key = crc_due(path, check_crc)
         with open(path, "rb") as f:
             try:
                 zf = zipfile.ZipFile(f)
@@ -179,10 +237,12 @@ def read_npz(path: str, names: Sequence[str], *, check_crc: bool = True) -> dict
                         path, f"member {info.filename!r} uses zip compression method {info.compress_type}; "
                         "expected stored (0) or deflated (8)"
                     )
+            if check_crc:
+                mark_verified(verified_key)
             return out
 
 
-def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: bool = True) -> NpzShard:
+def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = True) -> NpzShard:
     """Read and check one shard against the manifest."""
     path = shard.path
     target_name = NPZ_MASKS if spec.segmentation else NPZ_LABELS
@@ -204,7 +264,11 @@ def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: bool = True) -> 
         raise shard_error(path, f"member {NPZ_LABELS!r} must hold integers. Received: {targets.dtype}")
     if keys.shape != (n,) or keys.dtype.kind not in "US":
         raise shard_error(path, f"member {NPZ_KEYS!r} is {keys.shape} {keys.dtype}, expected ({n},) strings")
-    return NpzShard(images, targets, keys)
+    return ShardArrays(images, targets, keys)
+
+
+def _load_for_training(shard: ShardRef, spec: RecordSpec) -> NpzShard:
+    return load_shard(shard, spec, check_crc="once")
 
 
 class NpzAdapter(FileAdapter):
@@ -225,143 +289,14 @@ class NpzAdapter(FileAdapter):
     def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions) -> "tf.data.Dataset":
         """Batched (x, y) from NPZ shards.
 
-        `LOADER_THREADS` threads load the next `SHARDS_AHEAD` shards (inflate + CRC, GIL
-        free) while a generator cuts compact uint8 batches, which `from_generator` hands to
-        a parallel map that casts and one-hot encodes them. shuffle=False: shard order and
-        record order, as `Dataset.records()`. shuffle=True: the shard order is shuffled
-        every epoch (with the seed); shards are gathered into windows of at least
-        `options.buffer_records()` records, and each window is permuted as a whole (a
-        block shuffle whose memory is bounded like the TFRecord shuffle buffer).
+        Loader threads read whole shards (inflate + CRC, GIL free) ahead of a generator
+        that cuts compact batches (see `readers.formats.batching` for order, shuffling and
+        threads).
         """
-        import tensorflow as tf
-
-        image_spec = tf.TensorSpec((None, *spec.image_shape), tf.uint8)
-        y_shape, y_dtype = y_signature(spec)
-        if options.drop_remainder:
-            image_spec = tf.TensorSpec((options.batch_size, *spec.image_shape), tf.uint8)
-            y_shape = (options.batch_size, *y_shape[1:])
-        generator = _BatchGenerator(list(shards), spec, options)
-        ds = tf.data.Dataset.from_generator(
-            generator, output_signature=(image_spec, tf.TensorSpec(y_shape, tf.dtypes.as_dtype(y_dtype)))
-        )
-
-        def expand(images: "tf.Tensor", targets: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
-            return expand_tf(images, targets, spec, one_hot=options.one_hot, normalize=options.normalize)
-
-        return ds.map(expand, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return generator_dataset(shards, spec, options, _load_for_training)
 
     def random_access(self, shard: ShardRef, spec: RecordSpec) -> "NpzRandomAccess":
         return NpzRandomAccess(shard, spec)
-
-
-class _BatchGenerator:
-    """Callable that `from_generator` calls once per epoch; yields compact batches."""
-
-    def __init__(self, shards: list[ShardRef], spec: RecordSpec, options: PipelineOptions):
-        self.shards = shards
-        self.spec = spec
-        self.options = options
-        self.rng = np.random.default_rng(options.seed)  # advances every epoch: reshuffles
-        self.window = options.buffer_records(shards)
-
-    def _loaded(self, order: list[int]) -> Iterator[NpzShard]:
-        """Shards in `order`, loaded `SHARDS_AHEAD` ahead by a thread pool."""
-        pool = concurrent.futures.ThreadPoolExecutor(LOADER_THREADS, thread_name_prefix="imgshard-npz")
-        pending: collections.deque = collections.deque()
-        try:
-            todo = iter(order)
-            for i in todo:
-                pending.append(pool.submit(load_shard, self.shards[i], self.spec))
-                if len(pending) > SHARDS_AHEAD:
-                    break
-            while pending:
-                data = pending.popleft().result()
-                nxt = next(todo, None)
-                if nxt is not None:
-                    pending.append(pool.submit(load_shard, self.shards[nxt], self.spec))
-                yield data
-        finally:
-            for fut in pending:
-                fut.cancel()
-            pool.shutdown(wait=False, cancel_futures=True)
-
-    def __call__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        order = list(range(len(self.shards)))
-        if self.options.shuffle and self.options.record_shard is None:
-            self.rng.shuffle(order)
-        pieces = self._pieces(order)
-        if self.options.shuffle:
-            yield from self._shuffled(pieces)
-        else:
-            yield from self._sequential(pieces)
-
-    def _pieces(self, order: list[int]) -> Iterator[tuple[NpzShard, np.ndarray]]:
-        """(shard arrays, indices of the records this pipeline keeps) per shard."""
-        offset = 0
-        for data in self._loaded(order):
-            n = len(data.images)
-            idx = np.arange(n)
-            if self.options.record_shard is not None:
-                num, index = self.options.record_shard
-                idx = idx[(idx + offset) % num == index]
-            offset += n
-            yield data, idx
-
-    def _emit(self, parts: list[tuple[NpzShard, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        """Gather a batch from (shard, record indices) pieces; a contiguous run is a view."""
-        if len(parts) == 1:
-            data, idx = parts[0]
-            if idx.size and int(idx[-1]) - int(idx[0]) + 1 == idx.size:
-                sl = slice(int(idx[0]), int(idx[-1]) + 1)
-                return data.images[sl], data.targets[sl]
-        return self._gather([(d, int(i)) for d, ids in parts for i in ids])
-
-    def _sequential(self, pieces: Iterator[tuple[NpzShard, np.ndarray]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        bs = self.options.batch_size
-        parts: list[tuple[NpzShard, np.ndarray]] = []
-        have = 0
-        for data, idx in pieces:
-            pos = 0
-            while pos < idx.size:
-                take = min(bs - have, idx.size - pos)
-                parts.append((data, idx[pos:pos + take]))
-                have += take
-                pos += take
-                if have == bs:
-                    yield self._emit(parts)
-                    parts, have = [], 0
-        if have and not self.options.drop_remainder:
-            yield self._emit(parts)
-
-    def _shuffled(self, pieces: Iterator[tuple[NpzShard, np.ndarray]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        bs = self.options.batch_size
-        window: list[tuple[NpzShard, int]] = []  # leftover samples of the previous window first
-
-        def flush(final: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            nonlocal window
-            samples, window = window, []
-            perm = self.rng.permutation(len(samples))
-            full = len(samples) // bs * bs
-            for start in range(0, full, bs):
-                yield self._gather([samples[j] for j in perm[start:start + bs]])
-            window = [samples[j] for j in perm[full:]]
-            if final and window and not self.options.drop_remainder:
-                yield self._gather(window)
-
-        for data, idx in pieces:
-            window.extend((data, int(i)) for i in idx)
-            if len(window) >= self.window:
-                yield from flush(final=False)
-        yield from flush(final=True)
-
-    def _gather(self, samples: list[tuple[NpzShard, int]]) -> tuple[np.ndarray, np.ndarray]:
-        first = samples[0][0]
-        images = np.empty((len(samples), *first.images.shape[1:]), first.images.dtype)
-        targets = np.empty((len(samples), *first.targets.shape[1:]), first.targets.dtype)
-        for j, (data, i) in enumerate(samples):
-            images[j] = data.images[i]
-            targets[j] = data.targets[i]
-        return images, targets
 
 
 class NpzRandomAccess(RandomAccessShard):
@@ -389,7 +324,7 @@ class NpzRandomAccess(RandomAccessShard):
             if data is not None:
                 cache.move_to_end(path)
                 return data
-        data = load_shard(self.shard, self.spec)
+        data = load_shard(self.shard, self.spec, check_crc="once")
         with NpzRandomAccess._lock:
             cache[path] = data
             total = sum(d.nbytes for d in cache.values())
