@@ -5,9 +5,12 @@ opens a converted dataset, notes its RSS once TensorFlow is imported and the pip
 built, iterates `--epochs` epochs and prints one JSON line: the baseline RSS, the peak
 RSS (``ru_maxrss``) and the documented bound of what the pipeline holds:
 
-* shuffle buffer: ``shuffle_buffer`` serialized records (TFRecord: one stored record,
-  uint8 image + class map, about ``H*W*4`` bytes) or, for NPZ, up to ``shuffle_buffer``
-  records of the loaded shards plus ``SHARDS_AHEAD + 1`` whole shards;
+* shards and shuffle window: NPZ and uncompressed TFRecord shards (the mapped engine)
+  are loaded whole by a few threads, ``SHARDS_AHEAD`` ahead of the one being cut, and
+  the block shuffle keeps the shards its ``shuffle_buffer``-record window spans: the
+  model allows ``SHARDS_AHEAD + 1 + ceil(shuffle_buffer / records per shard)`` shards
+  of stored records (``H*W*4`` bytes each); TensorFlow's own TFRecord reader (gzip)
+  holds ``shuffle_buffer`` serialized records instead;
 * in flight: the batches the parallel map and the prefetch buffer hold, at the
   delivered size (float32 + one-hot: 4*(3+C) bytes per pixel; compact: 4 bytes per
   pixel). tf.data's AUTOTUNE sizes both; the model allows ``2 * cores + 2`` batches
@@ -45,18 +48,32 @@ def reader_bound_bytes(ds, *, batch_size: int, shuffle_buffer: int, one_hot: boo
     per_pixel = 4 * (c + ds.num_classes) if one_hot else c + 1
     batch = batch_size * h * w * per_pixel
     cores = os.cpu_count() or 1
-    held = shuffle_buffer * record
-    if ds.format == "npz":
-        from readers.formats.npz import SHARDS_AHEAD
+    shards = ds.manifest.splits[next(iter(ds.splits))].shards
+    if _generator_engine(ds):
+        # whole shards: the ones loading ahead, the one being cut, and those the shuffle window spans
+        from readers.formats.batching import SHARDS_AHEAD
 
-        shards = ds.manifest.splits[next(iter(ds.splits))].shards
-        held += (SHARDS_AHEAD + 1) * max(s.bytes for s in shards) * 4  # deflated shards inflate ~4x at most
+        most, fewest = max(s.records for s in shards), max(1, min(s.records for s in shards))
+        held = (SHARDS_AHEAD + 1 + -(-shuffle_buffer // fewest)) * most * record
+    else:
+        held = shuffle_buffer * record
     retained = 0
     if allocator_tuned:
         from readers.formats.base import MALLOC_TRIM_THRESHOLD_BYTES
 
         retained = MALLOC_TRIM_THRESHOLD_BYTES
     return held + (2 * cores + 2) * batch + RUNTIME_SLACK_BYTES + retained
+
+
+def _generator_engine(ds) -> bool:
+    """Whether `ds` is read by the shared whole-shard generator pipeline (NPZ, mapped TFRecord)."""
+    if ds.format == "npz":
+        return True
+    try:
+        from readers.formats import tfrecord
+    except ImportError:  # pragma: no cover
+        return False
+    return ds.manifest.compression == "none" and getattr(tfrecord, "ENGINE", "tf") == "mapped"
 
 
 def main(argv: list[str] | None = None) -> int:
