@@ -624,16 +624,21 @@ def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
             out.append("  " + " = ".join(g["keys"][:EXAMPLES]) + (" ..." if len(g["keys"]) > EXAMPLES else ""))
     else:
         out.append("Duplicate images: none")
-    if r.bad:
-        out.append("")
-        out.append(f"Bad inputs ({len(r.bad)}), as convert would report them:")
-        for b in r.bad[:limit]:
-            out.append(f"  [{b.kind}] {b}")
-        if len(r.bad) > limit:
-            out.append(f"  ... and {len(r.bad) - limit} more (see --json)")
+    out += format_bad_inputs(r.bad, limit)
     out.append("")
     out += format_verdict(r)
     return "\n".join(out)
+
+
+def format_bad_inputs(bad: list, limit: int) -> list[str]:
+    """The 'Bad inputs' block of a scan report (empty when there are none)."""
+    if not bad:
+        return []
+    out = ["", f"Bad inputs ({len(bad)}), as convert would report them:"]
+    out += [f"  [{b.kind}] {b}" for b in bad[:limit]]
+    if len(bad) > limit:
+        out.append(f"  ... and {len(bad) - limit} more (see --json)")
+    return out
 
 
 def format_verdict(r: ScanReport | ClassScanReport) -> list[str]:

@@ -39,6 +39,7 @@ from converter.discover.classfolders import FLAT_SPLIT, detect_task, discover_cl
 from converter.discover.layout import WELL_KNOWN_SPLITS, BadInput, SourceSample
 from converter.options import SourceSpec, Task
 from converter.scan import (
+    format_bad_inputs,
     EXAMPLES,
     FileSummary,
     ScanOptions,
@@ -410,13 +411,7 @@ def format_classification_report(r: ClassScanReport, *, limit: int = 20) -> str:
                        + conflict)
     else:
         out.append("Duplicate images: none")
-    if r.bad:
-        out.append("")
-        out.append(f"Bad inputs ({len(r.bad)}), as convert would report them:")
-        for b in r.bad[:limit]:
-            out.append(f"  [{b.kind}] {b}")
-        if len(r.bad) > limit:
-            out.append(f"  ... and {len(r.bad) - limit} more (see --json)")
+    out += format_bad_inputs(r.bad, limit)
     out.append("")
     out += format_verdict(r)  # type: ignore[arg-type]
     return "\n".join(out)

@@ -24,7 +24,15 @@ import hashlib
 import logging
 import os
 
-from converter.discover.layout import IMAGE_EXTENSIONS, LABELS_SUFFIX, WELL_KNOWN_SPLITS, BadInput, Discovery, SourceSample
+from converter.discover.layout import (
+    IMAGE_EXTENSIONS,
+    LABELS_SUFFIX,
+    WELL_KNOWN_SPLITS,
+    BadInput,
+    Discovery,
+    SourceSample,
+    list_images,
+)
 from converter.options import SourceSpec, Task
 from readers.manifest import ClassInfo
 
@@ -74,19 +82,8 @@ def _direct_images(folder: str) -> list[str]:
 
 
 def _walk_images(folder: str) -> list[str]:
-    """Image files below `folder`, relative, '/'-separated, sorted (recursive, hidden skipped)."""
-    out: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        rel_dir = os.path.relpath(dirpath, folder)
-        for name in filenames:
-            if _is_image(name):
-                rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-                out.append(rel.replace(os.sep, "/"))
-            elif not name.startswith("."):
-                log.info("skipping %s: not an image file extension Pillow opens", os.path.join(dirpath, name))
-    out.sort()
-    return out
+    """Image files below `folder` with any extension Pillow opens (see `layout.list_images`)."""
+    return list_images(folder, accept=_is_image)
 
 
 def _looks_like_mask_folder(name: str) -> bool:

@@ -17,6 +17,7 @@ import logging
 import os
 import stat
 from dataclasses import dataclass
+from typing import Callable
 
 from converter.options import SourceSpec
 
@@ -70,14 +71,17 @@ def _is_image_name(name: str) -> bool:
     return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
-def list_images(folder: str) -> list[str]:
-    """Image files below `folder`, relative, '/'-separated, sorted (recursive, hidden skipped)."""
+def list_images(folder: str, accept: Callable[[str], bool] = _is_image_name) -> list[str]:
+    """Image files below `folder`, relative, '/'-separated, sorted (recursive, hidden skipped).
+
+    `accept(name)` decides which file names count as images (default: known extensions).
+    """
     out: list[str] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         rel_dir = os.path.relpath(dirpath, folder)
         for name in filenames:
-            if _is_image_name(name):
+            if accept(name):
                 rel = name if rel_dir == "." else os.path.join(rel_dir, name)
                 out.append(rel.replace(os.sep, "/"))
             elif not name.startswith("."):
