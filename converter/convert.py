@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from converter import __version__
-from converter.discover.classes import load_class_table
+from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import discover_classification
 from converter.discover.layout import BadInput, discover
 from converter.execute import run_tasks
@@ -158,7 +158,7 @@ def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOpti
 
 def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
     if options.task.value == "segmentation":
-        classes = load_class_table(_classes_csv(spec))
+        classes = load_class_table(class_table_path(spec))
         found = discover(spec)
     else:
         found, classes = discover_classification(spec, options.val_fraction)
@@ -292,14 +292,6 @@ def _restore_tfds_metadata(out_dir: str, old: Manifest | None) -> None:
             remove_files(out_dir, TFDS_FILES)
     except OSError as e:
         log.warning("could not restore the TFDS metadata in %s (%s); the next run rewrites it", out_dir, e)
-
-
-def _classes_csv(spec: SourceSpec) -> str:
-    if spec.classes is not None:
-        return spec.classes
-    if spec.root is not None:
-        return os.path.join(spec.root, "class_dict.csv")
-    raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
 
 
 def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputOptions,

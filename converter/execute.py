@@ -59,8 +59,6 @@ def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
         for task in tasks:
             yield run_shard_task(task, ctx, on_progress)
         return
-    import multiprocessing
-
     from joblib import Parallel, delayed
 
     manager = None

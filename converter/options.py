@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from readers.formats import FileFormat, check_compression

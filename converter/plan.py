@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from converter.discover.layout import SourceSample
 from converter.options import OnChange, OutputOptions, RunOptions
 from converter.transform.colormap import mask_dtype_for
+from converter.write.base import sha256_file
 from readers.formats import SUFFIXES
 from readers.manifest import Manifest, SampleEntry, ShardEntry, SourceFingerprint
 
@@ -127,14 +128,10 @@ def shard_name(split: str, index: int, suffix: str) -> str:
 
 
 def _file_sha256(path: str) -> str | None:
-    h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            while chunk := f.read(4 << 20):
-                h.update(chunk)
+        return sha256_file(path)
     except OSError:
         return None
-    return h.hexdigest()
 
 
 def _compare(path: str | None, fp: SourceFingerprint | None) -> tuple[str, SourceFingerprint | None]:

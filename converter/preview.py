@@ -348,12 +348,12 @@ def source_samples(spec: Any, options: PreviewOptions, max_pixels: int) -> tuple
     """Samples decoded from raw sources; unknown colours marked, bad files captioned."""
     from converter.discover.classes import load_class_table
     from converter.discover.layout import discover
-    from converter.scan import _classes_csv
+    from converter.discover.classes import class_table_path
     from converter.transform.colormap import AMBIGUOUS, ColorMap
     from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
 
     found = discover(spec)
-    classes = load_class_table(_classes_csv(spec))
+    classes = load_class_table(class_table_path(spec))
     samples = [s for s in found.samples if options.split is None or s.split == options.split]
     if options.keys:
         by_key = {s.key: s for s in found.samples}

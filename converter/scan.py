@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from converter.discover.classes import load_class_table
+from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import detect_task
 from converter.discover.layout import BadInput, SourceSample, discover
 from converter.options import DEFAULT_MAX_PIXELS, SourceSpec, Task
@@ -323,20 +323,12 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
 
         return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
     found = discover(spec)  # first: a missing source folder is named as such
-    classes = load_class_table(_classes_csv(spec))
+    classes = load_class_table(class_table_path(spec))
     if on_start is not None:
         on_start(len(found.samples))
     summaries = run_scan_workers(found.samples, classes, spec.base, options.max_pixels, options.effective_workers,
                                  on_progress)
     return build_report(spec, options, classes, found.splits, found.bad, summaries)
-
-
-def _classes_csv(spec: SourceSpec) -> str:
-    if spec.classes is not None:
-        return spec.classes
-    if spec.root is not None:
-        return os.path.join(spec.root, "class_dict.csv")
-    raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
 
 
 def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInfo, ...], splits: Sequence[str],

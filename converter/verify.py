@@ -29,7 +29,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import zipfile
@@ -38,13 +37,13 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from converter.write.base import sha256_file
 from readers.errors import describe
 from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat, check_compression
 from readers.formats.base import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
 
-HASH_CHUNK_BYTES = 4 << 20
 TMP_PREFIX = ".tmp-"  # converter.write.base.TMP_PREFIX, repeated to keep this module light
 
 
@@ -94,14 +93,6 @@ class VerifyReport:
             "warnings": [asdict(p) for p in self.warnings],
             "seconds": round(self.seconds, 3),
         }
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK_BYTES):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def verify(out_dir: str | os.PathLike, *, deep: bool = False,
@@ -199,7 +190,7 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
         cut = " (truncated)" if size < entry.bytes else ""
         out.append(problem(f"size is {size} bytes, the manifest says {entry.bytes}{cut}"))
     try:
-        digest = _sha256(path)
+        digest = sha256_file(path)
     except OSError as e:
         return out + [problem(f"cannot read it ({describe(e)})")]
     if digest != entry.sha256:

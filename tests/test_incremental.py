@@ -14,7 +14,6 @@ from converter.convert import convert
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from readers.manifest import Manifest
 from tests._cron import (
-    all_pairs,
     assert_whole,
     convert_args,
     link_samples,

@@ -341,5 +341,5 @@ def run_bench(opts: BenchOptions, say: Say | None = None) -> BenchResult:
     return result
 
 
-__all__ = ["BenchResult", "Row", "bare_transform", "decode_floor", "run_bench"]
+__all__ = ["BenchResult", "Row", "run_bench"]
 

@@ -91,3 +91,12 @@ def load_class_table(path: str | os.PathLike) -> tuple[ClassInfo, ...]:
     if len(classes) > 65534:
         raise ClassTableError(f"{path} lists {len(classes)} classes; at most 65534 are supported.")
     return tuple(classes)
+
+
+def class_table_path(spec) -> str:
+    """The class table of a `SourceSpec`: --classes, else SRC/class_dict.csv."""
+    if spec.classes is not None:
+        return spec.classes
+    if spec.root is not None:
+        return os.path.join(spec.root, "class_dict.csv")
+    raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
