@@ -36,10 +36,12 @@ def main(work: str) -> int:
           f"({time.perf_counter() - t0:.1f} s)")
 
     imgshard = [sys.executable, "-m", "converter.cli"]
+    run(imgshard + ["scan", src, "--quiet"])  # what a user runs first: is the data sound?
     run(imgshard + ["convert", src, out, "--size", "128x160", "--fit", "cover"])
     run(imgshard + ["convert", src, out, "--size", "128x160", "--fit", "cover"])  # the nightly re-run: nothing new
-    if "verify" in _commands():
-        run(imgshard + ["verify", out])
+    run(imgshard + ["verify", out])
+    run(imgshard + ["inspect", out])
+    run(imgshard + ["preview", out, "-o", os.path.join(work, "preview.png"), "-n", "4"])
 
     import keras
 
@@ -64,13 +66,6 @@ def main(work: str) -> int:
           f"val accuracy {history.history['val_accuracy'][-1]:.3f}")
     print(f"Demo done in {time.perf_counter() - t0:.1f} s. Sources: {src}  Shards: {out}")
     return 0
-
-
-def _commands() -> tuple[str, ...]:
-    from converter.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    return tuple(sub.choices)
 
 
 if __name__ == "__main__":
