@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from converter import __version__
@@ -49,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("imgshard: interrupted; nothing was published.", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `imgshard inspect OUT | head`: the reader went away; that is not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:  # report, with the exit code the error carries
         code = getattr(e, "exit_code", None)
         if code is None:

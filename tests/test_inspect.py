@@ -102,3 +102,22 @@ def test_inspect_classification_manifest(classification_src, tmp_path):
         assert c["share"]["train"] == pytest.approx(100 * labels[c["index"]] / labels.sum(), abs=1e-4)
     text = format_description(d)
     assert "label int64" in text and "share of records" in text
+
+
+def test_inspect_piped_into_a_closed_reader_exits_quietly(camvid_src, tmp_path):
+    import subprocess
+    import sys
+
+    from converter.convert import convert
+    from converter.options import OutputOptions, RunOptions, SourceSpec
+
+    out = tmp_path / "out"
+    convert(SourceSpec(root=str(camvid_src.root)), str(out), OutputOptions(size=(24, 24)), RunOptions(workers=1))
+    proc = subprocess.Popen([sys.executable, "-m", "converter.cli", "inspect", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()  # like `| head -1`: read one line, then hang up
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert first.startswith(b"Dataset:")
+    assert proc.returncode == 0
+    assert b"Traceback" not in err and b"BrokenPipe" not in err
