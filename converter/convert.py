@@ -302,9 +302,9 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
     if old is not None:
         for split, entry in old.splits.items():
             splits[split] = [s for s in entry.shards if s.file not in plan.drop_shards]
+    split_of = {t.file: t.split for t in plan.tasks}
     for e in result.written:
-        split = next(t.split for t in plan.tasks if t.file == e.file)
-        splits.setdefault(split, []).append(e)
+        splits.setdefault(split_of[e.file], []).append(e)
     if plan.refreshed:
         for split, shards in splits.items():
             splits[split] = [

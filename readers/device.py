@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-_CLASS: Any = None
+from readers._lazy import LazyClass
+
 
 
 def expand_batch(x: Any, y: Any = None, num_classes: int | None = None, *, normalize: bool = True,
@@ -105,13 +106,8 @@ def _build_class() -> type:
     return ExpandOnDevice
 
 
-def __getattr__(name: str) -> Any:
-    global _CLASS
-    if name == "ExpandOnDevice":
-        if _CLASS is None:
-            _CLASS = _build_class()
-        return _CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_LAZY = LazyClass("ExpandOnDevice", _build_class)
+__getattr__ = _LAZY.module_getattr(__name__)
 
 
 __all__ = ["ExpandOnDevice", "expand_batch"]

@@ -26,9 +26,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from readers._lazy import LazyClass
 from readers.formats.base import PipelineOptions, RandomAccessShard, RecordSpec, expand_numpy
 
-_CLASS: Any = None
 
 
 def _build_class() -> type:
@@ -106,19 +106,14 @@ def _build_class() -> type:
     return ShardPyDataset
 
 
-def __getattr__(name: str) -> Any:
-    global _CLASS
-    if name == "ShardPyDataset":
-        if _CLASS is None:
-            _CLASS = _build_class()
-        return _CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_LAZY = LazyClass("ShardPyDataset", _build_class)
+__getattr__ = _LAZY.module_getattr(__name__)
 
 
 def make_pydataset(readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,
                    options: PipelineOptions, **kwargs: Any) -> Any:
     """Build a `ShardPyDataset` (imports Keras)."""
-    return __getattr__("ShardPyDataset")(readers, counts, spec, options, **kwargs)
+    return _LAZY.get()(readers, counts, spec, options, **kwargs)
 
 
 __all__ = ["make_pydataset"]

@@ -23,6 +23,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from readers._lazy import LazyClass
+
 Pair = tuple[str, str]
 
 
@@ -53,16 +55,12 @@ def raw_png_tf_dataset(pairs: Sequence[Pair], colors: Sequence[tuple[int, int, i
 
 # -- pipeline 2 -------------------------------------------------------------------------------------
 
-_PYDATASET_CLASS: Any = None
 
 
 def raw_png_pydataset(pairs: Sequence[Pair], colors: Sequence[tuple[int, int, int]], size: tuple[int, int],
                       batch_size: int, *, workers: int, seed: int = 0) -> Any:
     """A `keras.utils.PyDataset` of float32 (x, one-hot y) batches decoded with Pillow."""
-    global _PYDATASET_CLASS
-    if _PYDATASET_CLASS is None:
-        _PYDATASET_CLASS = _build_pydataset_class()
-    return _PYDATASET_CLASS(list(pairs), [tuple(c) for c in colors], tuple(size), batch_size, seed,
+    return _LAZY.get()(list(pairs), [tuple(c) for c in colors], tuple(size), batch_size, seed,
                             workers=workers, use_multiprocessing=True, max_queue_size=10)
 
 
@@ -102,13 +100,8 @@ def _build_pydataset_class() -> type:
     return RawPngPyDataset
 
 
-def __getattr__(name: str) -> Any:  # unpickling in a worker process builds the class on demand
-    global _PYDATASET_CLASS
-    if name == "RawPngPyDataset":
-        if _PYDATASET_CLASS is None:
-            _PYDATASET_CLASS = _build_pydataset_class()
-        return _PYDATASET_CLASS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_LAZY = LazyClass("RawPngPyDataset", _build_pydataset_class)
+__getattr__ = _LAZY.module_getattr(__name__)
 
 
 class PyDatasetEpochs:

@@ -15,7 +15,7 @@ import numpy as np
 from converter.discover.layout import SourceSample
 from converter.options import MaskEncoding, OutputOptions, Task, UnknownColor
 from converter.transform.colormap import ColorMap, UnknownColors
-from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
+from converter.transform.decode import DecodeError, MaskArray, decode_image, decode_mask, read_source
 from converter.transform.resize import plan_geometry, resize_image, resize_nearest
 from readers.manifest import ClassInfo, SampleEntry
 
@@ -82,6 +82,20 @@ class SampleTransformer:
         counts += full[: self.num_classes]
         return counts, int(full[ignore])
 
+    def mask_classes(self, mask: MaskArray, path: str) -> np.ndarray:
+        """Look a decoded mask's colours up: the full-resolution uint16 class map.
+
+        Raises `UnknownColorError` for ambiguous colours, and for unknown ones unless
+        `--unknown-color ignore`.
+        """
+        cmap = self.colormap
+        if cmap is None:
+            raise ValueError(f"mask_classes needs a segmentation task. Received: task={self.options.task.value!r}")
+        classes, unknown = cmap.lookup(mask)
+        if unknown.ambiguous or (unknown.counts and self.options.unknown_color is UnknownColor.FAIL):
+            raise UnknownColorError(path, unknown, cmap)
+        return classes
+
     def __call__(self, sample: SourceSample) -> Transformed:
         opts = self.options
         img_src = read_source(sample.image, relative_key_path(sample.image, self.base))
@@ -104,10 +118,8 @@ class SampleTransformer:
                 f"{image.shape[1]}x{image.shape[0]}",
                 "masks must have the same size as their images",
             )
+        classes = self.mask_classes(mask, sample.mask or "")
         cmap = self.colormap
-        classes, unknown = cmap.lookup(mask)  # type: ignore[union-attr]
-        if unknown.ambiguous or (unknown.counts and opts.unknown_color is UnknownColor.FAIL):
-            raise UnknownColorError(sample.mask or "", unknown, cmap)  # type: ignore[arg-type]
         class_map = resize_nearest(classes, geom, cmap.ignore_index)  # type: ignore[union-attr]
         class_map = cmap.finish(class_map, ignore_unknown=True)  # type: ignore[union-attr]
         class_pixels, ignore_pixels = self.count_classes(class_map, None)

@@ -55,7 +55,6 @@ class ShardResult:
 
 
 _TRANSFORMERS: dict[Any, SampleTransformer] = {}
-_OLD: dict[str, Any] = {}
 
 
 def _transformer(ctx: WorkerContext) -> SampleTransformer:
@@ -68,7 +67,7 @@ def _transformer(ctx: WorkerContext) -> SampleTransformer:
     return t
 
 
-def _old_records(ctx: WorkerContext, shard_file: str) -> dict[int, Any]:
+def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], ShardEntry]:
     """Records of an old shard, by index (read once per task)."""
     from readers.formats.base import RecordSpec, ShardRef
     from readers.formats.registry import get_adapter
@@ -98,7 +97,6 @@ def _note_bad(result: ShardResult, e: DecodeError, key: str) -> None:
 
 def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeError | None:
     """The mask's own problem, when its image already failed (so every bad file is listed)."""
-    from converter.options import UnknownColor
     from converter.transform.decode import decode_mask, read_source
     from converter.transform.sample import relative_key_path
 
@@ -106,9 +104,7 @@ def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeE
         mask = decode_mask(read_source(sample.mask, relative_key_path(sample.mask, transform.base)),
                            transform.max_pixels)
         if transform.colormap is not None:
-            _, unknown = transform.colormap.lookup(mask)
-            if unknown.ambiguous or (unknown.counts and transform.options.unknown_color is UnknownColor.FAIL):
-                raise UnknownColorError(sample.mask, unknown, transform.colormap)
+            transform.mask_classes(mask, sample.mask)
     except DecodeError as e:
         return e
     return None

@@ -1,0 +1,36 @@
+"""Classes that subclass a Keras class, built on first use so importing stays Keras-free."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+class LazyClass:
+    """Builds a class once, on first `get()`; a module's `__getattr__` can serve it by name.
+
+    Usage in a module::
+
+        _EXPAND = LazyClass("ExpandOnDevice", _build_class)
+        __getattr__ = _EXPAND.module_getattr(__name__)
+
+    Pickled instances name the class by module and qualname, so an unpickling worker
+    process builds it on demand through the module's `__getattr__`.
+    """
+
+    def __init__(self, name: str, build: Callable[[], type]) -> None:
+        self.name = name
+        self._build = build
+        self._cls: type | None = None
+
+    def get(self) -> type:
+        if self._cls is None:
+            self._cls = self._build()
+        return self._cls
+
+    def module_getattr(self, module: str) -> Callable[[str], Any]:
+        def __getattr__(attr: str) -> Any:
+            if attr == self.name:
+                return self.get()
+            raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+        return __getattr__
