@@ -10,6 +10,7 @@ instead of leaving the bar waiting.
 from __future__ import annotations
 
 import os
+import logging
 import queue
 import threading
 import time
@@ -19,6 +20,7 @@ from converter.plan import ShardTask
 from converter.write.task import ShardResult, WorkerContext, run_shard_task
 
 ProgressFn = Callable[[int], None]
+log = logging.getLogger(__name__)
 
 
 class _QueueProgress:
@@ -48,7 +50,8 @@ def _drain(q, on_progress: ProgressFn, stop: threading.Event) -> None:
             on_progress(q.get(timeout=0.1))
         except queue.Empty:
             continue
-        except (EOFError, OSError, BrokenPipeError):
+        except (EOFError, OSError) as e:  # the progress channel closed: only the bar stops
+            log.debug("progress queue closed (%s); the progress bar stops here", e)
             return
 
 
