@@ -1,7 +1,7 @@
 """Run planned shard tasks on workers and stream their results back.
 
 `local` (default): joblib's loky process pool; workers import NumPy, Pillow and
-libspng, never TensorFlow. With one worker the tasks run in this process. Progress
+the PNG extension, never TensorFlow. With one worker the tasks run in this process. Progress
 (samples done) flows back through a queue that a thread drains, so the bar moves
 per sample, not per shard; a worker that dies ends the run with joblib's error
 instead of leaving the bar waiting.

@@ -102,11 +102,10 @@ class ColorMap:
                     color = _unpack(mask.table[idx])  # type: ignore[index]
                     target[color] = target.get(color, 0) + int(used[idx])
             return classes, unknown
-        classes = self.lut[mask.packed]
+        classes, flagged = mask.lookup(self.lut, int(AMBIGUOUS))
         unknown = UnknownColors()
-        bad = classes >= AMBIGUOUS
-        if bad.any():
-            colors, counts = np.unique(mask.packed[bad], return_counts=True)  # type: ignore[index]
+        if flagged:
+            colors, counts = np.unique(mask.colors()[classes >= AMBIGUOUS], return_counts=True)
             marks = self.lut[colors]
             for c, k, m in zip(colors, counts, marks):
                 (unknown.counts if m == UNKNOWN else unknown.ambiguous)[_unpack(c)] = int(k)
