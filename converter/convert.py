@@ -20,6 +20,7 @@ from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import discover_classification
 from converter.discover.layout import BadInput, discover
 from converter.execute import run_tasks
+from converter.fingerprint import digest_file
 from converter.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.plan import Plan, PlanError, make_plan
@@ -34,6 +35,7 @@ from readers.manifest import (
     Manifest,
     SampleEntry,
     ShardEntry,
+    SourceFingerprint,
     SplitEntry,
 )
 
@@ -231,7 +233,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True})
         return result
 
-    manifest = _assemble(old, result, options, classes, plan, rebuild=run.rebuild)
+    manifest = _assemble(old, result, options, classes, plan, spec.base, rebuild=run.rebuild)
     try:
         sync_tfds_metadata(out_dir, manifest)  # before the manifest: the manifest is published last
         publish_manifest(out_dir, manifest)
@@ -295,7 +297,7 @@ def _restore_tfds_metadata(out_dir: str, old: Manifest | None) -> None:
 
 
 def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputOptions,
-              classes: tuple[ClassInfo, ...], plan: Plan, *, rebuild: bool = False) -> Manifest:
+              classes: tuple[ClassInfo, ...], plan: Plan, source_base: str, *, rebuild: bool = False) -> Manifest:
     """The new manifest: the previous shards (all dropped with --rebuild) plus this run's."""
     old = None if rebuild else previous
     splits: dict[str, list[ShardEntry]] = {}
@@ -317,7 +319,7 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
         for name, shards in splits.items()
     }
     history = list(previous.history) if previous is not None else []
-    history.append(history_entry(previous, split_entries, rebuild=rebuild))
+    history.append(history_entry(previous, split_entries, source_base, rebuild=rebuild))
     h, w = options.size
     return Manifest(
         tool_version=__version__,
@@ -333,11 +335,12 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
     )
 
 
-def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], *, rebuild: bool = False) -> dict:
+def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], source_base: str, *,
+                  rebuild: bool = False) -> dict:
     """One history line, counted exactly from the samples of the previous and new manifests.
 
     added: keys now listed that the previous manifest did not list; pruned: the
-    reverse; replaced: keys in both whose image or mask content (sha256) changed.
+    reverse; replaced: keys in both whose image or mask content (digest) changed.
     """
     before: dict[str, SampleEntry] = {}
     if previous is not None:
@@ -346,13 +349,25 @@ def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], *, r
                 before[s.key] = s
     after = {s.key: s for entry in splits.values() for shard in entry.shards for s in shard.samples}
 
-    def content(e: SampleEntry) -> tuple:
-        return (e.image.sha256, e.mask.sha256 if e.mask else None, e.label)
+    def same_file(new: SourceFingerprint | None, old: SourceFingerprint | None) -> bool:
+        if new is None or old is None:
+            return new is old
+        if new.algorithm == old.algorithm:
+            return new.digest == old.digest
+        # an old manifest's digest (sha256, version 1): hash the file as it was just read
+        path = new.path if os.path.isabs(new.path) else os.path.join(source_base, new.path)
+        try:
+            return new.size == old.size and digest_file(path, old.algorithm) == old.digest
+        except OSError:
+            return False
+
+    def same(new: SampleEntry, old: SampleEntry) -> bool:
+        return new.label == old.label and same_file(new.image, old.image) and same_file(new.mask, old.mask)
 
     entry = {
         "time": utc_now(),
         "added": sum(1 for k in after if k not in before),
-        "replaced": sum(1 for k, e in after.items() if k in before and content(e) != content(before[k])),
+        "replaced": sum(1 for k, e in after.items() if k in before and e is not before[k] and not same(e, before[k])),
         "pruned": sum(1 for k in before if k not in after),
         "samples": len(after),
         "tool_version": __version__,

@@ -17,7 +17,6 @@ plus a 256-entry table of packed colours (palette and greyscale masks), so the c
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import struct
@@ -28,6 +27,7 @@ import numpy as np
 
 from PIL import Image, ImageOps
 
+from converter.fingerprint import digest_bytes
 from converter.transform import png
 from readers.manifest import SourceFingerprint
 
@@ -67,7 +67,7 @@ def read_source(path: str, rel: str) -> SourceFile:
         raise DecodeError(path, "unreadable", f"cannot read file: {e.strerror or e}", "check permissions") from e
     if not data:
         raise DecodeError(path, "empty_file", "zero-byte file", "re-copy the file from its origin")
-    fp = SourceFingerprint(rel, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+    fp = SourceFingerprint(rel, len(data), st.st_mtime_ns, digest_bytes(data))
     return SourceFile(path, data, fp)
 
 
