@@ -19,7 +19,7 @@ from converter import __version__
 from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import discover_classification
 from converter.discover.layout import BadInput, discover
-from converter.execute import run_tasks
+from converter.execute import local_start, run_tasks
 from converter.fingerprint import digest_file
 from converter.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
@@ -72,6 +72,7 @@ class ConvertResult:
     unknown_colors: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (for the report)
+    workers: dict[str, object] = field(default_factory=dict)  # backend, workers, how they were started
     report_path: str | None = None
     published: bool = False
 
@@ -192,9 +193,12 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
                         os.path.join(out_dir, MANIFEST_NAME) if old is not None else None,
                         owner_pid=os.getpid() if run.backend == "local" else None)
     results: list[ShardResult] = []
+    start = local_start(run.effective_workers, len(plan.tasks)) if run.backend == "local" else run.backend
+    result.workers = {"backend": run.backend, "workers": run.effective_workers, "start": start}
     try:
         for r in run_tasks(plan.tasks, ctx, workers=run.effective_workers, backend=run.backend,
-                           scheduler=run.scheduler, on_progress=on_progress):
+                           scheduler=run.scheduler, on_progress=on_progress,
+                           start=start if run.backend == "local" else None):
             results.append(r)
     except OSError as e:
         # Source files never raise OSError here (the workers turn their errors into bad
@@ -399,6 +403,7 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "deleted_kept": plan.deleted_kept,
         "seconds": round(result.seconds, 3),
         "timings": {k: round(v, 3) for k, v in result.timings.items()},
+        "workers": result.workers,
         "shards": [s.file for s in result.written],
     }
 
