@@ -273,3 +273,33 @@ def test_the_fast_path_is_built_where_ci_requires_it() -> None:
         pytest.skip("IMGSHARD_REQUIRE_FAST_PNG is not set (only CI requires the compiled extension)")
     assert png.available(), "converter.transform._pngrows did not build: is a C compiler installed?"
     assert decode.png is png
+
+
+# -- 16-bit greyscale (Pillow path: the fast path takes 8-bit only) -------------------------------
+
+def _png16(values: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(values.astype(np.uint16)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_16_bit_grey_images_keep_their_top_8_bits_instead_of_clipping_to_white() -> None:
+    rng = np.random.default_rng(12)
+    values = (synth.textured_image(30, 40, rng)[:, :, 0].astype(np.uint16) * 257 + rng.integers(0, 257, (30, 40))
+              ).astype(np.uint16)
+    data = _png16(values)
+    assert png.read_rows(data) is None and Image.open(io.BytesIO(data)).mode == "I;16"
+    got = decode_image(_src(data), 1 << 30)
+    np.testing.assert_array_equal(got, (values >> 8).astype(np.uint8))
+    assert got.max() > 200 and got.min() < 60  # the texture survives (Pillow's convert would give all 255)
+
+
+def test_16_bit_grey_masks_work_within_0_255_and_are_refused_above_naming_the_file() -> None:
+    idx = np.random.default_rng(13).integers(0, 5, (20, 24)).astype(np.uint16) * 40
+    mask = decode_mask(_src(_png16(idx), "ok16.png"), 1 << 30)
+    np.testing.assert_array_equal(mask.indices, idx.astype(np.uint8))
+    idx[3, 4] = 1000
+    with pytest.raises(DecodeError) as e:
+        decode_mask(_src(_png16(idx), "ids16.png"), 1 << 30)
+    assert e.value.kind == "mask_16bit" and "ids16.png" in str(e.value) and "values up to 1000" in str(e.value)
+    assert "8-bit" in e.value.fix

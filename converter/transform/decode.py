@@ -150,8 +150,10 @@ def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = Fal
 
     With `exif_transpose` (classification sources: photos) the EXIF orientation is
     applied first, as a viewer shows the image (JPEG, TIFF, WebP, and PNG with an eXIf
-    chunk). Every mode other than L and RGB (CMYK, P, RGBA, LA, I;16, 1, ...) becomes
-    RGB through Pillow's own `convert("RGB")`.
+    chunk). 16-bit and 32-bit integer greyscale (I;16, I) keeps its top 8 bits (v >> 8
+    of the 16-bit value, as libpng and `tf.io.decode_png(dtype=uint8)` do; Pillow's
+    own conversion would clip everything above 255 to white). Every other mode (CMYK,
+    P, RGBA, LA, 1, ...) becomes RGB through Pillow's `convert("RGB")`.
     """
     header = _png_header(src.data)
     # The fast path ignores a PNG's eXIf chunk: such a PNG goes through Pillow when orienting.
@@ -165,9 +167,15 @@ def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = Fal
         im = _exif_transpose(src, im)
     if im.mode == "L":
         return np.asarray(im)
+    if im.mode in _WIDE_GREY:
+        return (np.clip(np.asarray(im), 0, 0xFFFF).astype(np.uint32) >> 8).astype(np.uint8)
     if im.mode != "RGB":
-        im = im.convert("RGB")  # P, RGBA (alpha dropped), CMYK, I;16, LA, 1 ...
+        im = im.convert("RGB")  # P, RGBA (alpha dropped), CMYK, LA, 1 ...
     return np.asarray(im)
+
+
+#: Integer greyscale modes wider than 8 bits (16-bit PNG and TIFF open as I;16 or I).
+_WIDE_GREY = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 
 
 def _pixels(src: SourceFile, rows: png.PngRows) -> np.ndarray:
@@ -255,6 +263,17 @@ def decode_mask(src: SourceFile, max_pixels: int) -> MaskArray:
         return MaskArray(h, w, indices=np.asarray(im), table=_GREY_TABLE, path=src.path)
     if im.mode in ("LA", "La"):
         return MaskArray(h, w, indices=np.asarray(im.getchannel(0)), table=_GREY_TABLE, path=src.path)
+    if im.mode in _WIDE_GREY:  # 16-bit grey masks: fine while every value is a grey level 0..255
+        values = np.asarray(im)
+        top = int(values.max()) if values.size else 0
+        if top > 255 or (values.size and int(values.min()) < 0):
+            raise DecodeError(
+                src.path, "mask_16bit",
+                f"{im.mode} greyscale mask with values up to {top}: a class table maps grey levels 0-255 "
+                "(value v is colour (v, v, v))",
+                "save the masks as 8-bit greyscale or palette PNGs with values 0-255",
+            )
+        return MaskArray(h, w, indices=values.astype(np.uint8), table=_GREY_TABLE, path=src.path)
     if im.mode not in ("RGB", "RGBA"):
         im = im.convert("RGB")
     return MaskArray(h, w, packed=pack_rgb(np.asarray(im)), path=src.path)
