@@ -3,16 +3,16 @@
 A worker started by loky (or any spawn method) is a fresh interpreter that imports
 NumPy, Pillow and the converter before its first sample: 0.6 s per worker here, a
 fifth of a 150-pair run on two cores. A forked worker inherits the run's imported
-modules and tuned allocator, so it starts at once. `execute.run_local` uses this
-pool where fork is safe: on Linux, from a process with a single thread (forking a
-process that runs other threads, such as TensorFlow's, can deadlock the child), and
-falls back to loky elsewhere.
+modules, tuned allocator and colour table (shared copy-on-write), so it starts at
+once. `execute.run_local` uses this pool where fork is safe: on Linux, from a process
+with a single thread (forking a process that runs other threads, such as
+TensorFlow's, can deadlock the child), and falls back to loky elsewhere.
 
 The workers inherit the task list; a shared counter hands out the next task to
-whichever worker is free, and results and progress counts come back on queues. A worker that dies, or a task that
-raises, ends the run: the other workers are killed before the error reaches the
-caller, so none of them can rename a shard into the folder afterwards. Workers also
-die with the run (PR_SET_PDEATHSIG) when it is killed.
+whichever worker is free, and results and progress counts come back on queues. A
+worker that dies, or a task that raises, ends the run: the other workers are killed
+before the error reaches the caller, so none of them can rename a shard into the
+folder afterwards. Workers also die with the run (PR_SET_PDEATHSIG) when it is killed.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import traceback
 from typing import Callable, Iterator, Sequence
 
 from converter.plan import ShardTask
-from converter.write.task import ShardResult, WorkerContext, run_shard_task
+from converter.write.task import ShardResult, WorkerContext, run_shard_task, warm_up
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int], None]
@@ -112,6 +112,7 @@ def run_forked(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
                on_progress: ProgressFn | None = None) -> Iterator[ShardResult]:
     """Yield results as shards finish (unordered), from `workers` forked processes."""
     fork = mp.get_context("fork")
+    warm_up(ctx)  # the workers inherit the transformer and share its colour table
     next_task, done = fork.Value("q", 0), fork.Queue()
     progress_q = fork.Queue() if on_progress is not None else None
     n = min(workers, len(tasks))
