@@ -9,13 +9,15 @@
  *   LAYOUT_RAW     rows as stored: (H, W, channels) bytes (greyscale, palette indices)
  *   LAYOUT_RGB     (H, W, 3) bytes: RGB images, alpha (if any) dropped
  *   LAYOUT_PACKED  (H, W) native uint32 0xRRGGBB: a colour mask's colour keys (alpha dropped)
- *   LAYOUT_CLASSES (H, W) native uint16 lut[0xRRGGBB]: a colour mask looked up in a class
- *                  table of 2**24 uint16 entries, without the 4-byte-per-pixel key array
+ *   LAYOUT_CLASSES (H, W) native uint16 ~lut[0xRRGGBB]: a colour mask looked up in a class
+ *                  table of 2**24 uint16 entries stored bitwise-inverted (so that a table
+ *                  of untouched zero pages means "unknown" everywhere), without the
+ *                  4-byte-per-pixel key array
  *
  * unfilter(filtered, height, width, channels, layout, out, lut=None, flag_from=0) -> int
  *   filtered: bytes-like, exactly height * (1 + width * channels) bytes
  *   out:      writable contiguous buffer of the layout's size
- *   lut:      LAYOUT_CLASSES only: 2**24 native uint16 entries
+ *   lut:      LAYOUT_CLASSES only: 2**24 native uint16 entries, each value inverted (~v)
  * Returns, for LAYOUT_CLASSES, how many pixels got a table value >= flag_from (the
  * caller's "unknown colour" marks), else 0. Raises ValueError for a wrong size or an
  * unknown filter type (a corrupt file). The GIL is released while rows are decoded.
@@ -93,7 +95,7 @@ static Py_ssize_t emit_classes(const uint8_t *row, uint16_t *out, Py_ssize_t wid
         const uint32_t key = ((uint32_t)row[0] << 16) | ((uint32_t)row[1] << 8) | (uint32_t)row[2];
         if (key != last_key) {
             last_key = key;
-            last = lut[key];
+            last = (uint16_t)~lut[key];
         }
         out[x] = last;
         flagged += last >= flag_from;
@@ -210,7 +212,7 @@ done:
 static PyMethodDef methods[] = {
     {"unfilter", (PyCFunction)(void (*)(void))py_unfilter, METH_VARARGS | METH_KEYWORDS,
      "unfilter(filtered, height, width, channels, layout, out, lut=None, flag_from=0) -> int\n"
-     "Undo PNG row filters into `out`; for the classes layout, return how many pixels got a lut value >= flag_from."},
+     "Undo PNG row filters into `out`; for the classes layout (out = ~lut[colour]), return how many pixels got a value >= flag_from."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -215,13 +215,13 @@ class MaskArray:
         except png.PngDataError as e:
             raise DecodeError(self.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
 
-    def lookup(self, lut: np.ndarray, flag_from: int) -> tuple[np.ndarray, int]:
-        """(H, W) `lut[colour]` of a colour mask, and how many pixels got a value >= flag_from."""
+    def lookup(self, inverted_lut: np.ndarray, flag_from: int) -> tuple[np.ndarray, int]:
+        """(H, W) `~inverted_lut[colour]` of a colour mask, and how many pixels got a value >= flag_from."""
         if self.rows is None:
-            classes = lut[self.colors()]
+            classes = ~inverted_lut[self.colors()]
             return classes, int(np.count_nonzero(classes >= flag_from))
         try:
-            return self.rows.lookup(lut, flag_from)
+            return self.rows.lookup(inverted_lut, flag_from)
         except png.PngDataError as e:
             raise DecodeError(self.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
 

@@ -78,12 +78,17 @@ class PngRows:
         self._unfilter(_pngrows.LAYOUT_PACKED, out)  # type: ignore[union-attr]
         return out
 
-    def lookup(self, lut: np.ndarray, flag_from: int) -> tuple[np.ndarray, int]:
-        """(H, W) uint16 `lut[0xRRGGBB]` of an RGB/RGBA PNG, and how many pixels got a value >= flag_from."""
-        if lut.dtype != np.uint16 or lut.shape != (1 << 24,) or not lut.flags.c_contiguous:
-            raise ValueError(f"lut must be a contiguous (2**24,) uint16 array. Received: {lut.dtype} {lut.shape}")
+    def lookup(self, inverted_lut: np.ndarray, flag_from: int) -> tuple[np.ndarray, int]:
+        """(H, W) uint16 `~inverted_lut[0xRRGGBB]` of an RGB/RGBA PNG, and how many pixels got a value >= flag_from.
+
+        The table holds each value bitwise-inverted (see `ColorMap.inverted_lut`).
+        """
+        if inverted_lut.dtype != np.uint16 or inverted_lut.shape != (1 << 24,) or not inverted_lut.flags.c_contiguous:
+            raise ValueError("inverted_lut must be a contiguous (2**24,) uint16 array. "
+                             f"Received: {inverted_lut.dtype} {inverted_lut.shape}")
         out = np.empty((self.height, self.width), np.uint16)
-        flagged = self._unfilter(_pngrows.LAYOUT_CLASSES, out, lut=lut, flag_from=flag_from)  # type: ignore[union-attr]
+        flagged = self._unfilter(_pngrows.LAYOUT_CLASSES, out, lut=inverted_lut,  # type: ignore[union-attr]
+                                 flag_from=flag_from)
         return out, flagged
 
     def palette_table(self) -> np.ndarray:

@@ -70,12 +70,12 @@ def _transformer(ctx: WorkerContext) -> SampleTransformer:
 def warm_up(ctx: WorkerContext) -> None:
     """Build this process's transformer and colour table now (before forking workers).
 
-    Forked workers then share the 32 MiB colour table copy-on-write (they only read it)
-    instead of each building its own.
+    Forked workers then share the colour table copy-on-write (they only read it); it
+    costs next to nothing to build (see `ColorMap.inverted_lut`).
     """
     transform = _transformer(ctx)
     if transform.colormap is not None:
-        transform.colormap.lut  # noqa: B018 - built on first access
+        transform.colormap.inverted_lut  # noqa: B018 - built on first access
 
 
 def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], ShardEntry]:
