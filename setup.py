@@ -1,8 +1,9 @@
-"""Build the one C extension (PNG row unfiltering, `converter/transform/_pngrows.c`).
+"""Build the two C extensions: PNG row unfiltering (`converter/transform/_pngrows.c`)
+and Pillow-exact image resampling (`converter/transform/_resample.c`).
 
-Everything else lives in pyproject.toml. The extension is optional: without a C
-compiler the install still succeeds and every PNG is decoded by Pillow
-(slower, same pixels); `imgshard bench` says which decoder ran.
+Everything else lives in pyproject.toml. Both extensions are optional: without a C
+compiler the install still succeeds, every PNG is decoded by Pillow and every image
+is resized by Pillow (slower, same pixels); `imgshard bench` says which decoder ran.
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,11 @@ setup(
             "converter.transform._pngrows",
             sources=["converter/transform/_pngrows.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "converter.transform._resample",
+            sources=["converter/transform/_resample.c"],
+            optional=True,
+        ),
     ]
 )
