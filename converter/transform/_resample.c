@@ -21,8 +21,8 @@
  *                    results are transposed back.
  *
  * The vectorised kernels use AVX2 and are chosen at run time (`__builtin_cpu_supports`);
- * the build needs no -march flag, and elsewhere (no AVX2, not x86, not GCC/Clang) plain C
- * loops give the same bytes. Pillow takes the same short cut for an integer box of the
+ * the build needs no -march flag, and elsewhere (no AVX2, not x86, not GCC/Clang, or built
+ * with -DIMGSHARD_PLAIN_C) plain C loops give the same bytes. Pillow takes the same short cut for an integer box of the
  * output's size (a crop), and so does this module.
  *
  * resample(src, height, width, channels, out, out_height, out_width, filter, box, simd=True)
@@ -41,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(IMGSHARD_PLAIN_C)
 #define HAVE_AVX2_KERNELS 1
 #include <immintrin.h>
 #else
@@ -486,7 +486,8 @@ static void vertical(const job_t *job, const uint8_t *in, Py_ssize_t in_stride, 
     vpass_plain(in, in_stride, out, out_stride, job->out_height, row_bytes, c);
 }
 
-/* Pillow's ImagingResampleInner (and _resize's crop short cut). Returns 0, or -1 when out of memory. */
+/* Pillow's ImagingResampleInner (and _resize's crop short cut). Returns 0, -1 when out of memory,
+ * -2 if the rows a horizontal-only pass reads do not match the output (cannot happen: kept as a guard). */
 static int run_job(const job_t *job) {
     const int xsize = job->out_width, ysize = job->out_height, ch = job->ch;
     const float *box = job->box;
@@ -541,6 +542,11 @@ static int run_job(const job_t *job) {
         }
     } else if (need_horizontal) {
         /* the vertical coefficients of an untouched axis cover every row: ybox_last - ybox_first == ysize */
+        if (ybox_first != 0 || ybox_last != ysize) {
+            free_coeffs(&horiz);
+            free_coeffs(&vert);
+            return -2;
+        }
         horizontal(job, job->src + (Py_ssize_t)ybox_first * in_stride, in_stride, job->out, out_stride, ysize,
                    &horiz, &failed);
     } else if (need_vertical) {
@@ -625,6 +631,10 @@ static PyObject *py_resample(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_BEGIN_ALLOW_THREADS
     rc = run_job(&job);
     Py_END_ALLOW_THREADS
+    if (rc == -2) {
+        PyErr_SetString(PyExc_RuntimeError, "resample: internal error: the horizontal pass would not cover the output");
+        goto done;
+    }
     if (rc != 0) {
         PyErr_NoMemory();
         goto done;
