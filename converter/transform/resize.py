@@ -158,7 +158,10 @@ def resize_image(arr: np.ndarray, geom: Geometry, image_filter: ImageFilter) -> 
     else:
         block = resample(arr, geom.resample_size, geom.box, image_filter)
     if block.ndim == 2:  # greyscale: resized on one channel, identical per channel to RGB
-        block = np.repeat(block[:, :, None], 3, axis=2)
+        grey, block = block, np.empty(block.shape + (3,), block.dtype)
+        block[:, :, 0] = grey  # three strided copies: half the time of np.repeat(..., axis=2)
+        block[:, :, 1] = grey
+        block[:, :, 2] = grey
     out = _place(block, geom, 0)
     return np.ascontiguousarray(out)
 
