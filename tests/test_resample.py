@@ -129,6 +129,8 @@ def test_empty_and_edge_boxes_equal_pillow(name: str) -> None:
     _assert_same(src, (4, 6), FILTERS[name], (10.0, 7.0, 10.0, 7.0))  # zero-size box
     _assert_same(src, (9, 5), FILTERS[name], (32.0, 24.0, 33.0, 25.0))  # the last pixel
     _assert_same(src, (30, 40), FILTERS[name], (32.9, 0.0, 33.0, 25.0))  # a sliver at the right edge
+    _assert_same(src, (3, 4), FILTERS[name], (33.0, 25.0, 33.0, 25.0))  # zero-size box on the far corner
+    _assert_same(src, (6, 8), FILTERS[name], (0.0, 25.0, 33.0, 25.0))  # zero-height box on the bottom edge
 
 
 @needs_fast
