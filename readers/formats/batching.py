@@ -19,6 +19,7 @@ import collections
 import concurrent.futures
 import itertools
 import os
+import queue
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
@@ -34,6 +35,9 @@ if TYPE_CHECKING:  # pragma: no cover
 LOADER_THREADS = min(4, max(2, os.cpu_count() or 2))
 #: Shards loaded ahead of the one being batched (each held in memory whole).
 SHARDS_AHEAD = LOADER_THREADS
+#: Compact batches cut and gathered ahead of the `tf.data` pipeline's pull, by one
+#: thread per epoch (`BatchesAhead`).
+BATCHES_AHEAD = 0
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,23 @@ class _Epochs:
         return np.array(0, np.int64)
 
 
+_pool: "tuple[int, concurrent.futures.ThreadPoolExecutor] | None" = None
+_pool_lock = threading.Lock()
+
+
+def loader_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's `LOADER_THREADS` loader threads, started on first use and kept: an
+    epoch that started its own threads waited for them (a new thread needs the GIL to
+    start; measured up to 8 ms before an epoch's first batch). A forked child gets a
+    new pool (threads do not survive fork)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), concurrent.futures.ThreadPoolExecutor(LOADER_THREADS,
+                                                                       thread_name_prefix="imgshard-load"))
+        return _pool[1]
+
+
 class BatchGenerator:
     """Callable that `from_generator` calls once per epoch; yields compact batches."""
 
@@ -174,7 +195,7 @@ class BatchGenerator:
 
     def _loaded(self, order: list[int]) -> Iterator[ShardArrays]:
         """Shards in `order`, loaded `SHARDS_AHEAD` ahead by a thread pool."""
-        pool = concurrent.futures.ThreadPoolExecutor(LOADER_THREADS, thread_name_prefix="imgshard-load")
+        pool = loader_pool()
         pending: collections.deque = collections.deque()
         try:
             todo = iter(order)
@@ -190,10 +211,16 @@ class BatchGenerator:
                 yield data
         finally:
             for fut in pending:
-                fut.cancel()
-            pool.shutdown(wait=False, cancel_futures=True)
+                fut.cancel()  # loads already running finish in the pool; their result is dropped
 
     def __call__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """One epoch; a thread starts cutting and gathering its batches right away
+        (`BATCHES_AHEAD` ahead of the consumer)."""
+        if BATCHES_AHEAD <= 0:
+            return self._epoch()
+        return BatchesAhead(self._epoch(), BATCHES_AHEAD)
+
+    def _epoch(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         order = list(range(len(self.shards)))
         if self.options.shuffle and self.options.record_shard is None:
             self.rng.shuffle(order)
@@ -273,6 +300,79 @@ class BatchGenerator:
         return images, targets
 
 
+class BatchesAhead:
+    """Run a generator in a thread of its own, `depth` items ahead of the consumer.
+
+    The thread starts at once (so an epoch's first shards load while TensorFlow is still
+    setting up its iterator) and does the generator's work -- cutting batches and
+    gathering records into them, copies that release the GIL -- while the consumer hands
+    the previous batch to TensorFlow. Items come out in the generator's order; an
+    exception in the generator is raised from `__next__`. `close()` (also on garbage
+    collection) stops the thread after the item it is producing and closes the
+    generator in that thread.
+    """
+
+    _END = object()
+
+    def __init__(self, source: Iterator[Any], depth: int):
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._run, args=(source, self._queue, self._stop),
+                                        name="imgshard-batches", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _run(source: Iterator[Any], out: queue.Queue, stop: threading.Event) -> None:
+        # a static method holding no reference to the BatchesAhead, so that dropping it
+        # (an iterator abandoned mid-epoch) collects it and its __del__ stops this thread
+        try:
+            for item in source:
+                while not stop.is_set():
+                    try:
+                        out.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                item = None
+                if stop.is_set():
+                    return
+            out.put((BatchesAhead._END, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            out.put((BatchesAhead._END, e))
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    def __iter__(self) -> "BatchesAhead":
+        return self
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        item, error = self._queue.get()
+        if item is BatchesAhead._END:
+            self._done = True
+            if error is not None:
+                raise error
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        """Stop the thread (it exits after the item it is producing) and drop what is queued."""
+        self._done = True
+        self._stop.set()
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
+
+    def __del__(self) -> None:
+        self.close()
+
+
 def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np.ndarray:
     """`np.empty` whose data starts on an `alignment`-byte boundary: TensorFlow then wraps
     the array handed over by `from_generator` without copying it (it copies arrays that
@@ -285,5 +385,5 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np
 
 
 
-__all__ = ["LOADER_THREADS", "SHARDS_AHEAD", "SOURCE", "BatchGenerator", "ShardArrays", "aligned_empty",
-           "expansion_is_identity", "generator_dataset", "python_batches"]
+__all__ = ["BATCHES_AHEAD", "LOADER_THREADS", "SHARDS_AHEAD", "SOURCE", "BatchGenerator", "BatchesAhead", "ShardArrays", "aligned_empty",
+           "expansion_is_identity", "generator_dataset", "loader_pool", "python_batches"]
