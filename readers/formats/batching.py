@@ -19,7 +19,6 @@ import collections
 import concurrent.futures
 import itertools
 import os
-import queue
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
@@ -35,9 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
 LOADER_THREADS = min(4, max(2, os.cpu_count() or 2))
 #: Shards loaded ahead of the one being batched (each held in memory whole).
 SHARDS_AHEAD = LOADER_THREADS
-#: Compact batches cut and gathered ahead of the `tf.data` pipeline's pull, by one
-#: thread per epoch (`BatchesAhead`).
-BATCHES_AHEAD = 0
 
 
 @dataclass(frozen=True)
@@ -85,11 +81,13 @@ def expansion_is_identity(spec: RecordSpec, *, one_hot: bool, normalize: bool) -
 # -- the Python source of the pipeline ------------------------------------------------------------
 
 #: "generator": each `tf.data` iterator runs one call of the batch generator through a
-#: bare generator dataset (one init / next / finalize function, numpy_function calls);
-#: "from_generator": through `tf.data.Dataset.from_generator` (the public API, which
-#: wraps the same dataset in a flat_map and checks each element's structure in Python:
-#: measured 2x the fixed cost per epoch, ~12 against ~6 ms, and more per batch).
-#: "generator" falls back to "from_generator" where TensorFlow lacks the private class.
+#: bare generator dataset whose three functions (init / next / finalize, each one
+#: numpy_function) are instantiated as single-device functions, without Grappler;
+#: "from_generator": through `tf.data.Dataset.from_generator` (the public API). Measured
+#: per epoch of this reader: from_generator wraps the same dataset in a flat_map,
+#: instantiates four functions through Grappler and checks every element's structure in
+#: Python, ~12 ms of fixed cost against ~1 ms here. "generator" uses TensorFlow-internal
+#: classes and falls back to "from_generator" where they are missing.
 SOURCE = "generator"
 
 
@@ -104,8 +102,8 @@ def python_batches(make: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
     """
     import tensorflow as tf
 
-    dataset_class = _generator_dataset_class() if SOURCE == "generator" else None
-    if dataset_class is None:
+    source_class = _source_class() if SOURCE == "generator" else None
+    if source_class is None:
         return tf.data.Dataset.from_generator(make, output_signature=signature)
     epochs = _Epochs(make)
     dtypes = tuple(s.dtype for s in signature)
@@ -126,15 +124,65 @@ def python_batches(make: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
     def finalize(epoch: Any) -> Any:
         return tf.numpy_function(epochs.finish, [epoch], tf.int64, stateful=True)
 
-    return dataset_class(np.int64(0), init, next_batch, finalize, tuple(signature))
+    return source_class(init, next_batch, finalize, tuple(signature))
 
 
-def _generator_dataset_class() -> Any:
-    try:
-        from tensorflow.python.data.ops.from_generator_op import _GeneratorDataset
-    except ImportError:  # pragma: no cover - other TensorFlow versions
-        return None
-    return _GeneratorDataset
+_SOURCE_CLASS: Any = None
+
+
+def _source_class() -> Any:
+    """`_PythonSource`, built on first use (it subclasses a TensorFlow class); None
+    where this TensorFlow lacks what it needs."""
+    global _SOURCE_CLASS
+    if _SOURCE_CLASS is None:
+        try:
+            from tensorflow.python.data.ops import dataset_ops, structured_function
+            from tensorflow.python.data.util import structure
+            from tensorflow.python.ops import gen_dataset_ops
+        except ImportError:  # pragma: no cover - other TensorFlow versions
+            _SOURCE_CLASS = False
+            return None
+        _SOURCE_CLASS = _build_source_class(dataset_ops, structured_function, structure, gen_dataset_ops)
+    return _SOURCE_CLASS or None
+
+
+def _build_source_class(dataset_ops: Any, structured_function: Any, structure: Any, gen_dataset_ops: Any) -> type:
+    # The same op as `from_generator`'s inner dataset (GeneratorDataset), without its
+    # flat_map, and with functions marked "experimental_ints_on_device": tf.data then
+    # instantiates them as single-device functions and skips the Grappler pass that a
+    # multi-device instantiation runs for every new iterator (~5 ms per epoch here).
+    # Right for these functions: each is one numpy_function, which runs on the host.
+    attributes = {"experimental_ints_on_device": True}
+
+    class _PythonSource(dataset_ops.DatasetSource):
+        def __init__(self, init_func: Any, next_func: Any, finalize_func: Any, signature: Any):
+            init_args = np.int64(0)
+            init_structure = structure.type_spec_from_value(init_args)
+            name = "imgshard.python_batches()"
+            self._init_func = structured_function.StructuredFunctionWrapper(
+                init_func, name, input_structure=init_structure, defun_kwargs=dict(attributes))
+            self._next_func = structured_function.StructuredFunctionWrapper(
+                next_func, name, input_structure=self._init_func.output_structure, defun_kwargs=dict(attributes))
+            self._finalize_func = structured_function.StructuredFunctionWrapper(
+                finalize_func, name, input_structure=self._init_func.output_structure,
+                defun_kwargs=dict(attributes))
+            self._signature = signature
+            self._name = None
+            variant = gen_dataset_ops.generator_dataset(
+                structure.to_tensor_list(init_structure, init_args) + self._init_func.function.captured_inputs,
+                self._next_func.function.captured_inputs,
+                self._finalize_func.function.captured_inputs,
+                init_func=self._init_func.function,
+                next_func=self._next_func.function,
+                finalize_func=self._finalize_func.function,
+                **self._common_args)
+            super().__init__(variant)
+
+        @property
+        def element_spec(self) -> Any:
+            return self._signature
+
+    return _PythonSource
 
 
 class _Epochs:
@@ -214,13 +262,6 @@ class BatchGenerator:
                 fut.cancel()  # loads already running finish in the pool; their result is dropped
 
     def __call__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """One epoch; a thread starts cutting and gathering its batches right away
-        (`BATCHES_AHEAD` ahead of the consumer)."""
-        if BATCHES_AHEAD <= 0:
-            return self._epoch()
-        return BatchesAhead(self._epoch(), BATCHES_AHEAD)
-
-    def _epoch(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         order = list(range(len(self.shards)))
         if self.options.shuffle and self.options.record_shard is None:
             self.rng.shuffle(order)
@@ -300,79 +341,6 @@ class BatchGenerator:
         return images, targets
 
 
-class BatchesAhead:
-    """Run a generator in a thread of its own, `depth` items ahead of the consumer.
-
-    The thread starts at once (so an epoch's first shards load while TensorFlow is still
-    setting up its iterator) and does the generator's work -- cutting batches and
-    gathering records into them, copies that release the GIL -- while the consumer hands
-    the previous batch to TensorFlow. Items come out in the generator's order; an
-    exception in the generator is raised from `__next__`. `close()` (also on garbage
-    collection) stops the thread after the item it is producing and closes the
-    generator in that thread.
-    """
-
-    _END = object()
-
-    def __init__(self, source: Iterator[Any], depth: int):
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
-        self._stop = threading.Event()
-        self._done = False
-        self._thread = threading.Thread(target=self._run, args=(source, self._queue, self._stop),
-                                        name="imgshard-batches", daemon=True)
-        self._thread.start()
-
-    @staticmethod
-    def _run(source: Iterator[Any], out: queue.Queue, stop: threading.Event) -> None:
-        # a static method holding no reference to the BatchesAhead, so that dropping it
-        # (an iterator abandoned mid-epoch) collects it and its __del__ stops this thread
-        try:
-            for item in source:
-                while not stop.is_set():
-                    try:
-                        out.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                item = None
-                if stop.is_set():
-                    return
-            out.put((BatchesAhead._END, None))
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
-            out.put((BatchesAhead._END, e))
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-
-    def __iter__(self) -> "BatchesAhead":
-        return self
-
-    def __next__(self) -> Any:
-        if self._done:
-            raise StopIteration
-        item, error = self._queue.get()
-        if item is BatchesAhead._END:
-            self._done = True
-            if error is not None:
-                raise error
-            raise StopIteration
-        return item
-
-    def close(self) -> None:
-        """Stop the thread (it exits after the item it is producing) and drop what is queued."""
-        self._done = True
-        self._stop.set()
-        try:
-            while True:
-                self._queue.get_nowait()
-        except queue.Empty:
-            pass
-
-    def __del__(self) -> None:
-        self.close()
-
-
 def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np.ndarray:
     """`np.empty` whose data starts on an `alignment`-byte boundary: TensorFlow then wraps
     the array handed over by `from_generator` without copying it (it copies arrays that
@@ -385,5 +353,5 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np
 
 
 
-__all__ = ["BATCHES_AHEAD", "LOADER_THREADS", "SHARDS_AHEAD", "SOURCE", "BatchGenerator", "BatchesAhead", "ShardArrays", "aligned_empty",
+__all__ = ["LOADER_THREADS", "SHARDS_AHEAD", "SOURCE", "BatchGenerator", "ShardArrays", "aligned_empty",
            "expansion_is_identity", "generator_dataset", "loader_pool", "python_batches"]
