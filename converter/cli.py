@@ -14,7 +14,12 @@ import logging
 import os
 import sys
 
-from converter import __version__
+# The converter never multiplies matrices: keep OpenBLAS (loaded with NumPy) from
+# starting a thread pool, so `convert` runs single-threaded and may fork its workers,
+# which then start in milliseconds (`converter.execute_fork`). Set before NumPy loads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from converter import __version__  # noqa: E402 - after the environment is set
 
 #: Subcommand modules, in the order `imgshard --help` lists them.
 COMMANDS = ("convert", "verify", "scan", "inspect", "preview", "bench")

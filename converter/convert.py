@@ -19,7 +19,8 @@ from converter import __version__
 from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import discover_classification
 from converter.discover.layout import BadInput, discover
-from converter.execute import run_tasks
+from converter.execute import local_start, run_tasks
+from converter.fingerprint import digest_file
 from converter.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.plan import Plan, PlanError, make_plan
@@ -34,6 +35,7 @@ from readers.manifest import (
     Manifest,
     SampleEntry,
     ShardEntry,
+    SourceFingerprint,
     SplitEntry,
 )
 
@@ -70,6 +72,7 @@ class ConvertResult:
     unknown_colors: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (for the report)
+    workers: dict[str, object] = field(default_factory=dict)  # backend, workers, how they were started
     report_path: str | None = None
     published: bool = False
 
@@ -190,9 +193,12 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
                         os.path.join(out_dir, MANIFEST_NAME) if old is not None else None,
                         owner_pid=os.getpid() if run.backend == "local" else None)
     results: list[ShardResult] = []
+    start = local_start(run.effective_workers, len(plan.tasks)) if run.backend == "local" else run.backend
+    result.workers = {"backend": run.backend, "workers": run.effective_workers, "start": start}
     try:
         for r in run_tasks(plan.tasks, ctx, workers=run.effective_workers, backend=run.backend,
-                           scheduler=run.scheduler, on_progress=on_progress):
+                           scheduler=run.scheduler, on_progress=on_progress,
+                           start=start if run.backend == "local" else None):
             results.append(r)
     except OSError as e:
         # Source files never raise OSError here (the workers turn their errors into bad
@@ -231,7 +237,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True})
         return result
 
-    manifest = _assemble(old, result, options, classes, plan, rebuild=run.rebuild)
+    manifest = _assemble(old, result, options, classes, plan, spec.base, rebuild=run.rebuild)
     try:
         sync_tfds_metadata(out_dir, manifest)  # before the manifest: the manifest is published last
         publish_manifest(out_dir, manifest)
@@ -295,7 +301,7 @@ def _restore_tfds_metadata(out_dir: str, old: Manifest | None) -> None:
 
 
 def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputOptions,
-              classes: tuple[ClassInfo, ...], plan: Plan, *, rebuild: bool = False) -> Manifest:
+              classes: tuple[ClassInfo, ...], plan: Plan, source_base: str, *, rebuild: bool = False) -> Manifest:
     """The new manifest: the previous shards (all dropped with --rebuild) plus this run's."""
     old = None if rebuild else previous
     splits: dict[str, list[ShardEntry]] = {}
@@ -317,7 +323,7 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
         for name, shards in splits.items()
     }
     history = list(previous.history) if previous is not None else []
-    history.append(history_entry(previous, split_entries, rebuild=rebuild))
+    history.append(history_entry(previous, split_entries, source_base, rebuild=rebuild))
     h, w = options.size
     return Manifest(
         tool_version=__version__,
@@ -333,11 +339,12 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
     )
 
 
-def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], *, rebuild: bool = False) -> dict:
+def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], source_base: str, *,
+                  rebuild: bool = False) -> dict:
     """One history line, counted exactly from the samples of the previous and new manifests.
 
     added: keys now listed that the previous manifest did not list; pruned: the
-    reverse; replaced: keys in both whose image or mask content (sha256) changed.
+    reverse; replaced: keys in both whose image or mask content (digest) changed.
     """
     before: dict[str, SampleEntry] = {}
     if previous is not None:
@@ -346,13 +353,25 @@ def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], *, r
                 before[s.key] = s
     after = {s.key: s for entry in splits.values() for shard in entry.shards for s in shard.samples}
 
-    def content(e: SampleEntry) -> tuple:
-        return (e.image.sha256, e.mask.sha256 if e.mask else None, e.label)
+    def same_file(new: SourceFingerprint | None, old: SourceFingerprint | None) -> bool:
+        if new is None or old is None:
+            return new is old
+        if new.algorithm == old.algorithm:
+            return new.digest == old.digest
+        # an old manifest's digest (sha256, version 1): hash the file as it was just read
+        path = new.path if os.path.isabs(new.path) else os.path.join(source_base, new.path)
+        try:
+            return new.size == old.size and digest_file(path, old.algorithm) == old.digest
+        except OSError:
+            return False
+
+    def same(new: SampleEntry, old: SampleEntry) -> bool:
+        return new.label == old.label and same_file(new.image, old.image) and same_file(new.mask, old.mask)
 
     entry = {
         "time": utc_now(),
         "added": sum(1 for k in after if k not in before),
-        "replaced": sum(1 for k, e in after.items() if k in before and content(e) != content(before[k])),
+        "replaced": sum(1 for k, e in after.items() if k in before and e is not before[k] and not same(e, before[k])),
         "pruned": sum(1 for k in before if k not in after),
         "samples": len(after),
         "tool_version": __version__,
@@ -384,6 +403,7 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "deleted_kept": plan.deleted_kept,
         "seconds": round(result.seconds, 3),
         "timings": {k: round(v, 3) for k, v in result.timings.items()},
+        "workers": result.workers,
         "shards": [s.file for s in result.written],
     }
 

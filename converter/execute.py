@@ -1,10 +1,12 @@
 """Run planned shard tasks on workers and stream their results back.
 
-`local` (default): joblib's loky process pool; workers import NumPy, Pillow and
-libspng, never TensorFlow. With one worker the tasks run in this process. Progress
-(samples done) flows back through a queue that a thread drains, so the bar moves
-per sample, not per shard; a worker that dies ends the run with joblib's error
-instead of leaving the bar waiting.
+`local` (default): with one worker the tasks run in this process. With more, forked
+worker processes (`converter.execute_fork`: they start in milliseconds) where fork is
+safe (Linux, a single-threaded run), else joblib's loky pool (fresh interpreters that
+import NumPy, Pillow and the converter, never TensorFlow). Progress (samples done)
+flows back through a queue that a thread drains, so the bar moves per sample, not per
+shard; a worker that dies ends the run with an error instead of leaving the bar
+waiting. `dask`: `converter.execute_dask`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import threading
 import time
 from typing import Callable, Iterator, Sequence
 
+from converter.execute_fork import fork_is_safe, run_forked
 from converter.plan import ShardTask
 from converter.write.task import ShardResult, WorkerContext, run_shard_task
 
@@ -55,13 +58,36 @@ def _drain(q, on_progress: ProgressFn, stop: threading.Event) -> None:
             return
 
 
+START_METHODS = ("in-process", "fork", "loky")
+
+
+def local_start(workers: int, num_tasks: int) -> str:
+    """How `run_local` runs `num_tasks` tasks on `workers` workers: one of START_METHODS."""
+    if workers <= 1 or num_tasks <= 1:
+        return "in-process"
+    return "fork" if fork_is_safe() else "loky"
+
+
 def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
-              on_progress: ProgressFn | None = None) -> Iterator[ShardResult]:
-    """Yield results as shards finish (unordered)."""
-    if workers <= 1 or len(tasks) <= 1:
+              on_progress: ProgressFn | None = None, *, start: str | None = None) -> Iterator[ShardResult]:
+    """Yield results as shards finish (unordered).
+
+    `start`: one of START_METHODS; default `local_start(workers, len(tasks))`.
+    """
+    start = local_start(workers, len(tasks)) if start is None else start
+    if start == "in-process":
         for task in tasks:
             yield run_shard_task(task, ctx, on_progress)
-        return
+    elif start == "fork":
+        yield from run_forked(tasks, ctx, workers, on_progress)
+    elif start == "loky":
+        yield from _run_loky(tasks, ctx, workers, on_progress)
+    else:
+        raise ValueError(f"start must be one of {list(START_METHODS)}. Received: {start!r}")
+
+
+def _run_loky(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
+              on_progress: ProgressFn | None) -> Iterator[ShardResult]:
     from joblib import Parallel, delayed
 
     manager = None
@@ -91,9 +117,11 @@ def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
 
 
 def run_tasks(tasks: Sequence[ShardTask], ctx: WorkerContext, *, workers: int, backend: str = "local",
-              scheduler: str | None = None, on_progress: ProgressFn | None = None) -> Iterator[ShardResult]:
+              scheduler: str | None = None, on_progress: ProgressFn | None = None,
+              start: str | None = None) -> Iterator[ShardResult]:
+    """`start`: for the local backend, one of START_METHODS (default: `local_start`)."""
     if backend == "local":
-        return run_local(tasks, ctx, workers, on_progress)
+        return run_local(tasks, ctx, workers, on_progress, start=start)
     if backend == "dask":
         from converter.execute_dask import run_dask
 

@@ -30,9 +30,9 @@ import os
 from dataclasses import dataclass, field
 
 from converter.discover.layout import SourceSample
+from converter.fingerprint import digest_file
 from converter.options import OnChange, OutputOptions, RunOptions
 from converter.transform.colormap import mask_dtype_for
-from converter.write.base import sha256_file
 from readers.formats import SUFFIXES
 from readers.manifest import Manifest, SampleEntry, ShardEntry, SourceFingerprint
 
@@ -127,9 +127,9 @@ def shard_name(split: str, index: int, suffix: str) -> str:
     return f"{split}-{index:05d}{suffix}"
 
 
-def _file_sha256(path: str) -> str | None:
+def _file_digest(path: str, algorithm: str) -> str | None:
     try:
-        return sha256_file(path)
+        return digest_file(path, algorithm)
     except OSError:
         return None
 
@@ -144,8 +144,8 @@ def _compare(path: str | None, fp: SourceFingerprint | None) -> tuple[str, Sourc
         return "changed", None
     if st.st_size == fp.size and st.st_mtime_ns == fp.mtime_ns:
         return "same", fp
-    if st.st_size == fp.size and _file_sha256(path) == fp.sha256:
-        return "touched", SourceFingerprint(fp.path, fp.size, st.st_mtime_ns, fp.sha256)
+    if st.st_size == fp.size and _file_digest(path, fp.algorithm) == fp.digest:
+        return "touched", SourceFingerprint(fp.path, fp.size, st.st_mtime_ns, fp.digest)
     return "changed", None
 
 

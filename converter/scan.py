@@ -112,7 +112,7 @@ class FileSummary:
     image_format: str | None = None
     mask_size: tuple[int, int] | None = None
     mask_mode: str | None = None
-    image_sha256: str | None = None  # file bytes
+    image_digest: str | None = None  # file bytes
     pixel_hash: str | None = None  # decoded pixels
     class_pixels: tuple[int, ...] | None = None  # exact colour matches per class
     unknown: dict[Color, int] = field(default_factory=dict)  # colour -> pixels (at most MAX_UNKNOWN_COLORS_PER_FILE)
@@ -166,7 +166,7 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
     image = None
     try:
         src = read_source(sample.image, relative_key_path(sample.image, base))
-        s.image_sha256 = src.fingerprint.sha256
+        s.image_digest = src.fingerprint.digest
         s.image_mode, s.image_format = _header(src.data)
         image = decode_image(src, max_pixels)
         s.image_size = (int(image.shape[1]), int(image.shape[0]))
@@ -451,7 +451,7 @@ def _duplicates(summaries: list[FileSummary], split_names: list[str]) -> dict[st
                 pairs[f"{a}/{b}"] += per_split[a] * per_split[b]
         dup_groups.append({
             "pixel_sha256": h, "keys": [m.key for m in members], "splits": names,
-            "identical_files": len({m.image_sha256 for m in members}) == 1,
+            "identical_files": len({m.image_digest for m in members}) == 1,
         })
     cross = sum(n for k, n in pairs.items() if k.split("/")[0] != k.split("/")[1])
     within = sum(n for k, n in pairs.items() if k.split("/")[0] == k.split("/")[1])

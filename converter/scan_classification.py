@@ -100,7 +100,7 @@ def scan_image(sample: SourceSample, base: str, max_pixels: int) -> ImageSummary
     s = ImageSummary(sample.split, sample.key, sample.image, None, label=-1 if sample.label is None else sample.label)
     try:
         src = read_source(sample.image, relative_key_path(sample.image, base))
-        s.image_sha256 = src.fingerprint.sha256
+        s.image_digest = src.fingerprint.digest
         s.image_mode, s.image_format = _header(src.data)
         with warnings.catch_warnings():  # Pillow's "Corrupt EXIF data" (no file name): reported below, by file
             warnings.filterwarnings("ignore", message=".*EXIF", category=UserWarning)

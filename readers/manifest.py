@@ -4,10 +4,10 @@ This module has no dependency beyond the standard library so that both sides (an
 any tool of the user's) can import it cheaply. The converter builds a `Manifest`,
 publishes it last and atomically; the readers start from it and nothing else.
 
-Layout of the JSON document (format version 1)::
+Layout of the JSON document (format version 2)::
 
     {
-      "imgshard_manifest": 1,
+      "imgshard_manifest": 2,
       "tool_version": "0.1.0",
       "task": "segmentation",            # or "classification"
       "format": "tfrecord",              # or "npz"
@@ -24,7 +24,8 @@ Layout of the JSON document (format version 1)::
              "sha256": "...", "class_pixels": [..], "ignore_pixels": 0,
              "class_images": [..],      # optional: records in which each class occurs
              "samples": [{"key": "train/0001.png",
-                          "image": {"path": "train/0001.png", "size": 1, "mtime_ns": 1, "sha256": "..."},
+                          "image": {"path": "train/0001.png", "size": 1, "mtime_ns": 1,
+                                    "digest": "xxh3_128:..."},
                           "mask": {...} or null}, ...]},
           ]
         }
@@ -35,6 +36,10 @@ Layout of the JSON document (format version 1)::
 
 Shard files are always named relative to the dataset folder; a manifest naming a path
 outside it (absolute, or with ``..``) is refused.
+
+Version 1 (imgshard 0.1.0) differs only in the source fingerprints: they held
+``"sha256": HEX`` instead of ``"digest": "ALGORITHM:HEX"``. Version 1 manifests are
+read as version 2 with ``"sha256:HEX"`` digests, and written back as version 2.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from pathlib import PurePosixPath
 from typing import Any, Iterator, Mapping, Sequence
 
 MANIFEST_NAME = "imgshard.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 REPORTS_DIR = "reports"
 HISTORY_LIMIT = 50
 
@@ -92,14 +98,19 @@ class SourceFingerprint:
     path: str  # relative to the source root, '/'-separated (or absolute for explicit folders)
     size: int
     mtime_ns: int
-    sha256: str
+    digest: str  # "ALGORITHM:HEX" of the content, e.g. "xxh3_128:..." ("sha256:..." from version 1)
+
+    @property
+    def algorithm(self) -> str:
+        return self.digest.split(":", 1)[0]
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, d: Mapping) -> "SourceFingerprint":
-        return cls(str(d["path"]), int(d["size"]), int(d["mtime_ns"]), str(d["sha256"]))
+        digest = str(d["digest"]) if "digest" in d else "sha256:" + str(d["sha256"])  # version 1
+        return cls(str(d["path"]), int(d["size"]), int(d["mtime_ns"]), digest)
 
 
 @dataclass(frozen=True)
@@ -256,7 +267,7 @@ class Manifest:
     # -- (de)serialisation ---------------------------------------------------------
     def to_json(self) -> dict:
         return {
-            "imgshard_manifest": self.version,
+            "imgshard_manifest": MANIFEST_VERSION,  # what to_json writes, whatever version was read
             "tool_version": self.tool_version,
             "task": self.task,
             "format": self.format,
@@ -278,10 +289,10 @@ class Manifest:
         if not isinstance(d, Mapping) or "imgshard_manifest" not in d:
             raise ManifestError(f"{manifest_path} is not an imgshard manifest (no 'imgshard_manifest' key).")
         version = d["imgshard_manifest"]
-        if version != MANIFEST_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ManifestError(
-                f"{manifest_path} has manifest version {version!r}; this imgshard reads version "
-                f"{MANIFEST_VERSION}. Upgrade imgshard, or re-convert with --rebuild."
+                f"{manifest_path} has manifest version {version!r}; this imgshard reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}. Upgrade imgshard, or re-convert with --rebuild."
             )
         try:
             task = d["task"]
@@ -338,6 +349,7 @@ def empty_splits(names: Sequence[str]) -> dict[str, SplitEntry]:
 __all__ = [
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
+    "READABLE_VERSIONS",
     "REPORTS_DIR",
     "HISTORY_LIMIT",
     "ClassInfo",

@@ -309,7 +309,8 @@ def _mount_tmpfs(path: Path, size: str) -> bool:
     return done.returncode == 0
 
 
-def test_real_full_disk_on_a_tiny_tmpfs_exits_74_with_the_previous_dataset_intact(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])  # in-process, and forked workers (the error crosses a queue)
+def test_real_full_disk_on_a_tiny_tmpfs_exits_74_with_the_previous_dataset_intact(tmp_path, workers):
     mnt = tmp_path / "tiny"
     if not _mount_tmpfs(mnt, "1m"):
         pytest.skip("cannot mount a tmpfs here (needs root); the injected ENOSPC tests cover the logic")
@@ -318,7 +319,8 @@ def test_real_full_disk_on_a_tiny_tmpfs_exits_74_with_the_previous_dataset_intac
         pairs = all_pairs(full)
         src = link_samples(full, tmp_path / "src", pairs[:6])
         out = mnt / "out"
-        args = convert_args(src, out, size="128x128")  # 64 KB per sample: 6 fit in 1 MB, 32 do not
+        # 64 KB per sample: 6 fit in 1 MB, 32 do not
+        args = convert_args(src, out, "--shard-size", "256KB", size="128x128", workers=workers)
         done = subprocess.run(cli_command(args), cwd=ROOT, env=child_env(), capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 0, done.stderr

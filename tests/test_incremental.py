@@ -244,3 +244,76 @@ def test_python_api_returns_the_published_manifest(full, tmp_path):
     assert result.published and result.manifest == Manifest.load(out)
     again = convert(SourceSpec(root=str(src)), str(out), OutputOptions(size=(16, 16)), RunOptions(workers=1))
     assert not again.published and again.plan.unchanged == 4
+
+
+def _as_version_1(out: Path) -> None:
+    """Rewrite a manifest as imgshard 0.1.0 wrote it: version 1, sha256 source fingerprints."""
+    import hashlib
+
+    from readers.manifest import MANIFEST_NAME
+
+    path = out / MANIFEST_NAME
+    doc = json.loads(path.read_text())
+    doc["imgshard_manifest"] = 1
+    base = out.parent / "src"
+    for split in doc["splits"].values():
+        for shard in split["shards"]:
+            for sample in shard["samples"]:
+                for side in ("image", "mask"):
+                    fp = sample[side]
+                    if fp:
+                        del fp["digest"]
+                        fp["sha256"] = hashlib.sha256((base / fp["path"]).read_bytes()).hexdigest()
+    path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n")
+
+
+def test_version_1_manifests_are_read_compared_with_sha256_and_written_back_as_version_2(full, tmp_path, capsys):
+    src, out = tmp_path / "src", tmp_path / "out"
+    _grow(full, src, 3)
+    assert run_cli(convert_args(src, out)) == 0
+    _as_version_1(out)
+    hashes = shard_hashes(out)
+    old = Manifest.load(out)
+    assert old.version == 1
+    assert {s.image.algorithm for _, sh in old.iter_shards() for s in sh.samples} == {"sha256"}
+    assert readers.open(out).splits == {"train": 3, "val": 3}
+
+    # a touched file is recognised as unchanged through its sha256
+    key = sorted(k for k in source_keys(src) if k.startswith("train/"))[0]
+    image = src / key
+    os.utime(image, ns=(image.stat().st_atime_ns, image.stat().st_mtime_ns + 10**9))
+    capsys.readouterr()
+    assert run_cli([a for a in convert_args(src, out) if a != "-q"]) == 0
+    assert "Nothing new" in capsys.readouterr().err
+    assert shard_hashes(out) == hashes
+
+    # a changed file is replaced; the rewritten samples get xxh3 digests, the rest keep sha256
+    _change_image(src, key, 98)
+    assert run_cli(convert_args(src, out, "--on-change", "replace")) == 0
+    new = Manifest.load(out)
+    doc = json.loads((out / "imgshard.json").read_text())
+    assert doc["imgshard_manifest"] == 2
+    assert new.history[-1]["replaced"] == 1 and new.history[-1]["added"] == 0
+    by_key = {s.key: s for _, sh in new.iter_shards() for s in sh.samples}
+    assert by_key[key].image.algorithm == "xxh3_128"
+    assert "sha256" in {s.image.algorithm for s in by_key.values()}
+    assert_whole(out, source_keys(src))
+
+    # --rebuild over a version-1 manifest counts replaced samples exactly (none changed)
+    _as_version_1(out)
+    assert run_cli(convert_args(src, out, "--rebuild")) == 0
+    last = Manifest.load(out).history[-1]
+    assert last["replaced"] == 0 and last["added"] == 0 and last.get("rebuild") is True
+
+
+def test_manifest_versions_other_than_1_and_2_are_refused_with_the_fix(full, tmp_path):
+    from readers.manifest import MANIFEST_NAME, ManifestError
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    _grow(full, src, 1)
+    assert run_cli(convert_args(src, out)) == 0
+    doc = json.loads((out / MANIFEST_NAME).read_text())
+    doc["imgshard_manifest"] = 3
+    (out / MANIFEST_NAME).write_text(json.dumps(doc))
+    with pytest.raises(ManifestError, match=r"version 3.*reads versions 1, 2.*Upgrade imgshard"):
+        Manifest.load(out)

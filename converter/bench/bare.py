@@ -50,7 +50,7 @@ def measure(root: str, size: tuple[int, int]) -> dict[str, object]:
     split = "train" if any(s.split == "train" for s in found.samples) else found.samples[0].split
     pairs = [(s.image, s.mask) for s in sorted(found.samples, key=lambda s: s.key) if s.split == split]
     cmap = ColorMap(load_class_table(os.path.join(root, "class_dict.csv")))
-    cmap.lut  # built once per worker in the converter too, not per sample
+    cmap.inverted_lut  # built once per worker in the converter too, not per sample
 
     def decode_only() -> None:
         for image_path, mask_path in pairs:

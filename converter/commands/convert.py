@@ -126,6 +126,7 @@ def main(args: argparse.Namespace) -> int:
         if not args.quiet and total:
             from tqdm import tqdm
 
+            tqdm.monitor_interval = 0  # no monitor thread: workers are forked from a single-threaded run
             bar = tqdm(total=total, unit="sample", desc="convert", file=sys.stderr, dynamic_ncols=True)
 
     def on_progress(n: int) -> None:

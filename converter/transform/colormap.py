@@ -1,7 +1,8 @@
 """Colour -> class index with a lookup table: O(pixels), not O(pixels x classes).
 
-The table has one entry per 24-bit colour (16.7 M entries, uint16: 32 MiB, built once
-per worker). Exact matches map to their class; with ``color_tolerance=N`` every colour
+The table has one entry per 24-bit colour (16.7 M entries, uint16: 32 MiB of address
+space, stored bitwise-inverted so that it starts as untouched zero pages: building it
+costs nothing and only the pages class colours fall on become resident). Exact matches map to their class; with ``color_tolerance=N`` every colour
 within N per channel of exactly one class colour snaps to it, and colours within N of
 two classes are marked ambiguous (an error if a mask uses one). Palette and greyscale
 masks are looked up through their 256-entry colour table first, so the per-pixel work
@@ -58,30 +59,40 @@ class ColorMap:
         self.ignore_index = ignore_index_for(self.num_classes)
         self.dtype = mask_dtype_for(self.num_classes)
         self.colors = np.array([c.color for c in classes], dtype=np.int64).reshape(-1, 3)
-        self._lut: np.ndarray | None = None
+        self._inverted: np.ndarray | None = None
 
     @property
-    def lut(self) -> np.ndarray:
-        """(2**24,) uint16: class index, UNKNOWN or AMBIGUOUS. Built lazily (palette masks never need it)."""
-        if self._lut is None:
-            self._lut = self._build()
-        return self._lut
+    def inverted_lut(self) -> np.ndarray:
+        """(2**24,) uint16 holding ~value (bitwise not) for each packed colour.
+
+        value is the class index, UNKNOWN or AMBIGUOUS. Stored inverted, UNKNOWN is 0:
+        the table starts as untouched zero pages (no 32 MiB fill, no resident memory) and
+        only the pages that class colours (and their tolerance boxes) fall on are ever
+        written or read. Built lazily: palette masks never need it.
+        """
+        if self._inverted is None:
+            self._inverted = self._build()
+        return self._inverted
+
+    def lookup_colors(self, packed: np.ndarray) -> np.ndarray:
+        """uint16 class index, UNKNOWN or AMBIGUOUS of each packed 0xRRGGBB colour."""
+        return ~self.inverted_lut[packed]
 
     def _build(self) -> np.ndarray:
-        lut = np.full(1 << 24, UNKNOWN, dtype=np.uint16)
-        cube = lut.reshape(256, 256, 256)
+        inv = np.zeros(1 << 24, dtype=np.uint16)  # ~UNKNOWN == 0
+        cube = inv.reshape(256, 256, 256)
         n = self.tolerance
         if n:
             for i, (r, g, b) in enumerate(self.colors):
                 sl = (slice(max(0, r - n), r + n + 1), slice(max(0, g - n), g + n + 1), slice(max(0, b - n), b + n + 1))
                 region = cube[sl]
-                free = region == UNKNOWN
-                clash = ~free & (region != i)
-                region[free] = i
-                region[clash] = AMBIGUOUS
+                free = region == np.uint16(~UNKNOWN)
+                clash = ~free & (region != np.uint16(~np.uint16(i)))
+                region[free] = ~np.uint16(i)
+                region[clash] = ~AMBIGUOUS
         for i, (r, g, b) in enumerate(self.colors):  # exact colours always win
-            cube[r, g, b] = i
-        return lut
+            cube[r, g, b] = ~np.uint16(i)
+        return inv
 
     def nearest(self, color: tuple[int, int, int]) -> tuple[str, int]:
         """Nearest class by Chebyshev distance (what --color-tolerance measures)."""
@@ -102,12 +113,11 @@ class ColorMap:
                     color = _unpack(mask.table[idx])  # type: ignore[index]
                     target[color] = target.get(color, 0) + int(used[idx])
             return classes, unknown
-        classes = self.lut[mask.packed]
+        classes, flagged = mask.lookup(self.inverted_lut, int(AMBIGUOUS))
         unknown = UnknownColors()
-        bad = classes >= AMBIGUOUS
-        if bad.any():
-            colors, counts = np.unique(mask.packed[bad], return_counts=True)  # type: ignore[index]
-            marks = self.lut[colors]
+        if flagged:
+            colors, counts = np.unique(mask.colors()[classes >= AMBIGUOUS], return_counts=True)
+            marks = self.lookup_colors(colors)
             for c, k, m in zip(colors, counts, marks):
                 (unknown.counts if m == UNKNOWN else unknown.ambiguous)[_unpack(c)] = int(k)
         return classes, unknown
@@ -120,7 +130,7 @@ class ColorMap:
             for i, c in enumerate(class_packed):
                 out[packed == c] = i
             return out
-        return self.lut[packed]
+        return self.lookup_colors(packed)
 
     def finish(self, classes: np.ndarray, ignore_unknown: bool) -> np.ndarray:
         """Turn a looked-up uint16 map into the stored dtype; unknowns -> ignore index."""

@@ -1,8 +1,12 @@
 """Decode source files into NumPy arrays, with one clear error per bad file.
 
-PNG files that are plain 8-bit greyscale, RGB or RGBA go through libspng (`pyspng`),
-which decodes the same files 1.5-2x faster than Pillow and gives identical pixels;
-every other file (JPEG, palette or 16-bit PNG, BMP, GIF, ...) goes through Pillow.
+PNG files that are plain 8-bit (greyscale, RGB, RGBA; palette for masks) and not
+interlaced take the fast path (`converter.transform.png`: ISA-L inflate + a C row
+unfilter, about 2x libspng and Pillow); every other file (JPEG, palette images,
+16-bit or interlaced PNG, BMP, GIF, ...) and every PNG the fast path declines goes
+through Pillow, which gives identical pixels and names what is wrong with a damaged
+file. (libspng, used before, was dropped: as wrapped by `pyspng` it does not check
+the zlib checksum and returned damaged pixels without an error.)
 
 Images come out as (H, W) greyscale or (H, W, 3) RGB uint8 (alpha dropped, palette
 resolved; greyscale stays one channel so that resizing costs a third). Masks come out
@@ -13,7 +17,6 @@ plus a 256-entry table of packed colours (palette and greyscale masks), so the c
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import struct
@@ -22,13 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-try:  # optional accelerator; Pillow does everything when it is missing
-    import pyspng
-except ImportError:  # pragma: no cover - exercised only without pyspng
-    pyspng = None
-
 from PIL import Image, ImageOps
 
+from converter.fingerprint import digest_bytes
+from converter.transform import png
 from readers.manifest import SourceFingerprint
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -67,7 +67,7 @@ def read_source(path: str, rel: str) -> SourceFile:
         raise DecodeError(path, "unreadable", f"cannot read file: {e.strerror or e}", "check permissions") from e
     if not data:
         raise DecodeError(path, "empty_file", "zero-byte file", "re-copy the file from its origin")
-    fp = SourceFingerprint(rel, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+    fp = SourceFingerprint(rel, len(data), st.st_mtime_ns, digest_bytes(data))
     return SourceFile(path, data, fp)
 
 
@@ -77,11 +77,6 @@ def _png_header(data: bytes) -> tuple[int, int, int, int] | None:
         return None
     width, height, depth, ctype = struct.unpack(">IIBB", data[16:26])
     return width, height, depth, ctype
-
-
-def _png_complete(data: bytes) -> bool:
-    """True when a PNG ends with its IEND chunk (a cut file does not)."""
-    return b"\0\0\0\0IEND" in data[-256:]
 
 
 def _check_pixels(path: str, width: int, height: int, max_pixels: int) -> None:
@@ -116,13 +111,12 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
                           "re-copy or re-export the file") from e
 
 
-def _spng(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -> np.ndarray | None:
-    """Decode a plain 8-bit grey/RGB/RGBA PNG with libspng, else return None.
+def _check_png_limits(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -> None:
+    """--max-pixels, and Pillow's decompression-bomb limit, for the paths that bypass Pillow.
 
-    libspng bypasses Pillow, so Pillow's decompression-bomb limit is applied here too:
-    a larger --max-pixels never lets a PNG past it.
+    A larger --max-pixels never lets a PNG past Pillow's guard.
     """
-    width, height, depth, ctype = header
+    width, height, _, _ = header
     _check_pixels(src.path, width, height, max_pixels)
     bomb = Image.MAX_IMAGE_PIXELS
     if bomb is not None and width * height > bomb:
@@ -132,18 +126,14 @@ def _spng(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -
             f"({bomb} pixels, PIL.Image.MAX_IMAGE_PIXELS)",
             "check the file; Pillow's guard stays on whatever --max-pixels says",
         )
-    if pyspng is None or depth != 8 or ctype not in (0, 2, 6):
-        return None
+
+
+def _fast_png(src: SourceFile, *, palette: bool) -> png.PngRows | None:
+    """The fast path's rows, or None when it declines the file (then Pillow decodes it)."""
     try:
-        arr = pyspng.load(src.data)
-    except Exception as e:  # libspng raises plain Exception subclasses; name the file and go on
-        if not _png_complete(src.data):
-            raise DecodeError(src.path, "truncated", f"truncated PNG (no IEND chunk at the end): {e}",
-                              "re-copy or re-export the file") from e
+        return png.read_rows(src.data, palette=palette)
+    except png.PngDataError as e:
         raise DecodeError(src.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
-    if arr.shape[:2] != (height, width):
-        raise DecodeError(src.path, "corrupt", f"PNG decoded to {arr.shape}, header says {height}x{width}")
-    return arr
 
 
 def _exif_transpose(src: SourceFile, im: Image.Image) -> Image.Image:
@@ -160,41 +150,80 @@ def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = Fal
 
     With `exif_transpose` (classification sources: photos) the EXIF orientation is
     applied first, as a viewer shows the image (JPEG, TIFF, WebP, and PNG with an eXIf
-    chunk). Every mode other than L and RGB (CMYK, P, RGBA, LA, I;16, 1, ...) becomes
-    RGB through Pillow's own `convert("RGB")`.
+    chunk). 16-bit and 32-bit integer greyscale (I;16, I) keeps its top 8 bits (v >> 8
+    of the 16-bit value, as libpng and `tf.io.decode_png(dtype=uint8)` do; Pillow's
+    own conversion would clip everything above 255 to white). Every other mode (CMYK,
+    P, RGBA, LA, 1, ...) becomes RGB through Pillow's `convert("RGB")`.
     """
     header = _png_header(src.data)
-    # libspng ignores a PNG's eXIf chunk: such a PNG goes through Pillow when orienting.
+    # The fast path ignores a PNG's eXIf chunk: such a PNG goes through Pillow when orienting.
     if header is not None and not (exif_transpose and _PNG_EXIF_CHUNK in src.data):
-        arr = _spng(src, header, max_pixels)
-        if arr is not None:
-            if arr.ndim == 3 and arr.shape[2] == 4:
-                arr = arr[:, :, :3]
-            return arr
+        _check_png_limits(src, header, max_pixels)
+        rows = _fast_png(src, palette=False)
+        if rows is not None:
+            return _pixels(src, rows)
     im = _open_pillow(src, max_pixels)
     if exif_transpose:
         im = _exif_transpose(src, im)
     if im.mode == "L":
         return np.asarray(im)
+    if im.mode in _WIDE_GREY:
+        return (np.clip(np.asarray(im), 0, 0xFFFF).astype(np.uint32) >> 8).astype(np.uint8)
     if im.mode != "RGB":
-        im = im.convert("RGB")  # P, RGBA (alpha dropped), CMYK, I;16, LA, 1 ...
+        im = im.convert("RGB")  # P, RGBA (alpha dropped), CMYK, LA, 1 ...
     return np.asarray(im)
+
+
+#: Integer greyscale modes wider than 8 bits (16-bit PNG and TIFF open as I;16 or I).
+_WIDE_GREY = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+def _pixels(src: SourceFile, rows: png.PngRows) -> np.ndarray:
+    try:
+        return rows.samples()
+    except png.PngDataError as e:
+        raise DecodeError(src.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
 
 
 @dataclass(frozen=True)
 class MaskArray:
-    """A decoded mask: packed 0xRRGGBB colours, or 8-bit indices with a colour table."""
+    """A decoded mask, in one of three forms.
+
+    * `packed`: (H, W) uint32 0xRRGGBB colours (colour masks decoded by Pillow);
+    * `indices` + `table`: (H, W) uint8 and 256 packed colours (palette, greyscale);
+    * `rows`: a colour PNG from the fast path, still filtered, so that the colour lookup
+      (`ColorMap.lookup`) decodes it straight into class indices; `colors()` gives
+      the packed colours when they are needed (to report unknown ones).
+    """
 
     height: int
     width: int
     packed: np.ndarray | None = None  # (H, W) uint32
     indices: np.ndarray | None = None  # (H, W) uint8
     table: np.ndarray | None = None  # (256,) uint32 packed colours for `indices`
+    rows: png.PngRows | None = None
+    path: str = ""
 
-    @property
-    def array(self) -> np.ndarray:
-        """The 2-D array that geometry applies to (packed colours or indices)."""
-        return self.packed if self.packed is not None else self.indices  # type: ignore[return-value]
+    def colors(self) -> np.ndarray:
+        """(H, W) uint32 packed colours of a colour mask (`packed`, or decoded from `rows`)."""
+        if self.packed is not None:
+            return self.packed
+        if self.rows is None:
+            raise ValueError(f"{self.path}: colors() is for colour masks; this one has indices and a table")
+        try:
+            return self.rows.packed()
+        except png.PngDataError as e:
+            raise DecodeError(self.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
+
+    def lookup(self, inverted_lut: np.ndarray, flag_from: int) -> tuple[np.ndarray, int]:
+        """(H, W) `~inverted_lut[colour]` of a colour mask, and how many pixels got a value >= flag_from."""
+        if self.rows is None:
+            classes = ~inverted_lut[self.colors()]
+            return classes, int(np.count_nonzero(classes >= flag_from))
+        try:
+            return self.rows.lookup(inverted_lut, flag_from)
+        except png.PngDataError as e:
+            raise DecodeError(self.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
 
 
 _GREY_TABLE = (np.arange(256, dtype=np.uint32) * 0x010101).astype(np.uint32)
@@ -214,23 +243,37 @@ def decode_mask(src: SourceFile, max_pixels: int) -> MaskArray:
     """Decode a colour, palette or greyscale mask (alpha ignored)."""
     header = _png_header(src.data)
     if header is not None:
-        arr = _spng(src, header, max_pixels)
-        if arr is not None:
-            h, w = arr.shape[:2]
-            if arr.ndim == 2:
-                return MaskArray(h, w, indices=arr, table=_GREY_TABLE)
-            return MaskArray(h, w, packed=pack_rgb(arr))
+        _check_png_limits(src, header, max_pixels)
+        rows = _fast_png(src, palette=True)
+        if rows is not None:
+            h, w = rows.height, rows.width
+            if rows.color_type == 0:
+                return MaskArray(h, w, indices=_pixels(src, rows), table=_GREY_TABLE, path=src.path)
+            if rows.color_type == 3:
+                return MaskArray(h, w, indices=_pixels(src, rows), table=rows.palette_table(), path=src.path)
+            return MaskArray(h, w, rows=rows, path=src.path)
     im = _open_pillow(src, max_pixels)
     h, w = im.height, im.width
     if im.mode == "P":
         pal = im.getpalette("RGB") or []
         pal = (pal + [0] * 768)[:768]
         table = pack_rgb(np.asarray(pal, dtype=np.uint8).reshape(1, 256, 3))[0]
-        return MaskArray(h, w, indices=np.asarray(im), table=table)
+        return MaskArray(h, w, indices=np.asarray(im), table=table, path=src.path)
     if im.mode == "L":
-        return MaskArray(h, w, indices=np.asarray(im), table=_GREY_TABLE)
+        return MaskArray(h, w, indices=np.asarray(im), table=_GREY_TABLE, path=src.path)
     if im.mode in ("LA", "La"):
-        return MaskArray(h, w, indices=np.asarray(im.getchannel(0)), table=_GREY_TABLE)
+        return MaskArray(h, w, indices=np.asarray(im.getchannel(0)), table=_GREY_TABLE, path=src.path)
+    if im.mode in _WIDE_GREY:  # 16-bit grey masks: fine while every value is a grey level 0..255
+        values = np.asarray(im)
+        top = int(values.max()) if values.size else 0
+        if top > 255 or (values.size and int(values.min()) < 0):
+            raise DecodeError(
+                src.path, "mask_16bit",
+                f"{im.mode} greyscale mask with values up to {top}: a class table maps grey levels 0-255 "
+                "(value v is colour (v, v, v))",
+                "save the masks as 8-bit greyscale or palette PNGs with values 0-255",
+            )
+        return MaskArray(h, w, indices=values.astype(np.uint8), table=_GREY_TABLE, path=src.path)
     if im.mode not in ("RGB", "RGBA"):
         im = im.convert("RGB")
-    return MaskArray(h, w, packed=pack_rgb(np.asarray(im)))
+    return MaskArray(h, w, packed=pack_rgb(np.asarray(im)), path=src.path)

@@ -67,6 +67,17 @@ def _transformer(ctx: WorkerContext) -> SampleTransformer:
     return t
 
 
+def warm_up(ctx: WorkerContext) -> None:
+    """Build this process's transformer and colour table now (before forking workers).
+
+    Forked workers then share the colour table copy-on-write (they only read it); it
+    costs next to nothing to build (see `ColorMap.inverted_lut`).
+    """
+    transform = _transformer(ctx)
+    if transform.colormap is not None:
+        transform.colormap.inverted_lut  # noqa: B018 - built on first access
+
+
 def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], ShardEntry]:
     """Records of an old shard, by index (read once per task)."""
     from readers.formats.base import RecordSpec, ShardRef

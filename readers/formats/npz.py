@@ -19,6 +19,7 @@ import collections
 import ctypes
 import mmap
 import os
+import re
 import struct
 import threading
 import weakref
@@ -54,6 +55,23 @@ if TYPE_CHECKING:  # pragma: no cover
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _LOCAL_MAGIC = b"PK\x03\x04"
 _NPY_MAGIC = b"\x93NUMPY"
+# The header NumPy writes: {'descr': '|u1', 'fortran_order': False, 'shape': (150, 512, 512, 3), }
+_NPY_HEADER = re.compile(r"\{'descr': '([^']+)', 'fortran_order': (True|False), 'shape': \(([0-9, ]*)\), \}\s*")
+# ast.literal_eval from several loader threads at once can fail on Python 3.11 with
+# "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905): headers
+# NumPy wrote are parsed by the regex above, any other one under this lock.
+_AST_LOCK = threading.Lock()
+
+
+def _npy_header(text: str) -> tuple[str, bool, tuple[int, ...]]:
+    """(descr, fortran_order, shape) of a .npy header dict. Raises ValueError, SyntaxError, KeyError, TypeError."""
+    m = _NPY_HEADER.fullmatch(text)
+    if m is not None:
+        dims = [d.strip() for d in m.group(3).split(",")]
+        return m.group(1), m.group(2) == "True", tuple(int(d) for d in dims if d)
+    with _AST_LOCK:
+        header = ast.literal_eval(text)
+    return header["descr"], bool(header["fortran_order"]), tuple(int(d) for d in header["shape"])
 
 #: Compressed bytes inflated per step (the output step is up to 4x that).
 INFLATE_CHUNK_BYTES = 256 << 10
@@ -98,10 +116,8 @@ def _npy_header(buf: Any, start: int, end: int, member: str, path: str) -> _NpyA
         raise shard_error(path, f"member {member!r} has an implausible .npy header of {hlen} bytes")
     text = bytes(buf[hstart:hstart + hlen]).decode("utf-8" if major == 3 else "latin1")
     try:
-        header = ast.literal_eval(text)
-        dtype = np.lib.format.descr_to_dtype(header["descr"])
-        shape = tuple(int(d) for d in header["shape"])
-        fortran = bool(header["fortran_order"])
+        descr, fortran, shape = _npy_header(text)
+        dtype = np.lib.format.descr_to_dtype(descr)
     except (ValueError, SyntaxError, KeyError, TypeError) as e:
         raise shard_error(path, f"member {member!r} has a malformed .npy header ({e})") from e
     if dtype.hasobject:

@@ -1,0 +1,164 @@
+"""Local workers: forked (the CLI), loky (a multi-threaded caller), failures of either kind.
+
+The CLI runs single-threaded and forks its workers; a process with other threads (this
+pytest process has TensorFlow's) gets loky's fresh interpreters instead. Both must
+write the same bytes; a dead worker or a killed run must leave nothing half-done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from converter import synth
+from converter.convert import convert
+from converter.execute import local_start, run_local
+from converter.execute_fork import fork_is_safe
+from converter.options import OutputOptions, RunOptions, SourceSpec, parse_bytes
+from readers.manifest import MANIFEST_NAME
+from tests._cron import ROOT, assert_whole, child_env, cli_command, convert_args, shard_hashes, source_keys
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> Path:
+    """48 pairs of 160x240: a 2-worker CLI run takes a second or two here."""
+    root = tmp_path_factory.mktemp("execute")
+    return synth.make_camvid(root / "src", splits={"train": 40, "val": 8}, size=[(160, 240), (120, 200)],
+                             seed=21).root
+
+
+def _args(src: Path, out: Path, workers: int = 2) -> list[str]:
+    return convert_args(src, out, "--shard-size", "64KB", size="64x64", workers=workers)
+
+
+def _report(out: Path) -> dict:
+    reports = sorted((out / "reports").glob("convert-*.json"))
+    return json.loads(reports[-1].read_text())
+
+
+def test_the_cli_forks_its_workers_and_writes_the_same_bytes_as_loky_and_one_worker(sources, tmp_path):
+    forked, loky, single = tmp_path / "forked", tmp_path / "loky", tmp_path / "single"
+    done = subprocess.run(cli_command(_args(sources, forked)), cwd=ROOT, env=child_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert _report(forked)["workers"] == {"backend": "local", "workers": 2, "start": "fork"}
+
+    # this process runs TensorFlow's threads: the same conversion goes through loky
+    options = OutputOptions(size=(64, 64))
+    result = convert(SourceSpec(root=str(sources)), str(loky), options,
+                     RunOptions(workers=2, shard_size_bytes=parse_bytes("64KB")))
+    assert result.workers["start"] == "loky"
+    convert(SourceSpec(root=str(sources)), str(single), options, RunOptions(workers=1, shard_size_bytes=parse_bytes("64KB")))
+
+    assert len(shard_hashes(forked)) > 4
+    assert shard_hashes(forked) == shard_hashes(loky) == shard_hashes(single)
+    strip = lambda m: {k: v for k, v in json.loads(m.read_text()).items() if k != "history"}  # noqa: E731
+    assert strip(forked / MANIFEST_NAME) == strip(loky / MANIFEST_NAME) == strip(single / MANIFEST_NAME)
+
+
+def test_fork_is_used_only_from_a_single_threaded_process() -> None:
+    assert local_start(1, 10) == "in-process" and local_start(4, 1) == "in-process"
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    try:
+        assert not fork_is_safe()
+        assert local_start(2, 10) == "loky"
+    finally:
+        stop.set()
+        t.join()
+    code = ("import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; import numpy, PIL.Image; "
+            "from converter.execute_fork import fork_is_safe; print(fork_is_safe())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_run_local_refuses_an_unknown_start_method(sources, tmp_path):
+    with pytest.raises(ValueError, match=r"start must be one of \['in-process', 'fork', 'loky'\]. Received: 'spawn'"):
+        list(run_local([object(), object()], None, 2, start="spawn"))  # type: ignore[list-item]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(cli_command(args), cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for_workers(proc: subprocess.Popen, out: Path, n: int = 2) -> list[int]:
+    deadline = time.monotonic() + 120
+    while True:
+        kids = _children(proc.pid)
+        if len(kids) >= n and list(out.glob(".tmp-*")):
+            return kids
+        assert proc.poll() is None, f"the run ended before its workers were seen: {proc.stderr.read()}"
+        assert time.monotonic() < deadline, "the workers never started a shard"
+        time.sleep(0.005)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"  # a zombie has exited
+    except OSError:
+        return True
+
+
+@pytest.mark.slow
+def test_a_killed_forked_worker_ends_the_run_with_a_clear_error_and_publishes_nothing(sources, tmp_path):
+    out = tmp_path / "out"
+    proc = _start(_args(sources, out))
+    try:
+        victim = _wait_for_workers(proc, out)[0]
+        os.kill(victim, signal.SIGKILL)
+        rc = proc.wait(timeout=120)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc != 0
+    assert f"worker process {victim} died (signal 9)" in err and "nothing was published" in err, err
+    assert not (out / MANIFEST_NAME).exists()
+    assert not [p.name for p in out.iterdir() if p.suffix == ".tfrecord"], "shards of a failed run were left"
+    done = subprocess.run(cli_command(_args(sources, out)), cwd=ROOT, env=child_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert_whole(out, source_keys(sources))
+
+
+@pytest.mark.slow
+def test_forked_workers_die_with_a_killed_run(sources, tmp_path):
+    out = tmp_path / "out"
+    proc = _start(_args(sources, out))
+    try:
+        workers = _wait_for_workers(proc, out)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while not all(_gone(w) for w in workers):
+            assert time.monotonic() < deadline, "forked workers outlived their killed run"
+            time.sleep(0.02)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    done = subprocess.run(cli_command(_args(sources, out)), cwd=ROOT, env=child_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert_whole(out, source_keys(sources))
