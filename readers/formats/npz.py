@@ -86,7 +86,7 @@ NpzShard = ShardArrays  # the arrays of one shard (images (N, H, W, 3), targets,
 
 def _parse_npy(buf: Any, start: int, end: int, member: str, path: str) -> np.ndarray:
     """View the .npy document in `buf[start:end]` as an array, without copying."""
-    return _view_npy(buf, _npy_header(buf, start, end, member, path))
+    return _view_npy(buf, _npy_layout(buf, start, end, member, path))
 
 
 class _NpyArray(NamedTuple):
@@ -98,7 +98,7 @@ class _NpyArray(NamedTuple):
     fortran: bool
 
 
-def _npy_header(buf: Any, start: int, end: int, member: str, path: str) -> _NpyArray:
+def _npy_layout(buf: Any, start: int, end: int, member: str, path: str) -> _NpyArray:
     """Parse and check the header of the .npy document in `buf[start:end]`."""
     head = bytes(buf[start:start + 10])
     if len(head) < 10 or head[:6] != _NPY_MAGIC:
@@ -324,7 +324,7 @@ def _read_parsed(f: Any, path: str, names: Sequence[str], check_crc: bool
             if check_crc and _inflater.crc32(view[start:end]) != info.CRC:
                 raise shard_error(path, f"CRC-32 mismatch in member {info.filename!r}")
             del view
-            npy = _npy_header(mapped, start, end, info.filename, path)
+            npy = _npy_layout(mapped, start, end, info.filename, path)
             out[name] = _view_npy(mapped, npy)
             found[name] = _Member(npy)
         elif info.compress_type == zipfile.ZIP_DEFLATED:
