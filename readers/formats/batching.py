@@ -1,10 +1,17 @@
 """The generator pipeline shared by NPZ and mapped TFRecord shards.
 
-Whole shards are loaded by a few threads (`LOADER_THREADS`, `SHARDS_AHEAD` shards
-ahead; the loaders do their heavy work -- inflating, CRC checks, page-cache copies --
-without the GIL), a generator cuts compact batches (uint8 images, class maps or labels)
-from them, `tf.data.Dataset.from_generator` hands those over without a copy (the
-batches are 64-byte aligned), and a parallel map casts / one-hot encodes them.
+Whole shards are loaded by a few threads (`LOADER_THREADS`, started once per process,
+`SHARDS_AHEAD` shards ahead; the loaders do their heavy work -- inflating, CRC checks,
+page-cache copies -- without the GIL), a generator cuts compact batches (uint8 images,
+class maps or labels) from them, gathering each record straight from the shard's arrays
+(for stored shards: the file mapping) into a 64-byte aligned batch -- the only copy
+between the page cache and the `tf.Tensor` -- and `python_batches` hands those over
+without a copy. In compact mode that is the whole pipeline; otherwise a parallel map
+casts / one-hot encodes the batches.
+
+Fixed cost per epoch (every `iter()` of the dataset) matters on small splits and
+frequent evaluation: `python_batches` builds the generator dataset so that tf.data
+instantiates its functions without Grappler, and compact mode adds no map.
 
 Order: shuffle=False gives shard order and record order, as `Dataset.records()`.
 shuffle=True shuffles the shard order every epoch (with the seed) and permutes records
@@ -209,7 +216,10 @@ class _Epochs:
             it = self.live.pop(int(key), None)
         close = getattr(it, "close", None)
         if close is not None:
-            close()  # a generator dropped early: stop its loader threads now
+            try:
+                close()  # a generator dropped early: cancel its pending loads now
+            except ValueError:  # still running in another thread: collected when it returns
+                pass
         return np.array(0, np.int64)
 
 
@@ -231,7 +241,7 @@ def loader_pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 class BatchGenerator:
-    """Callable that `from_generator` calls once per epoch; yields compact batches."""
+    """Callable that `python_batches` calls once per epoch (per iterator); yields compact batches."""
 
     def __init__(self, shards: list[ShardRef], spec: RecordSpec, options: PipelineOptions, load: LoadFn):
         self.shards = shards

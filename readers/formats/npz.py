@@ -6,10 +6,15 @@ members ourselves instead of through `np.load`:
 * stored members (compression "none") are mapped: the member's data offset is found
   from the zip local header, and `np.frombuffer` views the `mmap` -- no copy, no read
   until a page is touched;
-* deflated members are read raw and inflated by one `zlib.decompress` call, which
-  releases the GIL, so a few threads load shards truly in parallel;
+* deflated members are read raw and inflated in steps into pooled buffers (ISA-L when
+  installed, else zlib), which releases the GIL, so a few threads load shards truly in
+  parallel;
 * every member's zip CRC-32 is checked (also GIL-free), object dtypes are refused
-  (nothing is ever unpickled), and shapes and dtypes are checked against the manifest.
+  (nothing is ever unpickled), and shapes and dtypes are checked against the manifest;
+* training pipelines check a shard's CRCs the first time this process reads it
+  (`readers.formats.base.CRC_POLICY`) and remember where its arrays lie: later epochs
+  map the file and view the arrays without parsing the zip directory or the .npy
+  headers again. A file whose size, mtime or inode changed is read and checked afresh.
 """
 
 from __future__ import annotations
