@@ -16,13 +16,15 @@ import logging
 import queue
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
-from converter.execute_fork import fork_is_safe, run_forked
+from converter.execute_fork import fork_is_safe, fork_map, run_forked
 from converter.plan import ShardTask
 from converter.write.task import ShardResult, WorkerContext, run_shard_task
 
 ProgressFn = Callable[[int], None]
+T = TypeVar("T")
+R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 
@@ -114,6 +116,24 @@ def _run_loky(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
             drainer.join(timeout=5)
         if manager is not None:
             manager.shutdown()
+
+
+def map_unordered(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iterator[R]:
+    """`fn(item)` for every item, on `workers` processes (forked where safe, else loky).
+
+    Results come as they finish. `fn` must be picklable for loky (a module-level
+    function, or a `functools.partial` of one).
+    """
+    start = local_start(workers, len(items))
+    if start == "in-process":
+        yield from (fn(x) for x in items)
+    elif start == "fork":
+        yield from fork_map(lambda x, _progress: fn(x), items, workers)
+    else:
+        from joblib import Parallel, delayed
+
+        parallel = Parallel(n_jobs=min(workers, len(items)), backend="loky", return_as="generator_unordered")
+        yield from parallel(delayed(fn)(x) for x in items)
 
 
 def run_tasks(tasks: Sequence[ShardTask], ctx: WorkerContext, *, workers: int, backend: str = "local",

@@ -27,13 +27,15 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from converter.plan import ShardTask
 from converter.write.task import ShardResult, WorkerContext, run_shard_task, warm_up
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int], None]
+T = TypeVar("T")
+R = TypeVar("R")
 _PR_SET_PDEATHSIG = 1
 _POLL_SECONDS = 0.2
 
@@ -73,18 +75,18 @@ def _portable(e: BaseException) -> BaseException:
         return RuntimeError(f"a worker failed with {type(e).__name__}: {e}\n{text}")
 
 
-def _worker(tasks: Sequence[ShardTask], ctx: WorkerContext, next_task, done, progress_q, parent_pid: int) -> None:
+def _worker(fn: Callable, items: Sequence, next_item, done, progress_q, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the run, which stops the workers
     progress = progress_q.put if progress_q is not None else None
     while True:
-        with next_task.get_lock():  # the tasks were inherited: only their index is shared
-            index = next_task.value
-            next_task.value += 1
-        if index >= len(tasks):
+        with next_item.get_lock():  # the items were inherited: only their index is shared
+            index = next_item.value
+            next_item.value += 1
+        if index >= len(items):
             break
         try:
-            done.put((index, run_shard_task(tasks[index], ctx, progress), None))
+            done.put((index, fn(items[index], progress), None))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the run, which raises it
             done.put((index, None, _portable(e)))
             break
@@ -108,15 +110,19 @@ def _drain(progress_q, on_progress: ProgressFn, stop: threading.Event) -> None:
             return
 
 
-def run_forked(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
-               on_progress: ProgressFn | None = None) -> Iterator[ShardResult]:
-    """Yield results as shards finish (unordered), from `workers` forked processes."""
+def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], workers: int,
+             on_progress: ProgressFn | None = None) -> Iterator[R]:
+    """`fn(item, progress)` for every item on `workers` forked processes; results as they finish.
+
+    `fn` and `items` are inherited, never pickled (a closure is fine); results are
+    pickled back. `progress(n)`, called in a worker, reaches `on_progress(n)` in this
+    process (None when `on_progress` is None).
+    """
     fork = mp.get_context("fork")
-    warm_up(ctx)  # the workers inherit the transformer and share its colour table
-    next_task, done = fork.Value("q", 0), fork.Queue()
+    next_item, done = fork.Value("q", 0), fork.Queue()
     progress_q = fork.Queue() if on_progress is not None else None
-    n = min(workers, len(tasks))
-    procs = [fork.Process(target=_worker, args=(tasks, ctx, next_task, done, progress_q, os.getpid()),
+    n = min(workers, len(items))
+    procs = [fork.Process(target=_worker, args=(fn, items, next_item, done, progress_q, os.getpid()),
                           name=f"imgshard-worker-{i}", daemon=True) for i in range(n)]
     for p in procs:
         p.start()
@@ -128,8 +134,8 @@ def run_forked(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
         drainer.start()
     finished = False
     try:
-        for _ in range(len(tasks)):
-            index, result, error = _next_result(done, procs)
+        for _ in range(len(items)):
+            _, result, error = _next_result(done, procs)
             if error is not None:
                 raise error
             yield result
@@ -150,7 +156,18 @@ def run_forked(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
                 q.join_thread()
 
 
-def _next_result(done, procs: list) -> tuple[int, ShardResult | None, BaseException | None]:
+def run_forked(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
+               on_progress: ProgressFn | None = None) -> Iterator[ShardResult]:
+    """Shard tasks on forked workers: results as shards finish (unordered)."""
+    warm_up(ctx)  # the workers inherit the transformer and share its colour table
+
+    def run(task: ShardTask, progress: ProgressFn | None) -> ShardResult:
+        return run_shard_task(task, ctx, progress)
+
+    return fork_map(run, tasks, workers, on_progress)
+
+
+def _next_result(done, procs: list) -> tuple[int, object, BaseException | None]:
     while True:
         try:
             return done.get(timeout=_POLL_SECONDS)

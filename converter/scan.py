@@ -2,8 +2,8 @@
 
 Same discovery, decoding and colour rules as `convert` (`converter.discover`,
 `converter.transform.decode`, `converter.transform.colormap`), so what scan calls bad
-is what convert would refuse, with the same `DecodeError` kinds. Workers (joblib, like
-convert) decode each pair once and send back a small `FileSummary`: sizes, modes,
+is what convert would refuse, with the same `DecodeError` kinds. Workers (forked where
+safe, else loky: `converter.execute.map_unordered`) decode each pair once and send back a small `FileSummary`: sizes, modes,
 hashes, per-class pixel counts and the colours that matched no class. No pixel array
 crosses a process boundary. The parent then:
 
@@ -21,6 +21,7 @@ Everything is deterministic: summaries are sorted by key before they are aggrega
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import math
@@ -35,6 +36,7 @@ import numpy as np
 from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import detect_task
 from converter.discover.layout import BadInput, SourceSample, discover
+from converter.execute import map_unordered
 from converter.options import DEFAULT_MAX_PIXELS, SourceSpec, Task
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
@@ -212,22 +214,14 @@ def _batches(samples: Sequence[SourceSample], workers: int) -> list[list[SourceS
 
 def run_scan_workers(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str, max_pixels: int,
                      workers: int, on_progress: Callable[[int], None] | None = None) -> list[FileSummary]:
-    """Summaries of every sample, sorted by key; joblib processes when workers > 1."""
+    """Summaries of every sample, sorted by key; worker processes when workers > 1."""
     batches = _batches(samples, workers)
     out: list[FileSummary] = []
-    if workers <= 1 or len(batches) <= 1:
-        for b in batches:
-            out += scan_batch(b, classes, base, max_pixels)
-            if on_progress is not None:
-                on_progress(len(b))
-    else:
-        from joblib import Parallel, delayed
-
-        parallel = Parallel(n_jobs=min(workers, len(batches)), backend="loky", return_as="generator_unordered")
-        for result in parallel(delayed(scan_batch)(b, classes, base, max_pixels) for b in batches):
-            out += result
-            if on_progress is not None:
-                on_progress(len(result))
+    scan = functools.partial(scan_batch, classes=classes, base=base, max_pixels=max_pixels)
+    for result in map_unordered(scan, batches, workers):
+        out += result
+        if on_progress is not None:
+            on_progress(len(result))
     out.sort(key=lambda s: s.key)
     return out
 

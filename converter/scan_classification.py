@@ -3,8 +3,8 @@
 Same discovery (`converter.discover.classfolders.discover_classification`, with
 ``--val-fraction``) and the same decoding as `convert` for classification (EXIF
 orientation applied, every mode to RGB), so what this scan calls bad is what convert
-would refuse, with the same `DecodeError` kinds. Workers (joblib, the runner of
-`converter.scan`) decode each image once and send back an `ImageSummary`: size as
+would refuse, with the same `DecodeError` kinds. Workers (as for `converter.scan`:
+`converter.execute.map_unordered`) decode each image once and send back an `ImageSummary`: size as
 displayed, mode, format, file and pixel hashes, EXIF orientation and EXIF trouble.
 The parent then reports:
 
@@ -26,6 +26,7 @@ Deterministic: summaries are sorted by key before they are aggregated.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import shlex
@@ -37,6 +38,7 @@ from typing import Any, Callable, Sequence
 
 from converter.discover.classfolders import FLAT_SPLIT, detect_task, discover_classification
 from converter.discover.layout import WELL_KNOWN_SPLITS, BadInput, SourceSample
+from converter.execute import map_unordered
 from converter.options import SourceSpec, Task
 from converter.scan import (
     format_bad_inputs,
@@ -120,22 +122,14 @@ def scan_image_batch(samples: Sequence[SourceSample], base: str, max_pixels: int
 
 def run_image_workers(samples: Sequence[SourceSample], base: str, max_pixels: int, workers: int,
                       on_progress: Callable[[int], None] | None = None) -> list[ImageSummary]:
-    """Summaries of every image, sorted by key; joblib processes when workers > 1 (as `converter.scan`)."""
+    """Summaries of every image, sorted by key; worker processes when workers > 1 (`execute.map_unordered`)."""
     batches = _batches(samples, workers)
     out: list[ImageSummary] = []
-    if workers <= 1 or len(batches) <= 1:
-        for b in batches:
-            out += scan_image_batch(b, base, max_pixels)
-            if on_progress is not None:
-                on_progress(len(b))
-    else:
-        from joblib import Parallel, delayed
-
-        parallel = Parallel(n_jobs=min(workers, len(batches)), backend="loky", return_as="generator_unordered")
-        for result in parallel(delayed(scan_image_batch)(b, base, max_pixels) for b in batches):
-            out += result
-            if on_progress is not None:
-                on_progress(len(result))
+    for result in map_unordered(functools.partial(scan_image_batch, base=base, max_pixels=max_pixels), batches,
+                                workers):
+        out += result
+        if on_progress is not None:
+            on_progress(len(result))
     out.sort(key=lambda s: s.key)
     return out
 

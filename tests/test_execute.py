@@ -162,3 +162,62 @@ def test_forked_workers_die_with_a_killed_run(sources, tmp_path):
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert_whole(out, source_keys(sources))
+
+
+FORK_MAP_SCRIPT = r"""
+import os, sys, time
+os.environ["OPENBLAS_NUM_THREADS"] = "1"  # as the CLI does: NumPy then starts no thread pool
+from converter.execute_fork import fork_is_safe, fork_map
+assert fork_is_safe(), "the child must be single-threaded"
+base = 1000  # a closure: forked workers inherit it, nothing is pickled on the way in
+seen = []
+def square(x, progress):
+    time.sleep(0.01)  # long enough for every worker to take items
+    progress(1)
+    return base + x * x, os.getpid()
+
+out = sorted(fork_map(square, list(range(40)), 3, on_progress=seen.append))
+assert [v for v, _ in out] == [base + x * x for x in range(40)], out
+assert len({pid for _, pid in out} - {os.getpid()}) >= 2, "the work must be spread over worker processes"
+assert sum(seen) == 40, seen
+
+class Odd(Exception):
+    def __init__(self, a, b):  # not re-creatable from its args: sent back as text
+        super().__init__(f"{a}/{b}")
+
+def boom(x, progress):
+    if x == 7:
+        raise KeyError(f"item {x}")
+    if x == 9:
+        raise Odd(1, 2)
+    return x
+
+for bad, want in ((list(range(8)), KeyError), ([9], RuntimeError)):
+    try:
+        list(fork_map(boom, bad, 2))
+    except want as e:
+        print(type(e).__name__, str(e).splitlines()[0])
+    else:
+        sys.exit(f"no {want.__name__} for {bad}")
+print("ok")
+"""
+
+
+def test_fork_map_spreads_a_closure_over_workers_and_returns_results_progress_and_errors(tmp_path):
+    done = subprocess.run([sys.executable, "-c", FORK_MAP_SCRIPT], cwd=ROOT, env=child_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert lines[0] == "KeyError 'item 7'" and lines[1].startswith("RuntimeError a worker failed with Odd: 1/2")
+    assert lines[2] == "ok"
+
+
+def test_cli_scan_with_forked_workers_reports_what_an_in_process_scan_reports(sources, tmp_path):
+    from converter.scan import ScanOptions, scan
+
+    done = subprocess.run(cli_command(["scan", str(sources), "--json", "--workers", "2"]), cwd=ROOT,
+                          env=child_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    forked = json.loads(done.stdout)
+    here = scan(SourceSpec(root=str(sources)), ScanOptions(workers=1)).to_json()
+    assert forked == here

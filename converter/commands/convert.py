@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 
+from converter.commands import progress_bar
 from converter.options import (
     DEFAULT_MAX_PIXELS,
     Fit,
@@ -124,10 +125,7 @@ def main(args: argparse.Namespace) -> int:
         nonlocal bar
         total = sum(t.num_samples for t in plan.tasks)
         if not args.quiet and total:
-            from tqdm import tqdm
-
-            tqdm.monitor_interval = 0  # no monitor thread: workers are forked from a single-threaded run
-            bar = tqdm(total=total, unit="sample", desc="convert", file=sys.stderr, dynamic_ncols=True)
+            bar = progress_bar(total, "sample", "convert")
 
     def on_progress(n: int) -> None:
         if bar is not None:

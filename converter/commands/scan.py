@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 
+from converter.commands import progress_bar
 from converter.commands.convert import add_source_arguments, add_task_arguments, resolve_task, source_spec
 from converter.options import DEFAULT_MAX_PIXELS, Task
 
@@ -49,9 +50,7 @@ def main(args: argparse.Namespace) -> int:
     def on_start(total: int) -> None:
         nonlocal bar
         if not args.quiet and total:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, unit=unit, desc="scan", file=sys.stderr, dynamic_ncols=True)
+            bar = progress_bar(total, unit, "scan")
 
     def on_progress(n: int) -> None:
         if bar is not None:
