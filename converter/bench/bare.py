@@ -4,7 +4,8 @@
 split and prints one JSON line with wall and CPU seconds of:
 
 * ``decode``: reading and decoding every image and mask once with the converter's
-  decoder (`converter.transform.decode`), nothing else;
+  decoder (`converter.transform.decode`; colour masks to their packed colours, which
+  the converter never makes: it decodes them straight into class indices), nothing else;
 * ``bare``: the bare work of a conversion: read, decode, resize, colour lookup and
   nearest resize of the class map; no hashing, writing, planning or processes.
 
@@ -55,7 +56,9 @@ def measure(root: str, size: tuple[int, int]) -> dict[str, object]:
     def decode_only() -> None:
         for image_path, mask_path in pairs:
             decode_image(_source_file(image_path), DEFAULT_MAX_PIXELS)
-            decode_mask(_source_file(mask_path), DEFAULT_MAX_PIXELS)
+            mask = decode_mask(_source_file(mask_path), DEFAULT_MAX_PIXELS)
+            if mask.rows is not None:  # a colour PNG is only inflated until looked up: unfilter it too
+                mask.colors()
 
     def bare() -> None:
         for image_path, mask_path in pairs:
