@@ -54,6 +54,7 @@ def test_python_batches_yields_every_batch_each_epoch(source):
         assert got == [0, 1, 2, 3, 4]
     assert ds.element_spec == _signature()
     assert len(closed) == 2
+    assert (type(ds).__name__ == "_PythonSource") == (source == "generator")  # no silent fallback
 
 
 def test_python_batches_concurrent_iterators_are_independent(source):
@@ -79,6 +80,17 @@ def test_python_batches_error_names_its_cause(source):
     ds = batching.python_batches(make, _signature())
     with pytest.raises(tf.errors.OpError, match="train-00003.npz"):
         list(ds)
+
+
+def test_python_batches_falls_back_when_tensorflow_internals_change(monkeypatch):
+    class Changed:
+        def __init__(self, *args, **kwargs):
+            raise TypeError("unexpected keyword argument")
+
+    monkeypatch.setattr(batching, "_source_class", lambda: Changed)
+    closed = []
+    ds = batching.python_batches(_counting_source(3, closed), _signature())
+    assert [int(np.asarray(y)[0]) for _, y in ds] == [0, 1, 2]
 
 
 def test_tf_dataset_same_batches_with_either_source(tmp_path, monkeypatch):

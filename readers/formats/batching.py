@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import itertools
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -32,10 +33,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from readers.errors import describe
 from readers.formats.base import PipelineOptions, RecordSpec, ShardRef, make_expand_tf, y_signature
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
+
+logger = logging.getLogger(__name__)
 
 #: Threads loading shards ahead of the `tf.data` pipeline.
 LOADER_THREADS = min(4, max(2, os.cpu_count() or 2))
@@ -131,7 +135,11 @@ def python_batches(make: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
     def finalize(epoch: Any) -> Any:
         return tf.numpy_function(epochs.finish, [epoch], tf.int64, stateful=True)
 
-    return source_class(init, next_batch, finalize, tuple(signature))
+    try:
+        return source_class(init, next_batch, finalize, tuple(signature))
+    except (TypeError, AttributeError) as e:  # TensorFlow-internal signatures changed
+        logger.debug("imgshard: building the batch source failed (%s); using from_generator", describe(e))
+        return tf.data.Dataset.from_generator(make, output_signature=signature)
 
 
 _SOURCE_CLASS: Any = None
