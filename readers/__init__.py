@@ -17,10 +17,32 @@ Compact mode (uint8 through the pipeline, expanded on the accelerator): see
 
 from __future__ import annotations
 
-from readers import device, errors
-from readers.dataset import Dataset, open
+import importlib
+from typing import Any
+
+from readers import errors
 from readers.errors import ShardError
-from readers.formats.base import Record
 from readers.manifest import Manifest, ManifestError
 
 __all__ = ["Dataset", "Manifest", "ManifestError", "Record", "ShardError", "device", "errors", "open"]
+
+# Imported on first use: the converter imports `readers.manifest` and `readers.formats`
+# and should not pay for the reading engine (tens of ms per run).
+_LAZY = {"Dataset": ("readers.dataset", "Dataset"), "open": ("readers.dataset", "open"),
+         "Record": ("readers.formats.base", "Record"), "device": ("readers.device", None)}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'readers' has no attribute {name!r}") from None
+    value = importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

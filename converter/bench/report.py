@@ -116,7 +116,9 @@ def header(result: "BenchResult") -> str:
             f"{s['bytes'] / 1e6:.0f} MB of PNG), {s['classes']} classes -> {o.size[0]}x{o.size[1]}, batch {o.batch_size}, "
             f"shuffle buffer {o.shuffle_buffer}, median of {o.repeats} (readers) / {o.convert_repeats} (conversion) "
             f"repeats\nmachine: {m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, load "
-            f"{m['loadavg_start']} at start; TensorFlow {m['tensorflow']}, Python {m['python']}; {result.seconds:.0f} s")
+            f"{m['loadavg_start']} at start; TensorFlow {m['tensorflow']}, Python {m['python']}, Pillow "
+            f"{m.get('pillow', '?')}; PNG decoder: {m.get('png_decoder', '?')}, image resize: "
+            f"{m.get('image_resize', '?')}; {result.seconds:.0f} s")
 
 
 def write_json(result: "BenchResult", path: str) -> None:

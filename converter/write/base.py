@@ -8,7 +8,9 @@ that makes a shard safe on disk lives here:
   list; the random part keeps two attempts at the same shard apart even when they run
   on different machines of a cluster with the same pid (a retried Dask task);
 * on a clean exit of the ``with`` block the encoder finishes, the file is flushed
-  and fsynced, hashed (sha256) and renamed to its final name;
+  and fsynced, and renamed to its final name; its sha256 is computed as the bytes are
+  written (formats that write front to back, like TFRecord), or by reading the file
+  back when the encoder went back to patch bytes it had written (zip headers);
 * on an exception the temporary file is removed and nothing is renamed (a writer that
   publishes on failure is the classic way to ship half a dataset).
 
@@ -88,6 +90,46 @@ class WrittenShard:
     sha256: str
 
 
+class _HashingFile:
+    """The shard's file object, hashing the bytes as they are appended.
+
+    A write at any position other than the end (an encoder that seeks back to patch
+    a header, as `zipfile` does) turns the running hash off: `digest()` is then None
+    and the writer hashes the finished file instead.
+    """
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self._hash: Any = hashlib.sha256()
+        self._pos = 0
+        self._end = 0
+
+    def write(self, data: Any) -> int:
+        n = self._f.write(data)
+        if self._hash is not None:
+            if self._pos == self._end:
+                self._hash.update(data)
+                self._end += n
+            else:
+                self._hash = None
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._pos = self._f.seek(offset, whence)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def digest(self, size: int) -> str | None:
+        """sha256 of the `size`-byte file, if every byte was hashed in order."""
+        return self._hash.hexdigest() if self._hash is not None and self._end == size else None
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, seekable, closed, close, ...
+        return getattr(self._f, name)
+
+
 class ShardWriter:
     """Context manager writing one shard atomically.
 
@@ -108,13 +150,16 @@ class ShardWriter:
         self._compression = compression
         self._capacity = capacity
         self._file: IO[bytes] | None = None
+        self._hashing: _HashingFile | None = None
         self._encoder: ShardEncoder | None = None
         self.records = 0
         self.result: WrittenShard | None = None
 
     def __enter__(self) -> "ShardWriter":
         self._file = open(self.tmp_path, "wb")
-        self._encoder = self._encoder_cls(self._file, compression=self._compression, capacity=self._capacity)
+        self._hashing = _HashingFile(self._file)
+        self._encoder = self._encoder_cls(self._hashing,  # type: ignore[arg-type]
+                                          compression=self._compression, capacity=self._capacity)
         return self
 
     def add(self, sample: SampleArrays) -> None:
@@ -132,7 +177,9 @@ class ShardWriter:
                 os.fsync(f.fileno())
                 f.close()
                 size = os.path.getsize(self.tmp_path)
-                digest = sha256_file(self.tmp_path)
+                digest = self._hashing.digest(size) if self._hashing is not None else None
+                if digest is None:  # the encoder patched bytes it had written: read the file back
+                    digest = sha256_file(self.tmp_path)
                 os.replace(self.tmp_path, self.final_path)
                 self.result = WrittenShard(self.name, self.records, size, digest)
                 return
