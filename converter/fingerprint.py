@@ -8,8 +8,8 @@ sample's conversion time. It finds changed content with a collision chance of ab
 names its algorithm ("xxh3_128:..."), and manifests of version 1 hold sha256 digests
 ("sha256:..."): a file is always compared with the algorithm its old digest used.
 
-Shard files keep sha256 (`converter.write.base.sha256_file`), so that anyone can check
-them with `sha256sum`.
+Shard files get the same kind of digest (`converter.write.base`), computed while they
+are written; `xxhsum -H2 FILE` (xxHash's command line tool) prints the same hex.
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ def digest_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> str:
         while chunk := f.read(CHUNK_BYTES):
             h.update(chunk)  # type: ignore[attr-defined]
     return f"{algorithm}:{h.hexdigest()}"  # type: ignore[attr-defined]
+
+
+def new_hasher(algorithm: str = DEFAULT_ALGORITHM) -> object:
+    """A hashlib-style object (update / hexdigest) for `algorithm`."""
+    return _hasher(algorithm)
 
 
 def _hasher(algorithm: str) -> object:

@@ -2,7 +2,8 @@
 
 Checks every shard the manifest lists, without TensorFlow:
 
-* the file exists, has the manifest's size and sha256;
+* the file exists, has the manifest's size and digest (xxh3-128; sha256 in manifests
+  of version 1);
 * it holds the manifest's number of records: TFRecord files are walked header by
   header (`tfrecord_wire.count_records`), so a file cut exactly at a record boundary
   (which TensorFlow reads as a shorter valid file) is caught; NPZ members' ``.npy``
@@ -37,7 +38,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from converter.write.base import sha256_file
+from converter.fingerprint import algorithm_of, digest_file
 from readers.errors import describe
 from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat, check_compression
 from readers.formats.base import Record, RecordSpec, ShardRef
@@ -190,12 +191,14 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
         cut = " (truncated)" if size < entry.bytes else ""
         out.append(problem(f"size is {size} bytes, the manifest says {entry.bytes}{cut}"))
     try:
-        digest = sha256_file(path)
+        digest = digest_file(path, algorithm_of(entry.digest))
     except OSError as e:
         return out + [problem(f"cannot read it ({describe(e)})")]
-    if digest != entry.sha256:
-        out.append(problem(f"sha256 is {digest}, the manifest says {entry.sha256} (the content changed)"))
-    damaged = digest != entry.sha256
+    except ValueError as e:  # a digest naming no algorithm this imgshard knows
+        return out + [problem(f"cannot check its digest: {e}")]
+    if digest != entry.digest:
+        out.append(problem(f"digest is {digest}, the manifest says {entry.digest} (the content changed)"))
+    damaged = digest != entry.digest
     try:  # a damaged TFRecord is walked with CRCs on, to name the record
         count, record_problem = _count(path, fmt, spec, check_crc=damaged)
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
@@ -349,7 +352,7 @@ def _class_counts(record: Record, spec: RecordSpec) -> tuple[np.ndarray, int]:
 def format_report(report: VerifyReport) -> str:
     """Human-readable lines: one per error and warning, then a verdict."""
     lines = [f"error: {p}" for p in report.errors] + [f"warning: {p}" for p in report.warnings]
-    what = "size, sha256, record count" + (", every record decoded" if report.deep else "")
+    what = "size, digest, record count" + (", every record decoded" if report.deep else "")
     if report.ok:
         lines.append(f"OK: {report.shards} shard(s), {report.records} record(s), {report.bytes / 1e6:.1f} MB "
                      f"verified ({what}) in {report.out_dir} in {report.seconds:.1f} s")

@@ -21,7 +21,7 @@ Layout of the JSON document (format version 2)::
           "next_shard_index": 3,
           "shards": [
             {"file": "train-00000.tfrecord", "records": 75, "bytes": 58982400,
-             "sha256": "...", "class_pixels": [..], "ignore_pixels": 0,
+             "digest": "xxh3_128:...", "class_pixels": [..], "ignore_pixels": 0,
              "class_images": [..],      # optional: records in which each class occurs
              "samples": [{"key": "train/0001.png",
                           "image": {"path": "train/0001.png", "size": 1, "mtime_ns": 1,
@@ -37,9 +37,10 @@ Layout of the JSON document (format version 2)::
 Shard files are always named relative to the dataset folder; a manifest naming a path
 outside it (absolute, or with ``..``) is refused.
 
-Version 1 (imgshard 0.1.0) differs only in the source fingerprints: they held
-``"sha256": HEX`` instead of ``"digest": "ALGORITHM:HEX"``. Version 1 manifests are
-read as version 2 with ``"sha256:HEX"`` digests, and written back as version 2.
+Version 1 (imgshard 0.1.0) differs only in the digests of shards and source files:
+they held ``"sha256": HEX`` instead of ``"digest": "ALGORITHM:HEX"``. Version 1
+manifests are read as version 2 with ``"sha256:HEX"`` digests, and written back as
+version 2 (shards and sources written later get xxh3-128 digests).
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ class ShardEntry:
     file: str
     records: int
     bytes: int
-    sha256: str
+    digest: str  # "ALGORITHM:HEX" of the file, e.g. "xxh3_128:..." ("sha256:..." from version 1)
     class_pixels: tuple[int, ...] = ()
     ignore_pixels: int = 0
     samples: tuple[SampleEntry, ...] = ()
@@ -159,7 +160,7 @@ class ShardEntry:
             "file": self.file,
             "records": self.records,
             "bytes": self.bytes,
-            "sha256": self.sha256,
+            "digest": self.digest,
             "class_pixels": list(self.class_pixels),
             "ignore_pixels": self.ignore_pixels,
             "samples": [s.to_json() for s in self.samples],
@@ -173,7 +174,7 @@ class ShardEntry:
             file=_check_relative(d["file"], "shard file", manifest_path),
             records=int(d["records"]),
             bytes=int(d["bytes"]),
-            sha256=str(d["sha256"]),
+            digest=str(d["digest"]) if "digest" in d else "sha256:" + str(d["sha256"]),  # version 1
             class_pixels=tuple(int(c) for c in d.get("class_pixels", ())),
             ignore_pixels=int(d.get("ignore_pixels", 0)),
             samples=samples,

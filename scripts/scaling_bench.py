@@ -175,7 +175,7 @@ def manifest_cost(out: str, target_samples: int) -> dict:
     shards = [s for _, s in manifest.iter_shards()]
     copies = max(1, target_samples // n)
     big_shards = tuple(
-        ShardEntry(f"train-{i * len(shards) + j:05d}.tfrecord", s.records, s.bytes, s.sha256, s.class_pixels,
+        ShardEntry(f"train-{i * len(shards) + j:05d}.tfrecord", s.records, s.bytes, s.digest, s.class_pixels,
                    s.ignore_pixels, s.samples)
         for i in range(copies) for j, s in enumerate(shards)
     )

@@ -71,7 +71,7 @@ def write_classification(syn, out: Path | str, size: tuple[int, int] = (24, 24))
                 entries.append(SampleEntry(key, fp, None, int(label)))
                 counts[label] += 1
         r = w.result
-        shard = ShardEntry(r.file, r.records, r.bytes, r.sha256, tuple(int(c) for c in counts), 0, tuple(entries),
+        shard = ShardEntry(r.file, r.records, r.bytes, r.digest, tuple(int(c) for c in counts), 0, tuple(entries),
                            class_images=tuple(int(c) for c in counts))
         splits[name] = SplitEntry((shard,), 1)
     options = OutputOptions(size=size, task="classification").to_json()

@@ -147,7 +147,7 @@ def write_dataset(root: str | os.PathLike, fmt: str = "tfrecord", *, splits: dic
                         class_pixels[c] += int(counts[c])
                     ignore += int(counts[IGNORE]) if len(counts) > IGNORE else 0
             shards.append(ShardEntry(
-                file=name, records=len(chunk), bytes=os.path.getsize(path), sha256=_sha256(path),
+                file=name, records=len(chunk), bytes=os.path.getsize(path), digest="sha256:" + _sha256(path),
                 class_pixels=tuple(class_pixels), ignore_pixels=ignore,
                 samples=tuple(SampleEntry(s.key, _fingerprint(s.key), _fingerprint(s.key) if s.mask is not None
                                           else None, s.label) for s in chunk),

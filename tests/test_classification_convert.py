@@ -139,7 +139,7 @@ def test_flat_val_fraction_keeps_assignments_across_incremental_runs(classificat
     first = readers.open(out)
     before = {r.key: split for split in first.splits for r in first.records(split)}
     assert set(before.values()) == {"train", "val"}
-    shards_before = {s.file: s.sha256 for _, s in first.manifest.iter_shards()}
+    shards_before = {s.file: s.digest for _, s in first.manifest.iter_shards()}
 
     new_keys = _add_flat_files(classification_flat, tmp_path, per_class=3, seed=11)
     result = _convert(classification_flat.root, out, val_fraction=0.5)
@@ -149,12 +149,12 @@ def test_flat_val_fraction_keeps_assignments_across_incremental_runs(classificat
     assert {k: after[k] for k in before} == before  # old assignments unchanged
     for key in new_keys:
         assert after[key] == ("val" if val_hash_fraction(key) < 0.5 else "train")
-    listed = {s.file: s.sha256 for _, s in after_ds.manifest.iter_shards()}
+    listed = {s.file: s.digest for _, s in after_ds.manifest.iter_shards()}
     assert {f: listed[f] for f in shards_before} == shards_before  # old shards untouched
     for name, digest in shards_before.items():
-        from converter.write.base import sha256_file
+        from converter.fingerprint import digest_file
 
-        assert sha256_file(str(out / name)) == digest
+        assert digest_file(str(out / name)) == digest
 
 
 def test_changed_val_fraction_is_refused_without_rebuild(classification_flat, tmp_path):

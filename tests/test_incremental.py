@@ -258,6 +258,8 @@ def _as_version_1(out: Path) -> None:
     base = out.parent / "src"
     for split in doc["splits"].values():
         for shard in split["shards"]:
+            del shard["digest"]
+            shard["sha256"] = hashlib.sha256((out / shard["file"]).read_bytes()).hexdigest()
             for sample in shard["samples"]:
                 for side in ("image", "mask"):
                     fp = sample[side]
@@ -276,7 +278,11 @@ def test_version_1_manifests_are_read_compared_with_sha256_and_written_back_as_v
     old = Manifest.load(out)
     assert old.version == 1
     assert {s.image.algorithm for _, sh in old.iter_shards() for s in sh.samples} == {"sha256"}
+    assert {sh.digest.split(":")[0] for _, sh in old.iter_shards()} == {"sha256"}
     assert readers.open(out).splits == {"train": 3, "val": 3}
+    from converter.verify import verify
+
+    assert verify(out, deep=True).ok  # shard digests checked with sha256
 
     # a touched file is recognised as unchanged through its sha256
     key = sorted(k for k in source_keys(src) if k.startswith("train/"))[0]
@@ -296,6 +302,9 @@ def test_version_1_manifests_are_read_compared_with_sha256_and_written_back_as_v
     assert new.history[-1]["replaced"] == 1 and new.history[-1]["added"] == 0
     by_key = {s.key: s for _, sh in new.iter_shards() for s in sh.samples}
     assert by_key[key].image.algorithm == "xxh3_128"
+    owner = next(sh for _, sh in new.iter_shards() if key in sh.keys)
+    assert owner.digest.startswith("xxh3_128:")  # the rewritten shard
+    assert {sh.digest.split(":")[0] for _, sh in new.iter_shards()} == {"sha256", "xxh3_128"}
     assert "sha256" in {s.image.algorithm for s in by_key.values()}
     assert_whole(out, source_keys(src))
 

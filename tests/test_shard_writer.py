@@ -1,8 +1,8 @@
-"""The one shard writer: its sha256 is computed while writing, or by reading back when needed."""
+"""The one shard writer: its digest is computed while writing, or by reading back when needed."""
 
 from __future__ import annotations
 
-import hashlib
+import xxhash
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ def _samples(n: int) -> list[SampleArrays]:
     (NpzEncoder, "none", False),  # zipfile seeks back to patch each member's header
     (NpzEncoder, "deflate", False),
 ])
-def test_shard_sha256_is_the_file_sha256_whether_hashed_while_writing_or_read_back(
+def test_shard_digest_is_the_file_xxh3_whether_hashed_while_writing_or_read_back(
         tmp_path: Path, encoder, compression, hashed_while_writing) -> None:
     name = "train-00000" + encoder.suffix
     with ShardWriter(str(tmp_path), name, encoder, compression=compression, capacity=5) as w:
@@ -34,5 +34,5 @@ def test_shard_sha256_is_the_file_sha256_whether_hashed_while_writing_or_read_ba
             w.add(s)
     data = (tmp_path / name).read_bytes()
     assert w.result is not None and w.result.records == 5 and w.result.bytes == len(data)
-    assert w.result.sha256 == hashlib.sha256(data).hexdigest()
+    assert w.result.digest == "xxh3_128:" + xxhash.xxh3_128_hexdigest(data)
     assert (w._hashing.digest(len(data)) is not None) == hashed_while_writing

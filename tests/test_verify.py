@@ -65,7 +65,7 @@ def test_flipped_byte_is_caught_and_the_shard_named(dataset, capsys):
     _flip(path, path.stat().st_size // 2)
     assert cli_main(["verify", str(dataset)]) == 1
     err = capsys.readouterr().err
-    assert path.name in err and "sha256" in err
+    assert path.name in err and "digest is xxh3_128:" in err
     report = verify(dataset, deep=True)
     assert report.bad_files == [path.name]
     if path.suffix == ".tfrecord":  # the CRC walk names the record
@@ -120,7 +120,7 @@ def test_leftover_temp_and_unlisted_shard_files_are_warnings(dataset, capsys):
 
 def _rewrite_train_shard(out: Path, mutate) -> Path:
     """Rewrite the first train shard through the real writer with `mutate`d records and
-    update its manifest entry (size, sha256), so only --deep can see the damage."""
+    update its manifest entry (size, digest), so only --deep can see the damage."""
     manifest = Manifest.load(out)
     entry = manifest.shards("train")[0]
     records = list(readers.open(out).records("train"))[: entry.records]
@@ -133,7 +133,7 @@ def _rewrite_train_shard(out: Path, mutate) -> Path:
         for r in records:
             w.add(SampleArrays(r.key, r.image, r.mask, r.label))
     os.replace(tmp_dir / entry.file, out / entry.file)
-    new_entry = dataclasses.replace(entry, bytes=w.result.bytes, sha256=w.result.sha256)
+    new_entry = dataclasses.replace(entry, bytes=w.result.bytes, digest=w.result.digest)
     split = manifest.splits["train"]
     shards = (new_entry,) + split.shards[1:]
     manifest = manifest.replace(splits={**manifest.splits, "train": dataclasses.replace(split, shards=shards)})
@@ -207,13 +207,13 @@ def test_npz_with_pickled_objects_is_refused_and_never_unpickled(camvid_src, tmp
     keys[:] = [_Payload(str(marker)) for _ in range(records)]
     arrays["keys"] = keys
     np.savez(path, **arrays)  # np.savez pickles object arrays
-    # make size and sha256 agree, so that only the pickle check stands in the way
+    # make size and digest agree (a version-1 style sha256 one), so only the pickle check stands in the way
     manifest = Manifest.load(out)
     entry = manifest.shards("train")[0]
     import hashlib
 
     new_entry = dataclasses.replace(entry, bytes=path.stat().st_size,
-                                    sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+                                    digest="sha256:" + hashlib.sha256(path.read_bytes()).hexdigest())
     split = manifest.splits["train"]
     manifest = manifest.replace(splits={**manifest.splits, "train": dataclasses.replace(
         split, shards=(new_entry,) + split.shards[1:])})

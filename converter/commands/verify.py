@@ -14,7 +14,7 @@ EX_VERIFY_FAILED = 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("verify", help="check every shard against the manifest (size, sha256, records; --deep decodes)",
+    p = sub.add_parser("verify", help="check every shard against the manifest (size, digest, records; --deep decodes)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", help="dataset folder (holds imgshard.json)")
     p.add_argument("--deep", action=argparse.BooleanOptionalAction, default=False,

@@ -8,9 +8,10 @@ that makes a shard safe on disk lives here:
   list; the random part keeps two attempts at the same shard apart even when they run
   on different machines of a cluster with the same pid (a retried Dask task);
 * on a clean exit of the ``with`` block the encoder finishes, the file is flushed
-  and fsynced, and renamed to its final name; its sha256 is computed as the bytes are
-  written (formats that write front to back, like TFRecord), or by reading the file
-  back when the encoder went back to patch bytes it had written (zip headers);
+  and fsynced, and renamed to its final name; its digest (xxh3-128,
+  `converter.fingerprint`) is computed as the bytes are written (formats that write
+  front to back, like TFRecord), or by reading the file back when the encoder went
+  back to patch bytes it had written (zip headers);
 * on an exception the temporary file is removed and nothing is renamed (a writer that
   publishes on failure is the classic way to ship half a dataset).
 
@@ -21,7 +22,6 @@ the renames durable happens there, once per run.
 from __future__ import annotations
 
 import abc
-import hashlib
 import os
 import secrets
 from dataclasses import dataclass
@@ -29,8 +29,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from converter.fingerprint import DEFAULT_ALGORITHM, digest_file, new_hasher
+
 TMP_PREFIX = ".tmp-"
-HASH_CHUNK_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -62,14 +63,6 @@ class ShardEncoder(abc.ABC):
         """Write whatever is buffered; do not close `fileobj`."""
 
 
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK_BYTES):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def fsync_dir(path: str) -> None:
     """Make renames in `path` durable (no-op where directories cannot be opened)."""
     try:
@@ -87,11 +80,11 @@ class WrittenShard:
     file: str
     records: int
     bytes: int
-    sha256: str
+    digest: str  # "xxh3_128:HEX"
 
 
 class _HashingFile:
-    """The shard's file object, hashing the bytes as they are appended.
+    """The shard's file object, hashing the bytes as they are appended (xxh3-128).
 
     A write at any position other than the end (an encoder that seeks back to patch
     a header, as `zipfile` does) turns the running hash off: `digest()` is then None
@@ -100,7 +93,7 @@ class _HashingFile:
 
     def __init__(self, f: IO[bytes]) -> None:
         self._f = f
-        self._hash: Any = hashlib.sha256()
+        self._hash: Any = new_hasher(DEFAULT_ALGORITHM)
         self._pos = 0
         self._end = 0
 
@@ -123,8 +116,10 @@ class _HashingFile:
         return self._pos
 
     def digest(self, size: int) -> str | None:
-        """sha256 of the `size`-byte file, if every byte was hashed in order."""
-        return self._hash.hexdigest() if self._hash is not None and self._end == size else None
+        """'xxh3_128:HEX' of the `size`-byte file, if every byte was hashed in order."""
+        if self._hash is None or self._end != size:
+            return None
+        return f"{DEFAULT_ALGORITHM}:{self._hash.hexdigest()}"
 
     def __getattr__(self, name: str) -> Any:  # flush, fileno, seekable, closed, close, ...
         return getattr(self._f, name)
@@ -179,7 +174,7 @@ class ShardWriter:
                 size = os.path.getsize(self.tmp_path)
                 digest = self._hashing.digest(size) if self._hashing is not None else None
                 if digest is None:  # the encoder patched bytes it had written: read the file back
-                    digest = sha256_file(self.tmp_path)
+                    digest = digest_file(self.tmp_path)
                 os.replace(self.tmp_path, self.final_path)
                 self.result = WrittenShard(self.name, self.records, size, digest)
                 return

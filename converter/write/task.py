@@ -25,7 +25,8 @@ from converter.options import OutputOptions
 from converter.plan import CopyRecord, ReplaceRecord, ShardTask
 from converter.transform.decode import DecodeError
 from converter.transform.sample import SampleTransformer, UnknownColorError
-from converter.write.base import SampleArrays, ShardWriter, sha256_file
+from converter.fingerprint import algorithm_of, digest_file
+from converter.write.base import SampleArrays, ShardWriter
 from converter.write.registry import encoder_for
 from readers.formats.base import tune_allocator
 from readers.manifest import ClassInfo, Manifest, SampleEntry, ShardEntry
@@ -87,10 +88,10 @@ def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], S
     spec = RecordSpec.from_manifest(manifest)
     entry = next(s for _, s in manifest.iter_shards() if s.file == shard_file)
     path = os.path.join(ctx.out_dir, shard_file)
-    digest = sha256_file(path)
-    if digest != entry.sha256:
+    digest = digest_file(path, algorithm_of(entry.digest))
+    if digest != entry.digest:
         raise ValueError(
-            f"{path}: cannot copy records out of it, its sha256 differs from the manifest's (the shard is damaged). "
+            f"{path}: cannot copy records out of it, its digest differs from the manifest's (the shard is damaged). "
             "Run `imgshard verify OUT` to see the damage, then re-convert with --rebuild."
         )
     ref = ShardRef(path, entry, 0)
@@ -200,7 +201,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
         return result
     written = writer.result
     result.entry = ShardEntry(
-        file=written.file, records=written.records, bytes=written.bytes, sha256=written.sha256,
+        file=written.file, records=written.records, bytes=written.bytes, digest=written.digest,
         class_pixels=tuple(int(c) for c in class_pixels), ignore_pixels=ignore_pixels, samples=tuple(entries),
         class_images=tuple(int(c) for c in class_images),
     )
