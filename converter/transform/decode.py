@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from PIL import Image, ImageOps
+from PIL import Image
 
 from converter.fingerprint import digest_bytes
 from converter.transform import png
@@ -139,6 +139,8 @@ def _fast_png(src: SourceFile, *, palette: bool) -> png.PngRows | None:
 def _exif_transpose(src: SourceFile, im: Image.Image) -> Image.Image:
     """Apply the EXIF orientation tag (as a photo viewer shows the image)."""
     try:
+        from PIL import ImageOps  # photos only: segmentation runs never pay for its import
+
         return ImageOps.exif_transpose(im)
     except (OSError, SyntaxError, ValueError, KeyError, TypeError, struct.error) as e:
         raise DecodeError(src.path, "corrupt", f"cannot apply the EXIF orientation: {type(e).__name__}: {e}",
