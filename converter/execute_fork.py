@@ -8,8 +8,9 @@ once. `execute.run_local` uses this pool where fork is safe: on Linux, from a pr
 with a single thread (forking a process that runs other threads, such as
 TensorFlow's, can deadlock the child), and falls back to loky elsewhere.
 
-The workers inherit the task list; a shared counter hands out the next task to
-whichever worker is free, and results and progress counts come back on queues. A
+This process is one of the workers (it forks one fewer); all inherit the task list, a
+shared counter hands out the next task to whichever worker is free, and results and
+progress counts come back on queues. A
 worker that dies, or a task that raises, ends the run: the other workers are killed
 before the error reaches the caller, so none of them can rename a shard into the
 folder afterwards. Workers also die with the run (PR_SET_PDEATHSIG) when it is killed.
@@ -75,14 +76,20 @@ def _portable(e: BaseException) -> BaseException:
         return RuntimeError(f"a worker failed with {type(e).__name__}: {e}\n{text}")
 
 
+def _take(next_item) -> int:
+    """The index of the next item to work on (the items were inherited: only the index is shared)."""
+    with next_item.get_lock():
+        index = next_item.value
+        next_item.value += 1
+    return index
+
+
 def _worker(fn: Callable, items: Sequence, next_item, done, progress_q, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the run, which stops the workers
     progress = progress_q.put if progress_q is not None else None
     while True:
-        with next_item.get_lock():  # the items were inherited: only their index is shared
-            index = next_item.value
-            next_item.value += 1
+        index = _take(next_item)
         if index >= len(items):
             break
         try:
@@ -112,18 +119,20 @@ def _drain(progress_q, on_progress: ProgressFn, stop: threading.Event) -> None:
 
 def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], workers: int,
              on_progress: ProgressFn | None = None) -> Iterator[R]:
-    """`fn(item, progress)` for every item on `workers` forked processes; results as they finish.
+    """`fn(item, progress)` for every item on `workers` processes; results as they finish.
 
-    `fn` and `items` are inherited, never pickled (a closure is fine); results are
-    pickled back. `progress(n)`, called in a worker, reaches `on_progress(n)` in this
-    process (None when `on_progress` is None).
+    This process is one of the workers: it forks `workers - 1` others (one fewer
+    process to start and to fault its memory in) and, between its own items, passes on
+    the results the others sent. `fn` and `items` are inherited, never pickled (a
+    closure is fine); results are pickled back. `progress(n)`, called in a worker,
+    reaches `on_progress(n)` in this process (None when `on_progress` is None).
     """
     fork = mp.get_context("fork")
     next_item, done = fork.Value("q", 0), fork.Queue()
     progress_q = fork.Queue() if on_progress is not None else None
     n = min(workers, len(items))
     procs = [fork.Process(target=_worker, args=(fn, items, next_item, done, progress_q, os.getpid()),
-                          name=f"imgshard-worker-{i}", daemon=True) for i in range(n)]
+                          name=f"imgshard-worker-{i}", daemon=True) for i in range(n - 1)]
     for p in procs:
         p.start()
     stop = threading.Event()
@@ -134,10 +143,18 @@ def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], worker
         drainer.start()
     finished = False
     try:
-        for _ in range(len(items)):
+        received = 0
+        while (index := _take(next_item)) < len(items):  # this process's own share
+            yield fn(items[index], on_progress)
+            received += 1
+            while (ready := _ready_result(done)) is not _NOTHING:
+                received += 1
+                yield ready  # type: ignore[misc]
+        while received < len(items):
             _, result, error = _next_result(done, procs)
             if error is not None:
                 raise error
+            received += 1
             yield result
         finished = True
     finally:
@@ -165,6 +182,20 @@ def run_forked(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
         return run_shard_task(task, ctx, progress)
 
     return fork_map(run, tasks, workers, on_progress)
+
+
+_NOTHING = object()
+
+
+def _ready_result(done) -> object:
+    """A result a worker has already sent (raising its error, if it sent one), else _NOTHING."""
+    try:
+        _, result, error = done.get_nowait()
+    except queue.Empty:
+        return _NOTHING
+    if error is not None:
+        raise error
+    return result
 
 
 def _next_result(done, procs: list) -> tuple[int, object, BaseException | None]:
