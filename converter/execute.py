@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable, Iterator, Sequence, TypeVar
 
-from converter.execute_fork import fork_is_safe, fork_map, run_forked
+from converter.execute_fork import drain_progress, fork_is_safe, fork_map, run_forked
 from converter.plan import ShardTask
 from converter.write.task import ShardResult, WorkerContext, run_shard_task
 
@@ -38,7 +38,7 @@ class _QueueProgress:
         self.q.put(n)
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _exit_with_parent(parent_pid: int) -> None:
     """Manager-process initializer: exit when the run that started it is killed."""
 
     def watch() -> None:
@@ -47,17 +47,6 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
     threading.Thread(target=watch, daemon=True, name="imgshard-parent-watch").start()
-
-
-def _drain(q, on_progress: ProgressFn, stop: threading.Event) -> None:
-    while not stop.is_set() or not q.empty():
-        try:
-            on_progress(q.get(timeout=0.1))
-        except queue.Empty:
-            continue
-        except (EOFError, OSError) as e:  # the progress channel closed: only the bar stops
-            log.debug("progress queue closed (%s); the progress bar stops here", e)
-            return
 
 
 START_METHODS = ("in-process", "fork", "loky")
@@ -97,14 +86,14 @@ def _run_loky(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
         from multiprocessing.managers import SyncManager
 
         manager = SyncManager()
-        manager.start(_die_with_parent, (os.getpid(),))
+        manager.start(_exit_with_parent, (os.getpid(),))
     stop = threading.Event()
     drainer = None
     progress = None
     if manager is not None:
         q = manager.Queue()
         progress = _QueueProgress(q)
-        drainer = threading.Thread(target=_drain, args=(q, on_progress, stop), daemon=True)
+        drainer = threading.Thread(target=drain_progress, args=(q, on_progress, stop), daemon=True)
         drainer.start()
     try:
         parallel = Parallel(n_jobs=min(workers, len(tasks)), backend="loky", return_as="generator_unordered",

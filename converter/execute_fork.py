@@ -101,20 +101,22 @@ def _worker(fn: Callable, items: Sequence, next_item, done, progress_q, parent_p
     done.join_thread()
 
 
-def _drain(progress_q, on_progress: ProgressFn, stop: threading.Event) -> None:
-    while not stop.is_set():
+def drain_progress(progress_q, on_progress: ProgressFn, stop: threading.Event) -> None:
+    """Pass the counts workers put on `progress_q` to `on_progress` until `stop`, then what is left.
+
+    Runs in a thread of the run; serves forked workers' queues and loky's manager queue.
+    """
+    while True:
         try:
-            on_progress(progress_q.get(timeout=_POLL_SECONDS))
+            n = progress_q.get(timeout=_POLL_SECONDS) if not stop.is_set() else progress_q.get_nowait()
         except queue.Empty:
+            if stop.is_set():
+                return
             continue
         except (EOFError, OSError) as e:  # the progress channel closed: only the bar stops
             log.debug("progress queue closed (%s); the progress bar stops here", e)
             return
-    while True:  # what is left after the last result
-        try:
-            on_progress(progress_q.get_nowait())
-        except (queue.Empty, EOFError, OSError):
-            return
+        on_progress(n)
 
 
 def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], workers: int,
@@ -138,7 +140,7 @@ def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], worker
     stop = threading.Event()
     drainer = None
     if progress_q is not None:
-        drainer = threading.Thread(target=_drain, args=(progress_q, on_progress, stop), daemon=True,
+        drainer = threading.Thread(target=drain_progress, args=(progress_q, on_progress, stop), daemon=True,
                                    name="imgshard-progress")
         drainer.start()
     finished = False

@@ -38,14 +38,14 @@ def algorithm_of(digest: str) -> str:
 
 def digest_bytes(data: bytes | memoryview, algorithm: str = DEFAULT_ALGORITHM) -> str:
     """'ALGORITHM:HEX' of `data`."""
-    h = _hasher(algorithm)
+    h = new_hasher(algorithm)
     h.update(data)  # type: ignore[attr-defined]
     return f"{algorithm}:{h.hexdigest()}"  # type: ignore[attr-defined]
 
 
 def digest_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> str:
     """'ALGORITHM:HEX' of a file's content, read in 1 MiB chunks. Raises OSError."""
-    h = _hasher(algorithm)
+    h = new_hasher(algorithm)
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK_BYTES):
             h.update(chunk)  # type: ignore[attr-defined]
@@ -54,10 +54,6 @@ def digest_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> str:
 
 def new_hasher(algorithm: str = DEFAULT_ALGORITHM) -> object:
     """A hashlib-style object (update / hexdigest) for `algorithm`."""
-    return _hasher(algorithm)
-
-
-def _hasher(algorithm: str) -> object:
     try:
         return _HASHERS[algorithm]()
     except KeyError:

@@ -20,7 +20,7 @@ import math
 import os
 import random
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -295,6 +295,17 @@ def _choose(count: int, n: int, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(count), min(n, count)))
 
 
+def _pick(by_key: dict[str, Any], pool: list[Any], options: PreviewOptions, missing: Callable[[str], str]) -> list[Any]:
+    """The items --key names (each must exist: else KeyError with `missing(key)`), or
+    `options.n` of `pool` chosen with `options.seed`."""
+    if not options.keys:
+        return [pool[i] for i in _choose(len(pool), options.n, options.seed)]
+    absent = [k for k in options.keys if k not in by_key]
+    if absent:
+        raise KeyError(f"--key: {missing(absent[0])}. Received: {list(options.keys)}")
+    return [by_key[k] for k in options.keys]
+
+
 def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[Any, str, list[PreviewSample]]:
     """(manifest, split, samples) picked from a converted dataset (random access; no full pass)."""
     import readers
@@ -312,15 +323,8 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[A
     for si, s in enumerate(shards):
         for i, sample in enumerate(s.entry.samples):
             keys_of[(si, i)] = sample.key
-    if options.keys:
-        by_key = {k: pos for pos, k in keys_of.items()}
-        missing = [k for k in options.keys if k not in by_key]
-        if missing:
-            raise KeyError(f"--key: no sample {missing[0]!r} in split {split!r} of {ds.path}. "
-                           f"Received: {list(options.keys)}")
-        picked = [by_key[k] for k in options.keys]
-    else:
-        picked = [index[i] for i in _choose(len(index), options.n, options.seed)]
+    picked = _pick({k: pos for pos, k in keys_of.items()}, index, options,
+                   lambda k: f"no sample {k!r} in split {split!r} of {ds.path}")
     spec = RecordSpec.from_manifest(m)
     adapter = get_adapter(m.format)
     readers_by_shard: dict[int, Any] = {}
@@ -355,15 +359,9 @@ def source_samples(spec: Any, options: PreviewOptions, max_pixels: int) -> tuple
     found = discover(spec)
     classes = load_class_table(class_table_path(spec))
     samples = [s for s in found.samples if options.split is None or s.split == options.split]
-    if options.keys:
-        by_key = {s.key: s for s in found.samples}
-        missing = [k for k in options.keys if k not in by_key]
-        if missing:
-            raise KeyError(f"--key: no image/mask pair {missing[0]!r} in {spec.base}. Keys look like "
-                           f"{found.samples[0].key if found.samples else 'train/NAME.png'}. Received: {list(options.keys)}")
-        chosen = [by_key[k] for k in options.keys]
-    else:
-        chosen = [samples[i] for i in _choose(len(samples), options.n, options.seed)]
+    example = found.samples[0].key if found.samples else "train/NAME.png"
+    chosen = _pick({s.key: s for s in found.samples}, samples, options,
+                   lambda k: f"no image/mask pair {k!r} in {spec.base}. Keys look like {example}")
     cmap = ColorMap(classes, options.color_tolerance)
     out = []
     for s in chosen:
@@ -395,16 +393,9 @@ def class_source_samples(spec: Any, options: PreviewOptions, max_pixels: int, va
 
     found, classes = discover_classification(spec, val_fraction)
     samples = [s for s in found.samples if options.split is None or s.split == options.split]
-    if options.keys:
-        by_key = {s.key: s for s in found.samples}
-        missing = [k for k in options.keys if k not in by_key]
-        if missing:
-            raise KeyError(f"--key: no image {missing[0]!r} in {spec.base}. Keys look like "
-                           f"{found.samples[0].key if found.samples else 'train/CLASS/NAME.jpg'}. "
-                           f"Received: {list(options.keys)}")
-        chosen = [by_key[k] for k in options.keys]
-    else:
-        chosen = [samples[i] for i in _choose(len(samples), options.n, options.seed)]
+    example = found.samples[0].key if found.samples else "train/CLASS/NAME.jpg"
+    chosen = _pick({s.key: s for s in found.samples}, samples, options,
+                   lambda k: f"no image {k!r} in {spec.base}. Keys look like {example}")
     out = []
     for s in chosen:
         try:

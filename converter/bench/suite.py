@@ -104,11 +104,10 @@ def machine_info() -> dict[str, Any]:
 
     from converter.transform import png, resize
 
-    kernels = resize._resample.KERNELS if resize.fast_resize_available() else "Pillow"  # type: ignore[union-attr]
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem, "python": platform.python_version(),
             "platform": platform.platform(), "tensorflow": tf.__version__, "numpy": np.__version__,
             "pillow": PIL.__version__, "png_decoder": "fast path (ISA-L + C unfilter)" if png.available() else "Pillow",
-            "image_resize": f"C ({kernels})" if kernels != "Pillow" else "Pillow",
+            "image_resize": resize.resizer(),
             "loadavg_start": [round(x, 2) for x in load]}
 
 

@@ -17,11 +17,13 @@ plus a 256-entry table of packed colours (palette and greyscale masks), so the c
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import struct
 import warnings
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -128,12 +130,13 @@ def _check_png_limits(src: SourceFile, header: tuple[int, int, int, int], max_pi
         )
 
 
-def _fast_png(src: SourceFile, *, palette: bool) -> png.PngRows | None:
-    """The fast path's rows, or None when it declines the file (then Pillow decodes it)."""
+@contextlib.contextmanager
+def _png_data(path: str) -> Iterator[None]:
+    """Turn the fast path's row-filter errors (a corrupt file) into a DecodeError naming `path`."""
     try:
-        return png.read_rows(src.data, palette=palette)
+        yield
     except png.PngDataError as e:
-        raise DecodeError(src.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
+        raise DecodeError(path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
 
 
 def _exif_transpose(src: SourceFile, im: Image.Image) -> Image.Image:
@@ -161,7 +164,7 @@ def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = Fal
     # The fast path ignores a PNG's eXIf chunk: such a PNG goes through Pillow when orienting.
     if header is not None and not (exif_transpose and _PNG_EXIF_CHUNK in src.data):
         _check_png_limits(src, header, max_pixels)
-        rows = _fast_png(src, palette=False)
+        rows = png.read_rows(src.data, palette=False)
         if rows is not None:
             return _pixels(src, rows)
     im = _open_pillow(src, max_pixels)
@@ -181,10 +184,8 @@ _WIDE_GREY = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 
 
 def _pixels(src: SourceFile, rows: png.PngRows) -> np.ndarray:
-    try:
+    with _png_data(src.path):
         return rows.samples()
-    except png.PngDataError as e:
-        raise DecodeError(src.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
 
 
 @dataclass(frozen=True)
@@ -212,20 +213,16 @@ class MaskArray:
             return self.packed
         if self.rows is None:
             raise ValueError(f"{self.path}: colors() is for colour masks; this one has indices and a table")
-        try:
+        with _png_data(self.path):
             return self.rows.packed()
-        except png.PngDataError as e:
-            raise DecodeError(self.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
 
     def lookup(self, inverted_lut: np.ndarray, flag_from: int) -> tuple[np.ndarray, int]:
         """(H, W) `~inverted_lut[colour]` of a colour mask, and how many pixels got a value >= flag_from."""
         if self.rows is None:
             classes = ~inverted_lut[self.colors()]
             return classes, int(np.count_nonzero(classes >= flag_from))
-        try:
+        with _png_data(self.path):
             return self.rows.lookup(inverted_lut, flag_from)
-        except png.PngDataError as e:
-            raise DecodeError(self.path, "corrupt", f"cannot decode PNG: {e}", "re-copy or re-export the file") from e
 
 
 _GREY_TABLE = (np.arange(256, dtype=np.uint32) * 0x010101).astype(np.uint32)
@@ -246,7 +243,7 @@ def decode_mask(src: SourceFile, max_pixels: int) -> MaskArray:
     header = _png_header(src.data)
     if header is not None:
         _check_png_limits(src, header, max_pixels)
-        rows = _fast_png(src, palette=True)
+        rows = png.read_rows(src.data, palette=True)
         if rows is not None:
             h, w = rows.height, rows.width
             if rows.color_type == 0:

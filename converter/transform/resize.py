@@ -46,6 +46,11 @@ def fast_resize_available() -> bool:
     return _resample is not None
 
 
+def resizer() -> str:
+    """Which code resizes images here: "C (avx2)", "C (plain)" or "Pillow"."""
+    return f"C ({_resample.KERNELS})" if _resample is not None else "Pillow"
+
+
 @dataclass(frozen=True)
 class Geometry:
     """How a (src_h, src_w) source maps onto the (out_h, out_w) output."""
