@@ -40,12 +40,14 @@ from tests._cron import (
 
 # -- random moments over a run of a couple of seconds --------------------------------------------
 
-BIG_SIZE = "96x96"
+# Large outputs keep a run long enough (about 0.5 s TFRecord, 1.4 s NPZ with 2 workers here)
+# for kills to land while shards are being written, not only during start-up.
+BIG_SIZE = "384x384"
 
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory) -> dict[str, Path]:
-    """192 pairs of 240x320 / 200x300 sources: a 2-worker run lasts a couple of seconds here.
+    """192 pairs of 240x320 / 200x300 sources (converted to BIG_SIZE).
 
     Source folders: half (every other pair), full, and pruned (full minus 12 pairs).
     """
@@ -157,7 +159,10 @@ def test_kill_9_at_random_moments_npz(big, tmp_path):
 def test_two_real_runs_at_once_the_second_exits_75_and_the_first_publishes(big, tmp_path):
     out = tmp_path / "out"
     startup = startup_seconds()
-    first = _start(_args(big["full"], out))
+    # One worker writing deflated NPZ: a run of a couple of seconds, so that the second
+    # run meets the first one's lock (the converter has become fast on small sources).
+    args = _args(big["full"], out, "--format", "npz", "--compression", "deflate", workers=1)
+    first = _start(args)
     try:
         lock = out / ".imgshard.lock"
         deadline = time.monotonic() + 30
@@ -165,7 +170,7 @@ def test_two_real_runs_at_once_the_second_exits_75_and_the_first_publishes(big, 
             assert time.monotonic() < deadline and first.poll() is None
             time.sleep(0.02)
         t0 = time.monotonic()
-        second = subprocess.run(cli_command(_args(big["full"], out)), cwd=ROOT, env=child_env(),
+        second = subprocess.run(cli_command(args), cwd=ROOT, env=child_env(),
                                 capture_output=True, text=True, timeout=60)
         elapsed = time.monotonic() - t0
         assert first.poll() is None, "the first run ended before the second started: use a bigger dataset"
