@@ -18,11 +18,8 @@ folder afterwards. Workers also die with the run (PR_SET_PDEATHSIG) when it is k
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import multiprocessing as mp
 import os
-import pickle
 import queue
 import signal
 import sys
@@ -47,6 +44,8 @@ class WorkerDiedError(RuntimeError):
 
 def fork_is_safe() -> bool:
     """True on Linux when this process runs one thread (counted by the kernel, C++ threads included)."""
+    import multiprocessing as mp  # here and in fork_map: a one-worker run never imports it
+
     if not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
         return False
     try:
@@ -57,6 +56,8 @@ def fork_is_safe() -> bool:
 
 def _die_with_parent(parent_pid: int) -> None:
     """Ask the kernel to SIGKILL this worker when the run dies; exit if it already has."""
+    import ctypes  # already imported by fork_map, before the fork
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -68,6 +69,8 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _portable(e: BaseException) -> BaseException:
     """The exception itself if it survives pickling, else a RuntimeError carrying its traceback."""
+    import pickle
+
     try:
         pickle.loads(pickle.dumps(e))
         return e
@@ -129,6 +132,9 @@ def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], worker
     closure is fine); results are pickled back. `progress(n)`, called in a worker,
     reaches `on_progress(n)` in this process (None when `on_progress` is None).
     """
+    import ctypes  # noqa: F401 - once, before the fork: every worker's _die_with_parent uses it
+    import multiprocessing as mp
+
     fork = mp.get_context("fork")
     next_item, done = fork.Value("q", 0), fork.Queue()
     progress_q = fork.Queue() if on_progress is not None else None

@@ -24,7 +24,6 @@ import errno
 import fcntl
 import json
 import os
-import socket
 import sys
 import time
 
@@ -83,7 +82,7 @@ class OutputLock:
                 ) from None
             raise
         os.ftruncate(fd, 0)
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        info = {"pid": os.getpid(), "host": os.uname().nodename, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "command": " ".join(sys.argv)}
         os.write(fd, (json.dumps(info) + "\n").encode())
         os.fsync(fd)

@@ -97,3 +97,24 @@ def test_bench_options_reject_a_missing_src_folder(tmp_path):
 def test_bench_options_reject_a_zero_batch_size():
     with pytest.raises(ValueError, match="batch_size"):
         quick_options(batch_size=0)
+
+
+def test_process_tree_memory_counts_a_child_forked_during_the_run():
+    """The sampler finds processes that join the tree after it started (within RESCAN_SECONDS)."""
+    from converter.bench.measure import RESCAN_SECONDS, SAMPLE_SECONDS, run_process
+
+    mb = 1 << 20
+    code = (
+        "import os, time\n"
+        "time.sleep(0.3)\n"  # the tree is scanned at least once before the child exists
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        f"    block = bytearray(os.urandom(1024)) * ({160 * mb} // 1024)\n"  # 160 MB, every page touched
+        f"    time.sleep({4 * RESCAN_SECONDS + 4 * SAMPLE_SECONDS})\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    run = run_process([sys.executable, "-c", code])
+    assert run.returncode == 0, run.stderr
+    assert run.max_process_rss >= 160 * mb
+    assert run.peak_tree_rss >= 160 * mb

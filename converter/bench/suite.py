@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from converter.bench import baselines
-from converter.bench.measure import Timing, child_env, python_argv, run_process, timed_epochs
+from converter.bench.measure import Timing, child_env, compile_bytecode, python_argv, run_process, timed_epochs
 from converter.bench.options import BenchOptions
 from converter.bench.sources import Sources, prepare_sources, run_convert
 
@@ -321,6 +321,7 @@ def run_bench(opts: BenchOptions, say: Say | None = None) -> BenchResult:
     result = BenchResult(opts, machine_info(), {
         "root": sources.root, "generated": sources.generated, "pairs": len(sources.pairs),
         "classes": len(sources.colors), "bytes": sources.source_bytes})
+    result.machine["bytecode_compiled"] = compile_bytecode()
     work = opts.work_dir or tempfile.mkdtemp(prefix="imgshard-bench-")
     os.makedirs(work, exist_ok=True)
     try:

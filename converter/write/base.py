@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import abc
 import os
-import secrets
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -140,7 +139,7 @@ class ShardWriter:
         self.out_dir = out_dir
         self.name = name
         self.final_path = os.path.join(out_dir, name)
-        self.tmp_path = os.path.join(out_dir, f"{TMP_PREFIX}{name}-{os.getpid()}-{secrets.token_hex(4)}")
+        self.tmp_path = os.path.join(out_dir, f"{TMP_PREFIX}{name}-{os.getpid()}-{os.urandom(4).hex()}")
         self._encoder_cls = encoder_cls
         self._compression = compression
         self._capacity = capacity
