@@ -140,6 +140,36 @@ def test_pillow_bomb_guard_holds_whatever_max_pixels_says(sources, tmp_path):
     assert Image.MAX_IMAGE_PIXELS == 89_478_485  # Pillow's default: nothing switched its guard off
 
 
+def test_the_bomb_guard_follows_pillows_setting_whether_or_not_pillow_is_imported(tmp_path, monkeypatch):
+    """The fast PNG path checks Pillow's limit without importing Pillow (start-up cost, issue 4)."""
+    import subprocess
+    import sys
+
+    from converter.transform import decode
+
+    assert decode.PILLOW_DEFAULT_MAX_IMAGE_PIXELS == Image.MAX_IMAGE_PIXELS == 89_478_485
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(_png_with_header(20_000, 20_000))
+    code = ("import sys\n"
+            "from converter.transform.decode import DecodeError, decode_image, read_source\n"
+            "try:\n"
+            f"    decode_image(read_source({str(bomb)!r}, 'bomb.png'), 10**12)\n"
+            "except DecodeError as e:\n"
+            "    print(e.kind, 'decompression-bomb' in e.reason, 'PIL' in sys.modules)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=root))
+    assert proc.stdout.split() == ["too_large", "True", "False"], proc.stderr[-2000:]
+
+    # A caller who lowers Pillow's limit (Pillow imported) lowers the fast path's too.
+    small = tmp_path / "small.png"
+    Image.fromarray(synth.textured_image(100, 120, np.random.default_rng(1))).save(small)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 5_000)
+    with pytest.raises(decode.DecodeError) as e:
+        decode.decode_image(decode.read_source(str(small), "small.png"), 10**12)
+    assert e.value.kind == "too_large" and "5000 pixels" in e.value.reason
+
+
 def test_changed_source_that_turns_bad_keeps_its_old_record_with_replace(sources, tmp_path):
     full, big, src = sources
     out = tmp_path / "out"

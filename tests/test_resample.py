@@ -198,3 +198,56 @@ def test_the_extension_is_built_where_ci_requires_it() -> None:
     if os.environ.get("IMGSHARD_REQUIRE_FAST_PNG") != "1":
         pytest.skip("IMGSHARD_REQUIRE_FAST_PNG is not set (only CI requires the compiled extensions)")
     assert resize.fast_resize_available(), "converter.transform._resample did not build: is a C compiler installed?"
+
+
+# -- NEAREST indices (masks), without Pillow ------------------------------------------------------
+
+def _pillow_nearest(src_len: int, out_len: int, start: float, stop: float) -> np.ndarray:
+    """What Pillow's NEAREST resize picks from a one-row index image: the reference."""
+    ramp = Image.fromarray(np.arange(src_len, dtype=np.int32).reshape(1, src_len), mode="I")
+    picked = ramp.resize((out_len, 1), Image.Resampling.NEAREST, box=(start, 0.0, stop, 1.0))
+    return np.asarray(picked, dtype=np.int32).reshape(out_len).astype(np.intp)
+
+
+def test_nearest_indices_equal_pillow_on_real_and_random_geometries() -> None:
+    rng = np.random.default_rng(7)
+    cases = [(1080, 512, 0.0, 1080.0), (1920, 512, 0.0, 1920.0), (1920, 512, 240.0, 1680.0),
+             (3024, 224, 0.0, 3024.0), (7, 512, 0.0, 7.0), (512, 512, 0.0, 512.0), (100, 37, 12.0, 49.0),
+             (1080, 1080, 0.5, 1080.0), (1, 5, 0.0, 1.0), (5000, 1, 0.0, 5000.0)]
+    for _ in range(3000):
+        src = int(rng.choice([rng.integers(1, 64), rng.integers(1, 5000), 1080, 1920, 4032]))
+        out = int(rng.choice([rng.integers(1, 64), rng.integers(1, 3000), 512, 224, src]))
+        a, b = sorted(rng.uniform(0, src, 2))
+        if rng.random() < 0.3:
+            a, b = float(int(a)), float(int(b))
+        cases.append((src, out, float(a), float(b)))
+    for src, out, start, stop in cases:
+        ours = resize._nearest_indices.__wrapped__(src, out, start, stop)
+        assert np.array_equal(ours, _pillow_nearest(src, out, start, stop)), (src, out, start, stop)
+
+
+def test_filter_numbers_are_pillows() -> None:
+    for ours, pillow in ((ImageFilter.NEAREST, Image.Resampling.NEAREST), (ImageFilter.BILINEAR, Image.Resampling.BILINEAR),
+                         (ImageFilter.BICUBIC, Image.Resampling.BICUBIC), (ImageFilter.LANCZOS, Image.Resampling.LANCZOS),
+                         (ImageFilter.BOX, Image.Resampling.BOX)):
+        assert resize.PIL_FILTERS[ours] == int(pillow)
+
+
+def test_a_png_conversion_never_imports_pillow(tmp_path) -> None:
+    """Start-up cost (issue 4): Pillow is imported only for files the fast path declines."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    synth.make_camvid(src, splits={"train": 3}, size=(96, 128), image_modes=("RGB", "L", "RGBA"),
+                      mask_modes=("RGB",), quirks=False, seed=3)
+    code = ("import sys\n"
+            "from converter.convert import convert\n"
+            "from converter.options import OutputOptions, SourceSpec\n"
+            f"convert(SourceSpec(root={str(src)!r}), {str(tmp_path / 'out')!r}, OutputOptions(size=(64, 64)))\n"
+            "print('PIL' in sys.modules)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=root))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == ("False" if resize.fast_resize_available() else "True")

@@ -5,7 +5,8 @@ interlaced take the fast path (`converter.transform.png`: ISA-L inflate + a C ro
 unfilter, about 2x libspng and Pillow); every other file (JPEG, palette images,
 16-bit or interlaced PNG, BMP, GIF, ...) and every PNG the fast path declines goes
 through Pillow, which gives identical pixels and names what is wrong with a damaged
-file. (libspng, used before, was dropped: as wrapped by `pyspng` it does not check
+file. Pillow is imported when the first such file comes: a run over plain PNGs never
+imports it. (libspng, used before, was dropped: as wrapped by `pyspng` it does not check
 the zlib checksum and returned damaged pixels without an error.)
 
 Images come out as (H, W) greyscale or (H, W, 3) RGB uint8 (alpha dropped, palette
@@ -21,17 +22,23 @@ import contextlib
 import io
 import os
 import struct
+import sys
 import warnings
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
-
-from PIL import Image
 
 from converter.fingerprint import digest_bytes
 from converter.transform import png
 from readers.manifest import SourceFingerprint
+
+if TYPE_CHECKING:  # pragma: no cover
+    from PIL import Image
+
+#: `PIL.Image.MAX_IMAGE_PIXELS` as Pillow sets it (a test checks it): the limit in force
+#: while Pillow is not imported, since nobody can have changed it then.
+PILLOW_DEFAULT_MAX_IMAGE_PIXELS = int(1024 * 1024 * 1024 // 4 // 3)
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_EXIF_CHUNK = b"eXIf"
@@ -90,7 +97,15 @@ def _check_pixels(path: str, width: int, height: int, max_pixels: int) -> None:
         )
 
 
+def _pillow_bomb_limit() -> int | None:
+    """Pillow's decompression-bomb limit now: the caller's setting once Pillow is imported."""
+    image = sys.modules.get("PIL.Image")
+    return image.MAX_IMAGE_PIXELS if image is not None else PILLOW_DEFAULT_MAX_IMAGE_PIXELS
+
+
 def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
+    from PIL import Image
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -120,7 +135,7 @@ def _check_png_limits(src: SourceFile, header: tuple[int, int, int, int], max_pi
     """
     width, height, _, _ = header
     _check_pixels(src.path, width, height, max_pixels)
-    bomb = Image.MAX_IMAGE_PIXELS
+    bomb = _pillow_bomb_limit()
     if bomb is not None and width * height > bomb:
         raise DecodeError(
             src.path, "too_large",
