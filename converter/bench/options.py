@@ -56,7 +56,7 @@ class BenchOptions:
     batch_size: int = 8
     shuffle_buffer: int = 64
     repeats: int = 5
-    convert_repeats: int = 3
+    convert_repeats: int = 5
     min_seconds: float = 2.0
     workers: tuple[int, ...] = field(default_factory=tuple)
     naive_samples: int = 48

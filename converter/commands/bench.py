@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="batch size of every pipeline (default 8)")
     p.add_argument("--shuffle-buffer", type=int, default=64, help="records in every shuffle buffer (default 64)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per reader pipeline (default 5)")
-    p.add_argument("--convert-repeats", type=int, default=3, help="timed repeats per conversion (default 3)")
+    p.add_argument("--convert-repeats", type=int, default=5, help="timed repeats per conversion (default 5)")
     p.add_argument("--min-seconds", type=float, default=2.0, help="minimum length of one timed repeat (default 2)")
     p.add_argument("--workers", type=_workers, default=(), help="converter worker counts, e.g. 1,2 (default 1..cores)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
