@@ -55,23 +55,38 @@ def _chunk(kind: bytes, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
 
 
+def _pack_bits(samples: np.ndarray, depth: int) -> np.ndarray:
+    """(H, W) samples < 2**depth -> (H, ceil(W * depth / 8)) bytes, first pixel in the high bits, rows padded with 0."""
+    h, w = samples.shape
+    per_byte = 8 // depth
+    padded = np.zeros((h, -(-w // per_byte) * per_byte), np.uint8)
+    padded[:, :w] = samples
+    groups = padded.reshape(h, -1, per_byte).astype(np.uint16)
+    shifts = np.arange(8 - depth, -1, -depth, dtype=np.uint16)
+    return (groups << shifts).sum(axis=2).astype(np.uint8)
+
+
 def encode_png(pixels: np.ndarray, filters: list[int], *, palette: bytes | None = None, idat_parts: int = 1,
-               interlace: int = 0, extra_chunks: list[tuple[bytes, bytes]] = ()) -> bytes:
-    """An 8-bit PNG of `pixels` ((H, W) or (H, W, C)) with row y filtered by filters[y % len]."""
+               interlace: int = 0, extra_chunks: list[tuple[bytes, bytes]] = (), depth: int = 8) -> bytes:
+    """A PNG of `pixels` ((H, W) or (H, W, C)) with row y filtered by filters[y % len].
+
+    `depth` < 8 (one channel only): samples are packed that many bits each, and the
+    filters work on the packed bytes (one byte per "pixel"), as PNG defines."""
     arr = pixels if pixels.ndim == 3 else pixels[:, :, None]
     h, w, c = arr.shape
     ctype = 3 if palette is not None else _CTYPE[c]
-    flat = arr.reshape(h, w * c)
-    prior = np.zeros(w * c, np.uint8)
+    flat = arr.reshape(h, w * c) if depth == 8 else _pack_bits(arr[:, :, 0], depth)
+    bpp = c if depth == 8 else 1
+    prior = np.zeros(flat.shape[1], np.uint8)
     raw = bytearray()
     for y in range(h):
         kind = filters[y % len(filters)]
         raw.append(kind)
-        raw += _filter_row(kind, flat[y], prior, c).tobytes()
+        raw += _filter_row(kind, flat[y], prior, bpp).tobytes()
         prior = flat[y]
     z = zlib.compress(bytes(raw), 6)
     step = -(-len(z) // idat_parts)
-    out = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, ctype, 0, 0, interlace))
+    out = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, ctype, 0, 0, interlace))
     for kind, payload in extra_chunks:
         out += _chunk(kind, payload)
     if palette is not None:
@@ -169,6 +184,75 @@ def test_palette_and_grey_masks_come_out_as_indices_and_table() -> None:
     np.testing.assert_array_equal(grey.table[grey.indices] & 0xFF, idx * 40)
 
 
+def _slow_mask(data: bytes, monkeypatch: pytest.MonkeyPatch) -> decode.MaskArray:
+    with monkeypatch.context() as m:
+        m.setattr(png, "available", lambda: False)
+        return decode_mask(_src(data), 1 << 30)
+
+
+def _colours(mask: decode.MaskArray) -> np.ndarray:
+    if mask.indices is not None:
+        return mask.table[mask.indices]
+    return mask.packed if mask.packed is not None else mask.colors()
+
+
+@needs_fast
+@pytest.mark.parametrize("depth", [1, 2, 4])
+@pytest.mark.parametrize("kind", ["grey", "palette"])
+@pytest.mark.parametrize("filters", FILTER_MIXES, ids=lambda f: "f" + "".join(map(str, f)))
+def test_low_bit_depth_masks_take_the_fast_path_and_equal_pillow(depth: int, kind: str, filters: list[int],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(depth * 7 + len(filters))
+    for h, w in ((1, 1), (9, 13), (17, 31), (24, 64)):  # widths that leave 0..7 padding bits per row
+        samples = rng.integers(0, 1 << depth, (h, w), dtype=np.uint8)
+        palette = bytes(rng.integers(0, 256, 3 * min(1 << depth, 5), dtype=np.uint8)) if kind == "palette" else None
+        data = encode_png(samples, filters, palette=palette, depth=depth)
+        rows = png.read_rows(data, palette=True)
+        assert rows is not None and rows.depth == depth
+        assert png.read_rows(data) is None  # an image of this kind is Pillow's job
+        mask = decode_mask(_src(data), 1 << 30)
+        assert mask.indices is not None
+        np.testing.assert_array_equal(_colours(mask), _colours(_slow_mask(data, monkeypatch)))
+        if kind == "grey":  # PNG scales grey samples to 0..255
+            np.testing.assert_array_equal(mask.indices, samples.astype(np.uint16) * (255 // ((1 << depth) - 1)))
+        else:
+            np.testing.assert_array_equal(mask.indices, samples)
+
+
+@needs_fast
+def test_masks_pillow_writes_with_few_bits_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A palette of up to 16 colours is saved with 1, 2 or 4 bits; a binary mask ("1") with 1-bit grey."""
+    rng = np.random.default_rng(11)
+    classes = synth.random_mask(90, 121, 5, rng)
+    palette_mask = Image.fromarray(classes, mode="P")
+    palette_mask.putpalette([128, 64, 128, 70, 70, 70, 0, 0, 142, 220, 20, 60, 107, 142, 35])
+    four = Image.fromarray((classes % 4).astype(np.uint8), mode="P")
+    four.putpalette([0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255])
+    for im, depth in ((palette_mask, 4), (Image.fromarray(classes > 2), 1), (four, 2)):
+        buf = io.BytesIO()
+        im.save(buf, format="PNG")
+        data = buf.getvalue()
+        assert data[24] == depth
+        mask = decode_mask(_src(data), 1 << 30)
+        assert png.read_rows(data, palette=True) is not None and mask.indices is not None
+        np.testing.assert_array_equal(_colours(mask), _colours(_slow_mask(data, monkeypatch)))
+        reference = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).astype(np.uint32)
+        np.testing.assert_array_equal(_colours(mask), (reference[:, :, 0] << 16) | (reference[:, :, 1] << 8)
+                                      | reference[:, :, 2])
+
+
+@needs_fast
+def test_a_low_bit_depth_mask_with_a_bad_filter_type_is_named() -> None:
+    w, h = 21, 6
+    packed = _pack_bits(np.random.default_rng(2).integers(0, 16, (h, w), dtype=np.uint8), 4)
+    raw = b"".join(bytes([9 if y == 3 else 0]) + packed[y].tobytes() for y in range(h))
+    data = (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 4, 0, 0, 0, 0))
+            + _chunk(b"IDAT", zlib.compress(raw)) + _chunk(b"IEND", b""))
+    with pytest.raises(DecodeError) as e:
+        decode_mask(_src(data, "mask4.png"), 1 << 30)
+    assert e.value.kind == "corrupt" and "mask4.png" in str(e.value) and "row 3" in str(e.value)
+
+
 @needs_fast
 def test_declined_files_still_decode_through_the_slow_path() -> None:
     pixels = _textured(16, 24, 3, seed=2)
@@ -251,6 +335,14 @@ def test_unfilter_rejects_wrong_sizes_naming_what_it_expected() -> None:
         _pngrows.unfilter(filtered, 3, 4, 3, _pngrows.LAYOUT_CLASSES, np.empty((3, 4), np.uint16))
     with pytest.raises(ValueError, match="layout must be"):
         _pngrows.unfilter(filtered, 3, 4, 3, 9, np.empty((3, 4, 3), np.uint8))
+    packed = bytes(3 * (1 + 7) - 1)  # 3 rows of 13 4-bit samples need 3 * (1 + 7) bytes
+    with pytest.raises(ValueError, match="needs 24"):
+        _pngrows.unfilter(packed, 3, 13, 1, _pngrows.LAYOUT_SAMPLES, np.empty((3, 13), np.uint8), depth=4)
+    for kw in ({"depth": 3}, {"depth": 8}, {"depth": 4, "scale": 0}, {"depth": 4, "scale": 256}):
+        with pytest.raises(ValueError, match="samples layout needs"):
+            _pngrows.unfilter(bytes(24), 3, 13, 1, _pngrows.LAYOUT_SAMPLES, np.empty((3, 13), np.uint8), **kw)
+    with pytest.raises(ValueError, match="samples layout needs"):
+        _pngrows.unfilter(filtered, 3, 4, 3, _pngrows.LAYOUT_RAW, np.empty((3, 4, 3), np.uint8), depth=4)
 
 
 def test_without_the_extension_pillow_gives_the_same_pixels(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -273,8 +273,8 @@ def decode_mask(src: SourceFile, max_pixels: int) -> MaskArray:
         pal = (pal + [0] * 768)[:768]
         table = pack_rgb(np.asarray(pal, dtype=np.uint8).reshape(1, 256, 3))[0]
         return MaskArray(h, w, indices=np.asarray(im), table=table, path=src.path)
-    if im.mode == "L":
-        return MaskArray(h, w, indices=np.asarray(im), table=_GREY_TABLE, path=src.path)
+    if im.mode in ("L", "1"):  # "1": a binary mask, levels 0 and 255
+        return MaskArray(h, w, indices=np.asarray(im.convert("L")), table=_GREY_TABLE, path=src.path)
     if im.mode in ("LA", "La"):
         return MaskArray(h, w, indices=np.asarray(im.getchannel(0)), table=_GREY_TABLE, path=src.path)
     if im.mode in _WIDE_GREY:  # 16-bit grey masks: fine while every value is a grey level 0..255

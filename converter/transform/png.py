@@ -7,7 +7,9 @@ mask class indices directly, so a colour mask never exists as a (H, W, 3) array 
 a (H, W) uint32 key array: each row is looked up in the colour table as it is decoded.
 
 It takes what datasets hold: 8-bit, non-interlaced greyscale, RGB, RGBA and palette
-PNGs. Anything else, and any file in which it finds something odd (a bad CRC, a
+PNGs, and for masks also 1-, 2- and 4-bit greyscale and palette PNGs (Pillow saves a
+palette of up to 16 colours with 4 bits or fewer, and a binary mask as 1-bit grey).
+Anything else, and any file in which it finds something odd (a bad CRC, a
 stream that ends early or runs on, an unknown critical chunk), gives None: the caller
 then decodes the file with Pillow, which names the problem. Pixels are identical
 to Pillow's (tests compare every filter type and layout).
@@ -33,8 +35,9 @@ except ImportError:  # no C compiler at install time: Pillow decodes every PNG
     _pngrows = None
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_CHANNELS = {0: 1, 2: 3, 3: 1, 6: 4}  # colour type -> samples per pixel (8-bit only here)
+_CHANNELS = {0: 1, 2: 3, 3: 1, 6: 4}  # colour type -> samples per pixel
 _KNOWN_CRITICAL = {b"IHDR", b"PLTE", b"IDAT", b"IEND"}
+_LOW_DEPTHS = (1, 2, 4)  # bits per sample that grey and palette PNGs may also have
 
 
 def available() -> bool:
@@ -44,13 +47,14 @@ def available() -> bool:
 
 @dataclass(frozen=True)
 class PngRows:
-    """An inflated, still filtered 8-bit PNG; each method unfilters into one layout."""
+    """An inflated, still filtered PNG; each method unfilters into one layout."""
 
     width: int
     height: int
     color_type: int  # 0 grey, 2 RGB, 3 palette, 6 RGBA
     filtered: bytes
     palette: bytes = b""  # PLTE payload (palette PNGs)
+    depth: int = 8  # bits per sample: 8, or 1, 2, 4 for grey and palette
 
     @property
     def channels(self) -> int:
@@ -63,7 +67,16 @@ class PngRows:
             raise PngDataError(str(e)) from e
 
     def samples(self) -> np.ndarray:
-        """(H, W) for grey and palette (indices), (H, W, 3) for RGB and RGBA (alpha dropped)."""
+        """(H, W) for grey and palette (indices), (H, W, 3) for RGB and RGBA (alpha dropped).
+
+        Grey samples of 1, 2 or 4 bits are scaled to 0..255 as PNG defines it (and Pillow
+        decodes them): 1 -> 255 at 1 bit, x 85 at 2 bits, x 17 at 4 bits.
+        """
+        if self.depth != 8:
+            out = np.empty((self.height, self.width), np.uint8)
+            scale = 255 // ((1 << self.depth) - 1) if self.color_type == 0 else 1
+            self._unfilter(_pngrows.LAYOUT_SAMPLES, out, depth=self.depth, scale=scale)  # type: ignore[union-attr]
+            return out
         if self.channels == 1:
             out = np.empty((self.height, self.width), np.uint8)
             self._unfilter(_pngrows.LAYOUT_RAW, out)  # type: ignore[union-attr]
@@ -104,11 +117,17 @@ class PngDataError(ValueError):
     """The image data of a PNG is corrupt (an unknown row filter type)."""
 
 
-def read_rows(data: bytes | memoryview, *, palette: bool = False) -> PngRows | None:
-    """Parse and inflate an 8-bit non-interlaced PNG; None when the fast path does not apply.
+def row_bytes(width: int, channels: int, depth: int) -> int:
+    """Bytes of one unfiltered row of `width` pixels."""
+    return (width * channels * depth + 7) // 8
 
-    `palette=True` accepts palette PNGs (masks, whose indices are looked up); images
-    leave them to Pillow, which resolves the palette to RGB.
+
+def read_rows(data: bytes | memoryview, *, palette: bool = False) -> PngRows | None:
+    """Parse and inflate a non-interlaced PNG; None when the fast path does not apply.
+
+    `palette=True` (masks) accepts palette PNGs, whose indices are looked up, and grey
+    and palette PNGs of 1, 2 or 4 bits per sample; images leave those to Pillow, which
+    resolves palettes to RGB.
     """
     if not available() or len(data) < 45 or bytes(data[:8]) != _SIGNATURE:
         return None
@@ -118,7 +137,8 @@ def read_rows(data: bytes | memoryview, *, palette: bool = False) -> PngRows | N
     if ctype != b"IHDR" or length != 13:
         return None
     width, height, depth, color_type, compression, filter_method, interlace = struct.unpack_from(">IIBBBBB", mv, 16)
-    if (depth != 8 or color_type not in _CHANNELS or (color_type == 3 and not palette)
+    low_depth = palette and depth in _LOW_DEPTHS and color_type in (0, 3)
+    if ((depth != 8 and not low_depth) or color_type not in _CHANNELS or (color_type == 3 and not palette)
             or compression or filter_method or interlace or width == 0 or height == 0):
         return None
     pos, idat, plte, ended = 8, [], b"", False
@@ -143,7 +163,7 @@ def read_rows(data: bytes | memoryview, *, palette: bool = False) -> PngRows | N
         pos = stop + 4
     if not ended or not idat or (color_type == 3 and not plte):
         return None
-    expected = height * (1 + width * _CHANNELS[color_type])
+    expected = height * (1 + row_bytes(width, _CHANNELS[color_type], depth))
     try:
         inflater = isal_zlib.decompressobj()  # type: ignore[union-attr]
         filtered = inflater.decompress(idat[0] if len(idat) == 1 else b"".join(idat), expected)
@@ -151,4 +171,4 @@ def read_rows(data: bytes | memoryview, *, palette: bool = False) -> PngRows | N
             return None  # too short, or more data than the image holds
     except isal_zlib.error:  # type: ignore[union-attr]
         return None  # a broken stream: the slow path names it
-    return PngRows(width, height, color_type, filtered, plte)
+    return PngRows(width, height, color_type, filtered, plte, depth)
