@@ -20,7 +20,7 @@ from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import discover_classification
 from converter.discover.layout import BadInput, discover
 from converter.execute import local_start, run_tasks
-from converter.fingerprint import digest_file
+from converter.fingerprint import content_matches
 from converter.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.plan import Plan, PlanError, make_plan
@@ -193,12 +193,11 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
                         os.path.join(out_dir, MANIFEST_NAME) if old is not None else None,
                         owner_pid=os.getpid() if run.backend == "local" else None)
     results: list[ShardResult] = []
-    start = local_start(run.effective_workers, len(plan.tasks)) if run.backend == "local" else run.backend
-    result.workers = {"backend": run.backend, "workers": run.effective_workers, "start": start}
+    start = local_start(run.effective_workers, len(plan.tasks)) if run.backend == "local" else None
+    result.workers = {"backend": run.backend, "workers": run.effective_workers, "start": start or run.backend}
     try:
         for r in run_tasks(plan.tasks, ctx, workers=run.effective_workers, backend=run.backend,
-                           scheduler=run.scheduler, on_progress=on_progress,
-                           start=start if run.backend == "local" else None):
+                           scheduler=run.scheduler, on_progress=on_progress, start=start):
             results.append(r)
     except OSError as e:
         # Source files never raise OSError here (the workers turn their errors into bad
@@ -360,10 +359,7 @@ def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], sour
             return new.digest == old.digest
         # an old manifest's digest (sha256, version 1): hash the file as it was just read
         path = new.path if os.path.isabs(new.path) else os.path.join(source_base, new.path)
-        try:
-            return new.size == old.size and digest_file(path, old.algorithm) == old.digest
-        except OSError:
-            return False
+        return new.size == old.size and content_matches(path, old.digest)
 
     def same(new: SampleEntry, old: SampleEntry) -> bool:
         return new.label == old.label and same_file(new.image, old.image) and same_file(new.mask, old.mask)

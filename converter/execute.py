@@ -12,20 +12,15 @@ waiting. `dask`: `converter.execute_dask`.
 from __future__ import annotations
 
 import os
-import logging
-import queue
 import threading
 import time
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from converter.execute_fork import drain_progress, fork_is_safe, fork_map, run_forked
-from converter.plan import ShardTask
-from converter.write.task import ShardResult, WorkerContext, run_shard_task
+from converter.execute_fork import ProgressFn, R, T, drain_progress, fork_is_safe, fork_map
 
-ProgressFn = Callable[[int], None]
-T = TypeVar("T")
-R = TypeVar("R")
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:  # pragma: no cover - `scan` maps its own batches and never loads the shard writers
+    from converter.plan import ShardTask
+    from converter.write.task import ShardResult, WorkerContext
 
 
 class _QueueProgress:
@@ -65,12 +60,15 @@ def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
 
     `start`: one of START_METHODS; default `local_start(workers, len(tasks))`.
     """
+    from converter.write.task import run_shard_task, warm_up
+
     start = local_start(workers, len(tasks)) if start is None else start
     if start == "in-process":
         for task in tasks:
             yield run_shard_task(task, ctx, on_progress)
     elif start == "fork":
-        yield from run_forked(tasks, ctx, workers, on_progress)
+        warm_up(ctx)  # the workers inherit the transformer and share its colour table
+        yield from fork_map(lambda task, progress: run_shard_task(task, ctx, progress), tasks, workers, on_progress)
     elif start == "loky":
         yield from _run_loky(tasks, ctx, workers, on_progress)
     else:
@@ -80,6 +78,8 @@ def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
 def _run_loky(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
               on_progress: ProgressFn | None) -> Iterator[ShardResult]:
     from joblib import Parallel, delayed
+
+    from converter.write.task import run_shard_task
 
     manager = None
     if on_progress is not None:

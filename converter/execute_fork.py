@@ -18,17 +18,16 @@ folder afterwards. Workers also die with the run (PR_SET_PDEATHSIG) when it is k
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import pickle
 import queue
 import signal
 import sys
 import threading
 import traceback
 from typing import Callable, Iterator, Sequence, TypeVar
-
-from converter.plan import ShardTask
-from converter.write.task import ShardResult, WorkerContext, run_shard_task, warm_up
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int], None]
@@ -44,7 +43,7 @@ class WorkerDiedError(RuntimeError):
 
 def fork_is_safe() -> bool:
     """True on Linux when this process runs one thread (counted by the kernel, C++ threads included)."""
-    import multiprocessing as mp  # here and in fork_map: a one-worker run never imports it
+    import multiprocessing as mp  # here and in fork_map: a one-worker run never imports it (7 ms)
 
     if not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
         return False
@@ -56,8 +55,6 @@ def fork_is_safe() -> bool:
 
 def _die_with_parent(parent_pid: int) -> None:
     """Ask the kernel to SIGKILL this worker when the run dies; exit if it already has."""
-    import ctypes  # already imported by fork_map, before the fork
-
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -69,8 +66,6 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _portable(e: BaseException) -> BaseException:
     """The exception itself if it survives pickling, else a RuntimeError carrying its traceback."""
-    import pickle
-
     try:
         pickle.loads(pickle.dumps(e))
         return e
@@ -96,9 +91,9 @@ def _worker(fn: Callable, items: Sequence, next_item, done, progress_q, parent_p
         if index >= len(items):
             break
         try:
-            done.put((index, fn(items[index], progress), None))
+            done.put((fn(items[index], progress), None))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the run, which raises it
-            done.put((index, None, _portable(e)))
+            done.put((None, _portable(e)))
             break
     done.close()
     done.join_thread()
@@ -132,7 +127,6 @@ def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], worker
     closure is fine); results are pickled back. `progress(n)`, called in a worker,
     reaches `on_progress(n)` in this process (None when `on_progress` is None).
     """
-    import ctypes  # noqa: F401 - once, before the fork: every worker's _die_with_parent uses it
     import multiprocessing as mp
 
     fork = mp.get_context("fork")
@@ -159,9 +153,7 @@ def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], worker
                 received += 1
                 yield ready  # type: ignore[misc]
         while received < len(items):
-            _, result, error = _next_result(done, procs)
-            if error is not None:
-                raise error
+            result = _next_result(done, procs)
             received += 1
             yield result
         finished = True
@@ -181,35 +173,31 @@ def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], worker
                 q.join_thread()
 
 
-def run_forked(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
-               on_progress: ProgressFn | None = None) -> Iterator[ShardResult]:
-    """Shard tasks on forked workers: results as shards finish (unordered)."""
-    warm_up(ctx)  # the workers inherit the transformer and share its colour table
-
-    def run(task: ShardTask, progress: ProgressFn | None) -> ShardResult:
-        return run_shard_task(task, ctx, progress)
-
-    return fork_map(run, tasks, workers, on_progress)
-
-
 _NOTHING = object()
 
 
 def _ready_result(done) -> object:
     """A result a worker has already sent (raising its error, if it sent one), else _NOTHING."""
     try:
-        _, result, error = done.get_nowait()
+        message = done.get_nowait()
     except queue.Empty:
         return _NOTHING
+    return _result_of(message)
+
+
+def _result_of(message: tuple[object, BaseException | None]) -> object:
+    """A worker's (result, error) message: the result, or its error raised here."""
+    result, error = message
     if error is not None:
         raise error
     return result
 
 
-def _next_result(done, procs: list) -> tuple[int, object, BaseException | None]:
+def _next_result(done, procs: list) -> object:
+    """The next result a worker sends (raising its error), waiting; raises if a worker died instead."""
     while True:
         try:
-            return done.get(timeout=_POLL_SECONDS)
+            return _result_of(done.get(timeout=_POLL_SECONDS))
         except queue.Empty:
             dead = [p for p in procs if p.exitcode not in (None, 0)]
             if dead:

@@ -14,6 +14,7 @@ are written; `xxhsum -H2 FILE` (xxHash's command line tool) prints the same hex.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Callable
 
 import xxhash
@@ -21,15 +22,9 @@ import xxhash
 DEFAULT_ALGORITHM = "xxh3_128"
 CHUNK_BYTES = 1 << 20
 
-def _sha256() -> object:
-    import hashlib  # version-1 manifests only: not imported by runs that never meet one
-
-    return hashlib.sha256()
-
-
 _HASHERS: dict[str, Callable[[], object]] = {
     "xxh3_128": xxhash.xxh3_128,
-    "sha256": _sha256,
+    "sha256": hashlib.sha256,
 }
 
 
@@ -55,6 +50,15 @@ def digest_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> str:
         while chunk := f.read(CHUNK_BYTES):
             h.update(chunk)  # type: ignore[attr-defined]
     return f"{algorithm}:{h.hexdigest()}"  # type: ignore[attr-defined]
+
+
+def content_matches(path: str, digest: str) -> bool:
+    """Whether the file at `path` holds content with `digest` (compared in that digest's
+    algorithm); False when it cannot be read."""
+    try:
+        return digest_file(path, algorithm_of(digest)) == digest
+    except OSError:
+        return False
 
 
 def new_hasher(algorithm: str = DEFAULT_ALGORITHM) -> object:

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 
 from converter.discover.layout import SourceSample
-from converter.fingerprint import digest_file
+from converter.fingerprint import content_matches
 from converter.options import OnChange, OutputOptions, RunOptions
 from converter.transform.colormap import mask_dtype_for
 from readers.formats import SUFFIXES
@@ -127,13 +127,6 @@ def shard_name(split: str, index: int, suffix: str) -> str:
     return f"{split}-{index:05d}{suffix}"
 
 
-def _file_digest(path: str, algorithm: str) -> str | None:
-    try:
-        return digest_file(path, algorithm)
-    except OSError:
-        return None
-
-
 def _compare(path: str | None, fp: SourceFingerprint | None) -> tuple[str, SourceFingerprint | None]:
     """'same' (stat equal), 'touched' (content equal, new mtime), or 'changed'."""
     if path is None or fp is None:
@@ -144,7 +137,7 @@ def _compare(path: str | None, fp: SourceFingerprint | None) -> tuple[str, Sourc
         return "changed", None
     if st.st_size == fp.size and st.st_mtime_ns == fp.mtime_ns:
         return "same", fp
-    if st.st_size == fp.size and _file_digest(path, fp.algorithm) == fp.digest:
+    if st.st_size == fp.size and content_matches(path, fp.digest):
         return "touched", SourceFingerprint(fp.path, fp.size, st.st_mtime_ns, fp.digest)
     return "changed", None
 

@@ -212,18 +212,24 @@ def _batches(samples: Sequence[SourceSample], workers: int) -> list[list[SourceS
     return [list(samples[i:i + size]) for i in range(0, len(samples), size)]
 
 
-def run_scan_workers(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str, max_pixels: int,
-                     workers: int, on_progress: Callable[[int], None] | None = None) -> list[FileSummary]:
-    """Summaries of every sample, sorted by key; worker processes when workers > 1."""
-    batches = _batches(samples, workers)
-    out: list[FileSummary] = []
-    scan = functools.partial(scan_batch, classes=classes, base=base, max_pixels=max_pixels)
-    for result in map_unordered(scan, batches, workers):
+def run_batched(scan_some: Callable[[Sequence[SourceSample]], list], samples: Sequence[SourceSample],
+                workers: int, on_progress: Callable[[int], None] | None = None) -> list:
+    """`scan_some` over batches of `samples` (worker processes when workers > 1); every
+    summary, sorted by key. `scan_some` must be picklable (a partial of a module function)."""
+    out: list = []
+    for result in map_unordered(scan_some, _batches(samples, workers), workers):
         out += result
         if on_progress is not None:
             on_progress(len(result))
     out.sort(key=lambda s: s.key)
     return out
+
+
+def run_scan_workers(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str, max_pixels: int,
+                     workers: int, on_progress: Callable[[int], None] | None = None) -> list[FileSummary]:
+    """Summaries of every sample, sorted by key; worker processes when workers > 1."""
+    scan = functools.partial(scan_batch, classes=classes, base=base, max_pixels=max_pixels)
+    return run_batched(scan, samples, workers, on_progress)
 
 
 # -- parent side: aggregation ---------------------------------------------------------------------

@@ -38,7 +38,6 @@ from typing import Any, Callable, Sequence
 
 from converter.discover.classfolders import FLAT_SPLIT, detect_task, discover_classification
 from converter.discover.layout import WELL_KNOWN_SPLITS, BadInput, SourceSample
-from converter.execute import map_unordered
 from converter.options import SourceSpec, Task
 from converter.scan import (
     format_bad_inputs,
@@ -46,13 +45,14 @@ from converter.scan import (
     FileSummary,
     ScanOptions,
     _bad,
-    _batches,
     _duplicates,
     _header,
     _image_stats,
     _share,
     pixel_hash,
+    run_batched,
 )
+from converter.transform import png
 from converter.transform.decode import DecodeError, decode_image, read_source
 from converter.transform.sample import relative_key_path
 from readers.manifest import ClassInfo
@@ -60,7 +60,6 @@ from readers.manifest import ClassInfo
 EXIF_ORIENTATION_TAG = 0x0112
 #: A hint about class weights when the largest class has this many times the images of the smallest.
 IMBALANCE_RATIO = 5.0
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @dataclass
@@ -78,7 +77,7 @@ def exif_info(data: bytes) -> tuple[int | None, str | None]:
     """(orientation 1..8 or None, problem or None) of an image file's EXIF, read as Pillow does."""
     from PIL import Image
 
-    if data.startswith(_PNG_SIGNATURE) and b"eXIf" not in data:
+    if data.startswith(png.SIGNATURE) and b"eXIf" not in data:
         return None, None  # no EXIF chunk; don't make Pillow decode the PNG to look for one
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -123,15 +122,8 @@ def scan_image_batch(samples: Sequence[SourceSample], base: str, max_pixels: int
 def run_image_workers(samples: Sequence[SourceSample], base: str, max_pixels: int, workers: int,
                       on_progress: Callable[[int], None] | None = None) -> list[ImageSummary]:
     """Summaries of every image, sorted by key; worker processes when workers > 1 (`execute.map_unordered`)."""
-    batches = _batches(samples, workers)
-    out: list[ImageSummary] = []
-    for result in map_unordered(functools.partial(scan_image_batch, base=base, max_pixels=max_pixels), batches,
-                                workers):
-        out += result
-        if on_progress is not None:
-            on_progress(len(result))
-    out.sort(key=lambda s: s.key)
-    return out
+    return run_batched(functools.partial(scan_image_batch, base=base, max_pixels=max_pixels), samples, workers,
+                       on_progress)
 
 
 # -- parent side ----------------------------------------------------------------------------------

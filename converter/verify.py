@@ -196,9 +196,9 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
         return out + [problem(f"cannot read it ({describe(e)})")]
     except ValueError as e:  # a digest naming no algorithm this imgshard knows
         return out + [problem(f"cannot check its digest: {e}")]
-    if digest != entry.digest:
-        out.append(problem(f"digest is {digest}, the manifest says {entry.digest} (the content changed)"))
     damaged = digest != entry.digest
+    if damaged:
+        out.append(problem(f"digest is {digest}, the manifest says {entry.digest} (the content changed)"))
     try:  # a damaged TFRecord is walked with CRCs on, to name the record
         count, record_problem = _count(path, fmt, spec, check_crc=damaged)
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:

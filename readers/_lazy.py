@@ -10,27 +10,31 @@ class LazyClass:
 
     Usage in a module::
 
-        _EXPAND = LazyClass("ExpandOnDevice", _build_class)
-        __getattr__ = _EXPAND.module_getattr(__name__)
+        _EXPAND = LazyClass(__name__, "ExpandOnDevice", _build_class)
+        __getattr__ = _EXPAND.module_getattr()
 
-    Pickled instances name the class by module and qualname, so an unpickling worker
-    process builds it on demand through the module's `__getattr__`.
+    The built class is named `module.name`, so pickled instances name it by module and
+    qualname, and an unpickling worker process builds it on demand through the
+    module's `__getattr__`.
     """
 
-    def __init__(self, name: str, build: Callable[[], type]) -> None:
+    def __init__(self, module: str, name: str, build: Callable[[], type]) -> None:
+        self.module = module
         self.name = name
         self._build = build
         self._cls: type | None = None
 
     def get(self) -> type:
         if self._cls is None:
-            self._cls = self._build()
+            cls = self._build()
+            cls.__module__, cls.__qualname__ = self.module, self.name
+            self._cls = cls
         return self._cls
 
-    def module_getattr(self, module: str) -> Callable[[str], Any]:
+    def module_getattr(self) -> Callable[[str], Any]:
         def __getattr__(attr: str) -> Any:
             if attr == self.name:
                 return self.get()
-            raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+            raise AttributeError(f"module {self.module!r} has no attribute {attr!r}")
 
         return __getattr__

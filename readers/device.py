@@ -101,13 +101,11 @@ def _build_class() -> type:
             return {**super().get_config(), "num_classes": self.num_classes, "normalize": self.normalize,
                     "one_hot": self.one_hot, "ignore_index": self.ignore_index}
 
-    ExpandOnDevice.__module__ = __name__
-    ExpandOnDevice.__qualname__ = "ExpandOnDevice"
     return ExpandOnDevice
 
 
-_LAZY = LazyClass("ExpandOnDevice", _build_class)
-__getattr__ = _LAZY.module_getattr(__name__)
+_LAZY = LazyClass(__name__, "ExpandOnDevice", _build_class)
+__getattr__ = _LAZY.module_getattr()
 
 
 __all__ = ["ExpandOnDevice", "expand_batch"]

@@ -101,13 +101,11 @@ def _build_class() -> type:
             """(shard position in this dataset, record index) of every sample in the current order."""
             return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
 
-    ShardPyDataset.__module__ = __name__
-    ShardPyDataset.__qualname__ = "ShardPyDataset"
     return ShardPyDataset
 
 
-_LAZY = LazyClass("ShardPyDataset", _build_class)
-__getattr__ = _LAZY.module_getattr(__name__)
+_LAZY = LazyClass(__name__, "ShardPyDataset", _build_class)
+__getattr__ = _LAZY.module_getattr()
 
 
 def make_pydataset(readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,

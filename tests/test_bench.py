@@ -34,16 +34,21 @@ def _env() -> dict:
     return env
 
 
-@pytest.mark.slow
-def test_bench_quick_mode_reports_every_pipeline_and_target(tmp_path):
-    out_json = tmp_path / "bench.json"
+def _run_quick(script: str, tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+    """`scripts/SCRIPT --quick` in a child process; its result and the JSON it wrote."""
+    out_json = tmp_path / "out.json"
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "bench.py"), "--quick", "--cache", str(tmp_path / "cache"),
+        [sys.executable, os.path.join(ROOT, "scripts", script), "--quick", "--cache", str(tmp_path / "cache"),
          "--json", str(out_json)],
         capture_output=True, text=True, env=_env(), timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads(out_json.read_text())
+    return proc, json.loads(out_json.read_text())
+
+
+@pytest.mark.slow
+def test_bench_quick_mode_reports_every_pipeline_and_target(tmp_path):
+    proc, data = _run_quick("bench.py", tmp_path)
     rows = {r["key"]: r for r in data["rows"]}
     assert READER_ROWS | CONVERT_ROWS <= set(rows)
     for key, row in rows.items():
@@ -58,14 +63,7 @@ def test_bench_quick_mode_reports_every_pipeline_and_target(tmp_path):
 
 @pytest.mark.slow
 def test_bench_gpu_quick_mode_trains_all_three_feeds_on_cpu(tmp_path):
-    out_json = tmp_path / "gpu.json"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "bench_gpu.py"), "--quick", "--cache", str(tmp_path / "cache"),
-         "--json", str(out_json)],
-        capture_output=True, text=True, env=_env(), timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads(out_json.read_text())
+    proc, data = _run_quick("bench_gpu.py", tmp_path)
     assert [f["name"] for f in data["feeds"]] == ["png_tf_data", "imgshard_compact", "in_device_memory"]
     for feed in data["feeds"]:
         assert feed["steps"] == 3 and feed["step_time_s"] > 0

@@ -38,6 +38,7 @@ def _timed(fn: Callable[[], None]) -> dict[str, float]:
 
 
 def measure(root: str, size: tuple[int, int]) -> dict[str, object]:
+    from converter.bench.sources import first_split_pairs
     from converter.discover.classes import load_class_table
     from converter.discover.layout import discover
     from converter.options import DEFAULT_MAX_PIXELS, Fit, ImageFilter, SourceSpec
@@ -48,8 +49,7 @@ def measure(root: str, size: tuple[int, int]) -> dict[str, object]:
 
     tune_allocator()
     found = discover(SourceSpec(root=root))
-    split = "train" if any(s.split == "train" for s in found.samples) else found.samples[0].split
-    pairs = [(s.image, s.mask) for s in sorted(found.samples, key=lambda s: s.key) if s.split == split]
+    _, pairs = first_split_pairs(found.samples)
     cmap = ColorMap(load_class_table(os.path.join(root, "class_dict.csv")))
     cmap.inverted_lut  # built once per worker in the converter too, not per sample
 

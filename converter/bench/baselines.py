@@ -94,14 +94,11 @@ def _build_pydataset_class() -> type:
         def on_epoch_end(self) -> None:
             self.order = self.rng.permutation(len(self.pairs))
 
-    RawPngPyDataset.__module__ = __name__
-    RawPngPyDataset.__qualname__ = "RawPngPyDataset"
-    globals()["RawPngPyDataset"] = RawPngPyDataset  # picklable by name for use_multiprocessing
     return RawPngPyDataset
 
 
-_LAZY = LazyClass("RawPngPyDataset", _build_pydataset_class)
-__getattr__ = _LAZY.module_getattr(__name__)
+_LAZY = LazyClass(__name__, "RawPngPyDataset", _build_pydataset_class)
+__getattr__ = _LAZY.module_getattr()
 
 
 class PyDatasetEpochs:

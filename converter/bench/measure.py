@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 SAMPLE_SECONDS = 0.05
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 RESCAN_SECONDS = 0.25  # how often the sampler looks for new processes in the tree
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -96,6 +97,15 @@ def high_water_rss(pid: int | str = "self") -> int:
     return _status_kb(pid, b"VmHWM:")
 
 
+def current_rss(pid: int | str = "self") -> int:
+    """Resident bytes of one process now (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except OSError:
+        return 0
+
+
 def tree_rss(pid: int, hwm: dict[int, int] | None = None, kids: dict[int, list[int]] | None = None) -> int:
     """Resident bytes of `pid` and all its descendants now (0 if it is gone); fills
     `hwm` with each process' high-water mark. `kids`: a parent -> children map from
@@ -104,11 +114,7 @@ def tree_rss(pid: int, hwm: dict[int, int] | None = None, kids: dict[int, list[i
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
-        try:
-            with open(f"/proc/{p}/statm", "rb") as f:
-                total += int(f.read().split()[1]) * _PAGE
-        except OSError:
-            pass
+        total += current_rss(p)
         if hwm is not None:
             hwm[p] = max(hwm.get(p, 0), high_water_rss(p))
         todo.extend(kids.get(p, ()))
@@ -201,14 +207,12 @@ def compile_bytecode() -> bool:
     """
     import compileall
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return all(compileall.compile_dir(os.path.join(root, pkg), quiet=2) for pkg in ("converter", "readers"))
+    return all(compileall.compile_dir(os.path.join(_ROOT, pkg), quiet=2) for pkg in ("converter", "readers"))
 
 
 def child_env() -> dict:
     """Environment for child processes: quiet TensorFlow, this checkout first on the path."""
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env

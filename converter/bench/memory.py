@@ -3,7 +3,7 @@
 `python -m converter.bench.memory OUT --batch-size 8 --shuffle-buffer 64 --mode compact`
 opens a converted dataset, notes its RSS once TensorFlow is imported and the pipeline
 built, iterates `--epochs` epochs and prints one JSON line: the baseline RSS, the peak
-RSS (``ru_maxrss``) and the documented bound of what the pipeline holds:
+RSS (``VmHWM``, the kernel's high-water mark) and the documented bound of what the pipeline holds:
 
 * shards and shuffle window: NPZ and uncompressed TFRecord shards (the mapped engine)
   are loaded whole by a few threads, ``SHARDS_AHEAD`` ahead of the one being cut, and
@@ -29,11 +29,6 @@ import argparse
 import json
 import os
 import sys
-
-
-def _rss() -> int:
-    with open("/proc/self/statm", "rb") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 #: TensorFlow's own first-use allocations (measured at 25-35 MB here), not data.
@@ -69,11 +64,9 @@ def _generator_engine(ds) -> bool:
     """Whether `ds` is read by the shared whole-shard generator pipeline (NPZ, mapped TFRecord)."""
     if ds.format == "npz":
         return True
-    try:
-        from readers.formats import tfrecord
-    except ImportError:  # pragma: no cover
-        return False
-    return ds.manifest.compression == "none" and getattr(tfrecord, "ENGINE", "tf") == "mapped"
+    from readers.formats import tfrecord
+
+    return ds.manifest.compression == "none" and tfrecord.ENGINE == "mapped"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import readers
 
-    from converter.bench.measure import high_water_rss
+    from converter.bench.measure import current_rss, high_water_rss
 
     ds = readers.open(args.out)
     split = next(iter(ds.splits))
@@ -97,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow as tf
 
     _ = (tf.constant(1) + 1).numpy()  # the TensorFlow runtime is up: this is the baseline
-    base = _rss()
+    base = current_rss()
     n = 0
     for _ in range(args.epochs):
         for x, _y in pipeline:
@@ -105,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = high_water_rss()
     from readers.formats import base as formats_base
 
-    tuned = bool(getattr(formats_base, "_allocator_tuned", False))
+    tuned = formats_base.tune_allocator()  # what the pipeline's own call decided (cached)
     bound = reader_bound_bytes(ds, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer, one_hot=one_hot,
                                allocator_tuned=tuned)
     print(json.dumps({"baseline_rss": base, "peak_rss": peak, "growth": peak - base, "bound": bound, "samples": n,

@@ -103,7 +103,7 @@ def table(result: "BenchResult") -> str:
         for key in ("convert_w1", "convert_w2"):
             row = result.rows.get(key)
             if row is not None and row.extra.get("peak_tree_rss"):
-                lines.append(f"{row.label} (150-pair run): peak tree RSS {max(row.extra['peak_tree_rss']) / 1e6:7.0f}"
+                lines.append(f"{row.label} ({result.sources['pairs']}-pair run): peak tree RSS {max(row.extra['peak_tree_rss']) / 1e6:7.0f}"
                              f"  largest process {max(row.extra['max_process_rss']) / 1e6:7.0f}")
     lines.append("-- targets (issue 4)")
     lines += [t.line() for t in targets(result)]

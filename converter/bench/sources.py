@@ -47,11 +47,17 @@ def prepare_sources(opts: BenchOptions, *, samples: int | None = None, source_si
     if not found.samples:
         raise ValueError(f"--src {root} holds no image/mask pairs. Expected train/ and train_labels/ folders. "
                          "Received: no pairs")
-    split = "train" if any(s.split == "train" for s in found.samples) else found.samples[0].split
-    samples_ = sorted((s for s in found.samples if s.split == split), key=lambda s: s.key)
+    split, pairs = first_split_pairs(found.samples)
     classes = load_class_table(os.path.join(root, "class_dict.csv"))
     colors = tuple(c.color for c in classes)  # type: ignore[misc]
-    return Sources(root, tuple((s.image, s.mask) for s in samples_), colors, split, generated)  # type: ignore[misc]
+    return Sources(root, pairs, colors, split, generated)  # type: ignore[misc]
+
+
+def first_split_pairs(samples) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The split the bench measures ("train" if there is one, else the first found) and its
+    (image, mask) pairs, sorted by key."""
+    split = "train" if any(s.split == "train" for s in samples) else samples[0].split
+    return split, tuple((s.image, s.mask) for s in sorted(samples, key=lambda s: s.key) if s.split == split)
 
 
 def convert_argv(src: str, out: str, size: tuple[int, int], *, workers: int, fmt: str = "tfrecord",

@@ -42,6 +42,11 @@ class Row:
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def record(self, samples: int, wall: float, cpu: float) -> None:
+        """One repeat: `samples` in `wall` seconds and `cpu` CPU-seconds."""
+        self.timing.add(samples, wall)
+        self.cpu.add(samples, cpu)
+
     def to_json(self) -> dict:
         lo, hi = self.timing.spread
         return {"key": self.key, "label": self.label, "group": self.group, "samples_per_s": self.timing.median,
@@ -136,22 +141,16 @@ def measure_conversion(opts: BenchOptions, sources: Sources, work: str, result: 
     for r in range(opts.convert_repeats):
         say(f"conversion, repeat {r + 1}/{opts.convert_repeats}")
         probe.timing.rates.append(cpu_scaling_probe())
-        run = run_process(python_argv("-m", "converter.bench.bare", sources.root, "--size", f"{h}x{w_}"),
-                          env=child_env(), sample_memory=False)
-        if run.returncode != 0:
-            raise RuntimeError(f"the bare-work measurement failed:\n{run.stderr[-3000:]}")
-        bare_json = json.loads(run.stdout.strip().splitlines()[-1])
+        bare_json = _child_json(python_argv("-m", "converter.bench.bare", sources.root, "--size", f"{h}x{w_}"),
+                                "the bare-work measurement failed")
         for row, part in ((floor, "decode"), (bare, "bare")):
-            row.timing.add(n, bare_json[part]["wall"])
-            row.cpu.add(n, bare_json[part]["cpu"])
+            row.record(n, bare_json[part]["wall"], bare_json[part]["cpu"])
         c0, t0 = time.process_time(), time.perf_counter()
         written = baselines.naive_convert(naive_pairs, sources.colors, opts.size, os.path.join(work, "naive.tfrecord"))
-        naive.timing.add(written, time.perf_counter() - t0)
-        naive.cpu.add(written, time.process_time() - c0)
+        naive.record(written, time.perf_counter() - t0, time.process_time() - c0)
         for w, row in conv.items():
             run = run_convert(sources.root, out, opts.size, workers=w)
-            row.timing.add(n, run.seconds)
-            row.cpu.add(n, run.cpu_seconds)
+            row.record(n, run.seconds, run.cpu_seconds)
             row.extra.setdefault("peak_tree_rss", []).append(run.peak_tree_rss)
             row.extra.setdefault("max_process_rss", []).append(run.max_process_rss)
         say("  " + ", ".join(f"{row.key} {row.timing.rates[-1]:.1f}/s ({row.cpu.rates[-1]:.1f}/CPU-s)"
@@ -274,9 +273,7 @@ def measure_readers(opts: BenchOptions, sources: Sources, tfr: str, work: str, r
     for r in range(opts.repeats):
         say(f"readers, repeat {r + 1}/{opts.repeats}")
         for row, run in pipelines:
-            samples, wall, cpu = timed_epochs(run, opts.min_seconds)
-            row.timing.add(samples, wall)
-            row.cpu.add(samples, cpu)
+            row.record(*timed_epochs(run, opts.min_seconds))
             say(f"  {row.key}: {row.timing.rates[-1]:.1f} samples/s, {row.cpu.rates[-1]:.1f} per CPU-s")
 
 
@@ -286,12 +283,10 @@ def measure_reader_memory(opts: BenchOptions, outs: dict[str, str], result: Benc
     for fmt, out in outs.items():
         for mode in ("compact", "float32"):
             say(f"reader memory: {fmt} {mode}")
-            run = run_process(python_argv("-m", "converter.bench.memory", out, "--batch-size", str(opts.batch_size),
-                                          "--shuffle-buffer", str(opts.shuffle_buffer), "--mode", mode),
-                              env=child_env(), sample_memory=False)
-            if run.returncode != 0:
-                raise RuntimeError(f"reader memory measurement failed ({fmt}, {mode}):\n{run.stderr[-3000:]}")
-            result.memory[f"reader_{fmt}_{mode}"] = json.loads(run.stdout.strip().splitlines()[-1])
+            result.memory[f"reader_{fmt}_{mode}"] = _child_json(
+                python_argv("-m", "converter.bench.memory", out, "--batch-size", str(opts.batch_size),
+                            "--shuffle-buffer", str(opts.shuffle_buffer), "--mode", mode),
+                f"reader memory measurement failed ({fmt}, {mode})")
 
 
 def measure_converter_memory(opts: BenchOptions, work: str, result: BenchResult, say: Say) -> None:
@@ -308,6 +303,14 @@ def measure_converter_memory(opts: BenchOptions, work: str, result: BenchResult,
                        "seconds": min(r.seconds for r in runs), "workers": workers, "size": list(size)}
         shutil.rmtree(os.path.join(work, f"mem{n}"), ignore_errors=True)
     result.memory["converter"] = out
+
+
+def _child_json(argv: list[str], failed: str) -> dict:
+    """The JSON line a measuring child process prints last; raises with `failed` and its stderr if it fails."""
+    run = run_process(argv, env=child_env(), sample_memory=False)
+    if run.returncode != 0:
+        raise RuntimeError(f"{failed}:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 # -- the whole run ----------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ module only lists files; problems are returned as `BadInput`s.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 
@@ -124,8 +125,6 @@ def detect_task(spec: SourceSpec) -> Task:
 
 def val_hash_fraction(key: str) -> float:
     """A number in [0, 1) that depends on `key` only (first 8 bytes of its sha256)."""
-    import hashlib  # classification splits only
-
     digest = hashlib.sha256(key.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") / float(1 << 64)
 

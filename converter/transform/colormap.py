@@ -103,8 +103,13 @@ class ColorMap:
         i = int(d.argmin())
         return self.classes[i].name, int(d[i])
 
-    def lookup(self, mask: MaskArray) -> tuple[np.ndarray, UnknownColors]:
-        """Full-resolution class map (uint16 with UNKNOWN/AMBIGUOUS marks) and unknown colour stats."""
+    def lookup(self, mask: MaskArray, *, stats: bool = True) -> tuple[np.ndarray, UnknownColors]:
+        """Full-resolution class map (uint16 with UNKNOWN/AMBIGUOUS marks) and unknown colour stats.
+
+        `stats=False` (unknown colours are ignored by the caller): a colour mask's stats
+        are gathered only when it holds an ambiguous colour, which is still an error;
+        they cost a second unfilter of the PNG and a pass over every pixel.
+        """
         if mask.indices is not None:
             table = self._lookup_packed(mask.table)  # type: ignore[arg-type]
             classes = table[mask.indices]
@@ -118,7 +123,7 @@ class ColorMap:
             return classes, unknown
         classes, flagged = mask.lookup(self.inverted_lut, int(AMBIGUOUS))
         unknown = UnknownColors()
-        if flagged:
+        if flagged and (stats or (classes == AMBIGUOUS).any()):
             colors, counts = np.unique(mask.colors()[classes >= AMBIGUOUS], return_counts=True)
             marks = self.lookup_colors(colors)
             for c, k, m in zip(colors, counts, marks):

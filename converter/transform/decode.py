@@ -40,7 +40,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: while Pillow is not imported, since nobody can have changed it then.
 PILLOW_DEFAULT_MAX_IMAGE_PIXELS = int(1024 * 1024 * 1024 // 4 // 3)
 
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_EXIF_CHUNK = b"eXIf"
 
 
@@ -82,7 +81,7 @@ def read_source(path: str, rel: str) -> SourceFile:
 
 def _png_header(data: bytes) -> tuple[int, int, int, int] | None:
     """(width, height, bit_depth, colour_type) of a PNG, or None if not a PNG."""
-    if len(data) < 33 or not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR":
+    if len(data) < 33 or not data.startswith(png.SIGNATURE) or data[12:16] != b"IHDR":
         return None
     width, height, depth, ctype = struct.unpack(">IIBB", data[16:26])
     return width, height, depth, ctype
@@ -243,6 +242,15 @@ class MaskArray:
 _GREY_TABLE = (np.arange(256, dtype=np.uint32) * 0x010101).astype(np.uint32)
 
 
+def palette_table(rgb: bytes) -> np.ndarray:
+    """(256,) uint32 0xRRGGBB of a palette given as R, G, B bytes; entries past its end
+    black (as Pillow resolves them)."""
+    table = np.zeros(768, np.uint8)
+    n = min(len(rgb), 768) // 3 * 3
+    table[:n] = np.frombuffer(rgb, np.uint8, n)
+    return pack_rgb(table.reshape(1, 256, 3))[0]
+
+
 def pack_rgb(rgb: np.ndarray) -> np.ndarray:
     """(H, W, 3+) uint8 -> (H, W) uint32 0xRRGGBB."""
     out = rgb[:, :, 0].astype(np.uint32)
@@ -264,14 +272,12 @@ def decode_mask(src: SourceFile, max_pixels: int) -> MaskArray:
             if rows.color_type == 0:
                 return MaskArray(h, w, indices=_pixels(src, rows), table=_GREY_TABLE, path=src.path)
             if rows.color_type == 3:
-                return MaskArray(h, w, indices=_pixels(src, rows), table=rows.palette_table(), path=src.path)
+                return MaskArray(h, w, indices=_pixels(src, rows), table=palette_table(rows.palette), path=src.path)
             return MaskArray(h, w, rows=rows, path=src.path)
     im = _open_pillow(src, max_pixels)
     h, w = im.height, im.width
     if im.mode == "P":
-        pal = im.getpalette("RGB") or []
-        pal = (pal + [0] * 768)[:768]
-        table = pack_rgb(np.asarray(pal, dtype=np.uint8).reshape(1, 256, 3))[0]
+        table = palette_table(bytes(im.getpalette("RGB") or []))
         return MaskArray(h, w, indices=np.asarray(im), table=table, path=src.path)
     if im.mode in ("L", "1"):  # "1": a binary mask, levels 0 and 255
         return MaskArray(h, w, indices=np.asarray(im.convert("L")), table=_GREY_TABLE, path=src.path)

@@ -34,7 +34,7 @@ try:
 except ImportError:  # no C compiler at install time: Pillow decodes every PNG
     _pngrows = None
 
-_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHANNELS = {0: 1, 2: 3, 3: 1, 6: 4}  # colour type -> samples per pixel
 _KNOWN_CRITICAL = {b"IHDR", b"PLTE", b"IDAT", b"IEND"}
 _LOW_DEPTHS = (1, 2, 4)  # bits per sample that grey and palette PNGs may also have
@@ -104,14 +104,6 @@ class PngRows:
                                  flag_from=flag_from)
         return out, flagged
 
-    def palette_table(self) -> np.ndarray:
-        """(256,) uint32 0xRRGGBB of a palette PNG, entries past the PLTE chunk black (as Pillow)."""
-        rgb = np.zeros(768, np.uint8)
-        n = min(len(self.palette), 768) // 3 * 3
-        rgb[:n] = np.frombuffer(self.palette, np.uint8, n)
-        rgb32 = rgb.reshape(256, 3).astype(np.uint32)
-        return (rgb32[:, 0] << 16) | (rgb32[:, 1] << 8) | rgb32[:, 2]
-
 
 class PngDataError(ValueError):
     """The image data of a PNG is corrupt (an unknown row filter type)."""
@@ -129,7 +121,7 @@ def read_rows(data: bytes | memoryview, *, palette: bool = False) -> PngRows | N
     and palette PNGs of 1, 2 or 4 bits per sample; images leave those to Pillow, which
     resolves palettes to RGB.
     """
-    if not available() or len(data) < 45 or bytes(data[:8]) != _SIGNATURE:
+    if not available() or len(data) < 45 or bytes(data[:8]) != SIGNATURE:
         return None
     mv = memoryview(data)
     crc32 = isal_zlib.crc32  # type: ignore[union-attr]

@@ -101,8 +101,9 @@ class SampleTransformer:
         cmap = self.colormap
         if cmap is None:
             raise ValueError(f"mask_classes needs a segmentation task. Received: task={self.options.task.value!r}")
-        classes, unknown = cmap.lookup(mask)
-        if unknown.ambiguous or (unknown.counts and self.options.unknown_color is UnknownColor.FAIL):
+        fail_on_unknown = self.options.unknown_color is UnknownColor.FAIL
+        classes, unknown = cmap.lookup(mask, stats=fail_on_unknown)
+        if unknown.ambiguous or (unknown.counts and fail_on_unknown):
             raise UnknownColorError(path, unknown, cmap)
         return classes
 

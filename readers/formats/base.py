@@ -221,16 +221,17 @@ CRC_POLICY = "once"
 _verified: set[tuple[str, int, int, int]] = set()
 
 
-def crc_due(path: str, check_crc: "bool | str") -> tuple[bool, tuple[str, int, int, int] | None]:
+def crc_due(path: str, st: os.stat_result, check_crc: "bool | str") -> tuple[bool, tuple[str, int, int, int] | None]:
     """Whether to check `path`'s checksums now, and the key to mark it verified with.
 
-    `check_crc` True/False forces it; "once" defers to `CRC_POLICY`.
+    `st`: the status of the file as opened (`os.fstat`), so that the decision is about
+    the file being read, not one that stood at `path` a moment earlier. `check_crc`
+    True/False forces it; "once" defers to `CRC_POLICY`.
     """
     if check_crc is not True and check_crc != "once":
         return False, None
     if check_crc is True or CRC_POLICY == "always":
         return True, None
-    st = os.stat(path)
     key = (path, st.st_size, st.st_mtime_ns, st.st_ino)
     return key not in _verified, key
 

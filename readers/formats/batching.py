@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import itertools
 import logging
 import os
@@ -142,23 +143,17 @@ def python_batches(make: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
         return tf.data.Dataset.from_generator(make, output_signature=signature)
 
 
-_SOURCE_CLASS: Any = None
-
-
+@functools.cache
 def _source_class() -> Any:
     """`_PythonSource`, built on first use (it subclasses a TensorFlow class); None
     where this TensorFlow lacks what it needs."""
-    global _SOURCE_CLASS
-    if _SOURCE_CLASS is None:
-        try:
-            from tensorflow.python.data.ops import dataset_ops, structured_function
-            from tensorflow.python.data.util import structure
-            from tensorflow.python.ops import gen_dataset_ops
-        except ImportError:  # pragma: no cover - other TensorFlow versions
-            _SOURCE_CLASS = False
-            return None
-        _SOURCE_CLASS = _build_source_class(dataset_ops, structured_function, structure, gen_dataset_ops)
-    return _SOURCE_CLASS or None
+    try:
+        from tensorflow.python.data.ops import dataset_ops, structured_function
+        from tensorflow.python.data.util import structure
+        from tensorflow.python.ops import gen_dataset_ops
+    except ImportError:  # pragma: no cover - other TensorFlow versions
+        return None
+    return _build_source_class(dataset_ops, structured_function, structure, gen_dataset_ops)
 
 
 def _build_source_class(dataset_ops: Any, structured_function: Any, structure: Any, gen_dataset_ops: Any) -> type:

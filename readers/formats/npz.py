@@ -247,16 +247,16 @@ def read_npz(path: str, names: Sequence[str], *, check_crc: "bool | str" = True)
     then: no zip directory, no .npy headers, no CRC pass (`_LAYOUTS`).
     """
     with naming_shard(path):
-        check_crc, verified_key = crc_due(path, check_crc)
-        layout = _LAYOUTS.get(verified_key) if verified_key is not None and not check_crc else None
         with open(path, "rb") as f:
+            check_crc, verified_key = crc_due(path, os.fstat(f.fileno()), check_crc)
+            layout = _LAYOUTS.get(verified_key) if verified_key is not None and not check_crc else None
             if layout is not None and all(name in layout for name in names):
                 return _read_known(f, path, names, layout)
             out, found = _read_parsed(f, path, names, check_crc)
         if check_crc:
             mark_verified(verified_key)
-            if verified_key is not None:
-                _remember_layout(verified_key, found)
+        if verified_key is not None:  # also after `_LAYOUTS` was cleared: verified, layout forgotten
+            _remember_layout(verified_key, found)
         return out
 
 

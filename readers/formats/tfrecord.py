@@ -291,9 +291,10 @@ def load_mapped(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = 
 
     path = shard.path
     with naming_shard(path):
-        check_crc, verified_key = crc_due(path, check_crc)
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+            st = os.fstat(f.fileno())
+            check_crc, verified_key = crc_due(path, st, check_crc)
+            size = st.st_size
             if size == 0:
                 raise shard_error(path, "the file is empty")
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
