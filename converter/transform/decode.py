@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from converter.fingerprint import digest_bytes
-from converter.transform import png
+from converter.transform import png, pngchunks
 from readers.manifest import SourceFingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -111,6 +111,8 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
             im = Image.open(io.BytesIO(src.data))
             _check_pixels(src.path, im.width, im.height, max_pixels)
             im.load()
+        if im.format == "PNG":
+            _check_png_complete(src)
         return im
     except DecodeError:
         raise
@@ -141,6 +143,46 @@ def _check_png_limits(src: SourceFile, header: tuple[int, int, int, int], max_pi
             f"{width}x{height} = {width * height} pixels is over Pillow's decompression-bomb limit "
             f"({bomb} pixels, PIL.Image.MAX_IMAGE_PIXELS)",
             "check the file; Pillow's guard stays on whatever --max-pixels says",
+        )
+    _check_png_data_size(src)
+
+
+def _png_geometry(data: bytes) -> tuple[int, int, int | None]:
+    """(width, height, bytes its image data must inflate to: None for an unknown colour type)."""
+    width, height, depth, color_type, _, _, interlace = struct.unpack_from(">IIBBBBB", data, 16)
+    return width, height, pngchunks.raw_size(width, height, depth, color_type, interlace)
+
+
+def _check_png_data_size(src: SourceFile) -> None:
+    """Refuse, before anything is allocated, a PNG whose IHDR claims more pixels than its
+    compressed data could ever hold (deflate expands at most about 1032:1): a 429-byte
+    file claiming 9000x9000 is cut short, not a picture."""
+    width, height, raw = _png_geometry(src.data)
+    if raw is None:
+        return
+    compressed = sum(len(part) for part in pngchunks.first_idat_run(src.data))
+    if raw > pngchunks.max_inflated(compressed):
+        raise DecodeError(
+            src.path, "truncated",
+            f"IHDR says {width}x{height} ({raw} bytes of image data) but its {compressed} bytes of "
+            f"compressed data hold at most {pngchunks.max_inflated(compressed)}",
+            "re-copy or re-export the file",
+        )
+
+
+def _check_png_complete(src: SourceFile) -> None:
+    """After Pillow decoded a PNG: its image data held every row IHDR promises. Pillow
+    pads the rows a complete but short zlib stream lacks with black and reports nothing."""
+    width, height, raw = _png_geometry(src.data)
+    if raw is None:
+        return
+    got = pngchunks.inflated_size(pngchunks.first_idat_run(src.data), raw)
+    if got < raw:
+        raise DecodeError(
+            src.path, "truncated",
+            f"image data ends after {got} of the {raw} bytes a {width}x{height} PNG needs "
+            f"(about {got * height // raw} of {height} rows)",
+            "re-copy or re-export the file",
         )
 
 
