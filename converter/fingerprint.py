@@ -15,7 +15,9 @@ are written; `xxhsum -H2 FILE` (xxHash's command line tool) prints the same hex.
 from __future__ import annotations
 
 import hashlib
-from typing import Callable
+import os
+import stat
+from typing import BinaryIO, Callable
 
 import xxhash
 
@@ -43,10 +45,40 @@ def digest_bytes(data: bytes | memoryview, algorithm: str = DEFAULT_ALGORITHM) -
     return f"{algorithm}:{h.hexdigest()}"  # type: ignore[attr-defined]
 
 
+class NotRegularFileError(OSError):
+    """A file the converter reads (a source, the class table) is a FIFO, device, socket or folder."""
+
+
+def _what(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str) -> tuple[BinaryIO, os.stat_result]:
+    """(binary file, its fstat) for a regular file; `NotRegularFileError` otherwise.
+
+    Opened with O_NONBLOCK, so a FIFO without a writer cannot block the open, and checked
+    with `fstat` on what was opened (not on whatever stood at the path a moment before):
+    a FIFO, a device (/dev/zero never ends) or a folder is never read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        f.close()
+        raise NotRegularFileError(f"{path} is {_what(st.st_mode)}, not a regular file")
+    return f, st
+
+
 def digest_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> str:
-    """'ALGORITHM:HEX' of a file's content, read in 1 MiB chunks. Raises OSError."""
+    """'ALGORITHM:HEX' of a regular file's content, read in 1 MiB chunks. Raises OSError."""
     h = new_hasher(algorithm)
-    with open(path, "rb") as f:
+    f, _ = open_regular(path)
+    with f:
         while chunk := f.read(CHUNK_BYTES):
             h.update(chunk)  # type: ignore[attr-defined]
     return f"{algorithm}:{h.hexdigest()}"  # type: ignore[attr-defined]

@@ -147,7 +147,7 @@ def _header(data: bytes) -> tuple[str | None, str | None]:
     try:
         with Image.open(io.BytesIO(data)) as im:
             return im.mode, im.format
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return None, None
 
 
@@ -190,8 +190,11 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
             sample.mask, f"mask is {mask.width}x{mask.height} but its image {sample.image} is "
             f"{image.shape[1]}x{image.shape[0]}", "masks must have the same size as their images",
             sample.key, "size_mismatch"))
-    cmap = _colormap(classes)
-    class_map, unknown = cmap.lookup(mask)
+    try:  # a colour mask from the fast path is unfiltered here: a bad row filter shows now
+        class_map, unknown = _colormap(classes).lookup(mask)
+    except DecodeError as e:
+        s.errors.append(_bad(e, sample.key))
+        return s
     known = class_map[class_map < AMBIGUOUS]
     s.class_pixels = tuple(int(c) for c in np.bincount(known, minlength=len(classes))[: len(classes)])
     items = sorted(unknown.counts.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -11,6 +11,7 @@ import csv
 import io
 import os
 
+from converter.fingerprint import NotRegularFileError, open_regular
 from readers.manifest import ClassInfo
 
 
@@ -34,8 +35,11 @@ def load_class_table(path: str | os.PathLike) -> tuple[ClassInfo, ...]:
     """Read classes in file order; class index = row index."""
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
+        f, _ = open_regular(path)
+        with f:
             raw = f.read()
+    except NotRegularFileError as e:
+        raise ClassTableError(f"Class table {e}; refusing to read it. Pass --classes with a real CSV file.") from e
     except FileNotFoundError:
         raise FileNotFoundError(
             f"Class table not found: {path}. Put a class_dict.csv (name,r,g,b) in the source folder "

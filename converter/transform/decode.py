@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import struct
 import sys
 import warnings
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from converter.fingerprint import digest_bytes
+from converter.fingerprint import NotRegularFileError, digest_bytes, open_regular
 from converter.transform import png, pngchunks
 from readers.manifest import SourceFingerprint
 
@@ -64,11 +63,14 @@ class SourceFile:
 
 
 def read_source(path: str, rel: str) -> SourceFile:
-    """Read a whole file once: its bytes feed both the hash and the decoder."""
+    """Read a whole file once: its bytes feed both the hash and the decoder. Only a
+    regular file is read (a FIFO would block the run, a device never end)."""
     try:
-        st = os.stat(path)
-        with open(path, "rb") as f:
+        f, st = open_regular(path)
+        with f:
             data = f.read()
+    except NotRegularFileError as e:
+        raise DecodeError(path, "unreadable", f"unreadable: {e}", "replace it with a real image file") from e
     except FileNotFoundError as e:
         raise DecodeError(path, "missing", "file disappeared while converting", "re-run convert") from e
     except OSError as e:
