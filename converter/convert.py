@@ -62,6 +62,16 @@ class OutputWriteError(OSError):
     exit_code = EX_IOERR
 
 
+class EmptyDatasetError(BadInputError):
+    """The run would publish a dataset without a single sample (no dataset exists yet)."""
+
+
+class OutputFolderError(ValueError):
+    """OUT cannot be a dataset folder: it is a file, or one of its parents is (a usage error)."""
+
+    exit_code = 2
+
+
 @dataclass
 class ConvertResult:
     out_dir: str
@@ -154,9 +164,50 @@ def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOpti
     run = run or RunOptions()
     t0 = time.perf_counter()
     out_dir = os.path.abspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    with OutputLock(out_dir):
+    _make_output_folder(out_dir)
+    lock = _take_output_lock(out_dir)
+    try:
         return _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _make_output_folder(out_dir: str) -> None:
+    """Create OUT (and its parents); a path that cannot be a folder is a usage error
+    (exit 2), a folder that cannot be written an output error (exit 74), named in one line."""
+    blocker = next((p for p in _self_and_parents(out_dir) if os.path.lexists(p) and not os.path.isdir(p)), None)
+    if blocker is not None:
+        what = "is a file" if blocker == out_dir else f"cannot be created: {blocker} is a file"
+        raise OutputFolderError(f"output folder {out_dir} {what}, not a folder. Give a folder path for OUT "
+                                "(it is created if missing), or move the file away.")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise _unwritable(out_dir, e) from e
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise _unwritable(out_dir, OSError(errno.EACCES, "not writable (read-only file system or permissions)"))
+
+
+def _self_and_parents(path: str) -> list[str]:
+    out = [path]
+    while os.path.dirname(out[-1]) != out[-1]:
+        out.append(os.path.dirname(out[-1]))
+    return out
+
+
+def _unwritable(out_dir: str, e: OSError) -> OutputWriteError:
+    return OutputWriteError(e.errno, f"cannot write to the output folder {out_dir}: {e.strerror or e}. Nothing was "
+                            "written. Choose a writable OUT, or fix its permissions or mount (read-only?).")
+
+
+def _take_output_lock(out_dir: str) -> OutputLock:
+    """OUT's lock, taken; a folder where the lock file cannot be created is an output error (74)."""
+    lock = OutputLock(out_dir)
+    try:
+        lock.__enter__()
+    except OSError as e:
+        raise _unwritable(out_dir, e) from e
+    return lock
 
 
 def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
@@ -232,6 +283,10 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         result.report_path = _write_report_safely(out_dir, report | {"published": False})
         raise BadInputError(_bad_message(result, run, cmap), result.bad, result.report_path)
 
+    if old is None and not result.samples_written:  # a first run that found nothing to convert
+        remove_files(out_dir, [t.file for t in plan.tasks])
+        result.report_path = _write_report_safely(out_dir, report | {"published": False, "empty": True})
+        raise EmptyDatasetError(_empty_message(spec, found, result, run), result.bad, result.report_path)
     if not (result.written or plan.drop_shards or plan.refreshed):  # nothing new (or every new sample bad)
         result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True})
         return result
@@ -258,6 +313,21 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     report["history"] = manifest.history[-1]
     result.report_path = _write_report_safely(out_dir, report | {"published": True})
     return result
+
+
+def _empty_message(spec: SourceSpec, found, result: ConvertResult, run: RunOptions) -> str:
+    """Why a first run has no sample to publish: no sources at all, or every one bad."""
+    if not result.bad:
+        splits = ", ".join(found.splits) or "none"
+        return (f"nothing to convert: no source images found under {spec.base} (splits: {splits}), and "
+                f"{result.out_dir} holds no dataset yet; nothing was published. Put images "
+                "(and their masks) in the split folders, or point SRC at the right folder.")
+    lines = [f"nothing to convert: every source is bad ({len(result.bad)} file(s), within --max-bad "
+             f"{run.max_bad}), so the dataset would have no sample; nothing was published."]
+    lines += [f"  {b}" for b in result.bad[:20]]
+    if len(result.bad) > 20:
+        lines.append(f"  ... and {len(result.bad) - 20} more (see {result.report_path})")
+    return "\n".join(lines)
 
 
 def _is_published(out_dir: str, manifest: Manifest) -> bool:

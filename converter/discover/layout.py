@@ -59,6 +59,12 @@ class BadInput:
         return f"{self.path}: {self.reason}" + (f" ({self.fix})" if self.fix else "")
 
 
+class SourceLayoutError(ValueError):
+    """The source folders are laid out wrongly (a mask folder that is a file); exit 65."""
+
+    exit_code = 65
+
+
 @dataclass(frozen=True)
 class Discovery:
     samples: tuple[SourceSample, ...]
@@ -98,6 +104,7 @@ def _mask_index(masks_dir: str) -> dict[str, str]:
 def pair_folder(images_dir: str, masks_dir: str, split: str, key_prefix: str) -> tuple[list[SourceSample], list[BadInput]]:
     """Pair every image in `images_dir` with its mask in `masks_dir`."""
     images = list_images(images_dir)
+    _check_masks_folder(masks_dir, images_dir, len(images))
     masks = _mask_index(masks_dir)
     used: set[str] = set()
     samples: list[SourceSample] = []
@@ -124,6 +131,14 @@ def pair_folder(images_dir: str, masks_dir: str, split: str, key_prefix: str) ->
         bad.append(BadInput(os.path.join(masks_dir, rel), "mask without image",
                             f"add the image to {images_dir} or remove the mask", None, "missing_image"))
     return samples, bad
+
+
+def _check_masks_folder(masks_dir: str, images_dir: str, images: int) -> None:
+    """A mask folder that is a file is one named error, not "image without mask" per image."""
+    if os.path.lexists(masks_dir) and not os.path.isdir(masks_dir):
+        raise SourceLayoutError(
+            f"{masks_dir} is a file, not a folder of masks, so none of the {images} image(s) in {images_dir} "
+            f"has a mask. Replace it with a folder holding the masks (<stem>_L.png or <stem>.png).")
 
 
 def discover_camvid(root: str) -> tuple[list[str], list[SourceSample], list[BadInput]]:
