@@ -367,14 +367,14 @@ def source_samples(spec: Any, options: PreviewOptions, max_pixels: int) -> tuple
         try:
             image = decode_image(read_source(s.image, s.key), max_pixels)
             mask = decode_mask(read_source(s.mask, s.key), max_pixels)  # type: ignore[arg-type]
+            if (mask.height, mask.width) != image.shape[:2]:
+                out.append(PreviewSample(s.key, None, error=f"[size_mismatch] mask is {mask.width}x{mask.height}, "
+                                         f"image is {image.shape[1]}x{image.shape[0]}"))
+                continue
+            class_map, unknown = cmap.lookup(mask)  # a fast-path colour mask is unfiltered here
         except DecodeError as e:
             out.append(PreviewSample(s.key, None, error=f"[{e.kind}] {e.reason}"))
             continue
-        if (mask.height, mask.width) != image.shape[:2]:
-            out.append(PreviewSample(s.key, None, error=f"[size_mismatch] mask is {mask.width}x{mask.height}, "
-                                     f"image is {image.shape[1]}x{image.shape[0]}"))
-            continue
-        class_map, unknown = cmap.lookup(mask)
         bad = class_map >= AMBIGUOUS
         note = ""
         if bad.any():

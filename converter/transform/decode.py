@@ -122,6 +122,9 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
         raise DecodeError(src.path, "too_large", f"Pillow refused it as a decompression bomb: {e}",
                           "check the file; raise --max-pixels only if it is genuine") from e
     except Image.UnidentifiedImageError as e:
+        if src.data.startswith(png.SIGNATURE):
+            raise DecodeError(src.path, "corrupt", f"a PNG whose header chunks are damaged: {_png_open_error(src.data)}",
+                              "re-copy or re-export the file") from e
         raise DecodeError(src.path, "not_an_image", "not an image Pillow can identify",
                           "remove the file or replace it with a real image") from e
     except (OSError, SyntaxError, ValueError, struct.error, EOFError) as e:
@@ -129,6 +132,17 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
         kind = "truncated" if "truncated" in reason.lower() else "corrupt"
         raise DecodeError(src.path, kind, f"cannot decode image: {reason}",
                           "re-copy or re-export the file") from e
+
+
+def _png_open_error(data: bytes) -> str:
+    """Why Pillow's PNG plugin refuses `data` (`Image.open` only says it cannot identify it)."""
+    from PIL import PngImagePlugin
+
+    try:
+        PngImagePlugin.PngImageFile(io.BytesIO(data)).close()
+    except (SyntaxError, IndexError, TypeError, struct.error, ValueError, OSError, EOFError) as e:
+        return str(e) or type(e).__name__
+    return "Pillow cannot identify it"
 
 
 def _check_png_limits(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -> None:
