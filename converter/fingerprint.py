@@ -66,12 +66,14 @@ def open_regular(path: str) -> tuple[BinaryIO, os.stat_result]:
     a FIFO, a device (/dev/zero never ends) or a folder is never read.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    f = os.fdopen(fd, "rb")
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        f.close()
-        raise NotRegularFileError(f"{path} is {_what(st.st_mode)}, not a regular file")
-    return f, st
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(f"{path} is {_what(st.st_mode)}, not a regular file")
+        return os.fdopen(fd, "rb"), st
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def digest_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _SAMPLES = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
 
 
 def chunk(ctype: bytes, payload: bytes, *, bad_crc: bool = False) -> bytes:
@@ -61,8 +62,16 @@ class Png:
     with_iend: bool = True
 
     def raw(self) -> bytes:
-        return self.rows if self.rows is not None else textured_rows(
-            self.width, self.height, self.color_type, self.seed, self.depth)
+        if self.rows is not None:
+            return self.rows
+        if not self.interlace:
+            return textured_rows(self.width, self.height, self.color_type, self.seed, self.depth)
+        out = b""  # Adam7: the rows of each of the 7 reduced images, one after another
+        for i, (x0, y0, dx, dy) in enumerate(_ADAM7):
+            w, h = max(0, -(-(self.width - x0) // dx)), max(0, -(-(self.height - y0) // dy))
+            if w and h:
+                out += textured_rows(w, h, self.color_type, self.seed + i, self.depth)
+        return out
 
     def bytes(self, compressed: bytes | None = None) -> bytes:
         w, h = self.header_size or (self.width, self.height)
@@ -88,7 +97,7 @@ class Png:
 def short_stream(png: Png, rows: int) -> bytes:
     """A complete, valid zlib stream holding only the first `rows` rows of `png`."""
     raw = png.raw()
-    per_row = len(raw) // png.height
+    per_row = len(raw) // png.height  # interlaced: a cut inside the passes, as long
     return png.bytes(zlib.compress(raw[: rows * per_row]))
 
 
