@@ -320,8 +320,8 @@ def _empty_message(spec: SourceSpec, found, result: ConvertResult, run: RunOptio
     if not result.bad:
         splits = ", ".join(found.splits) or "none"
         return (f"nothing to convert: no source images found under {spec.base} (splits: {splits}), and "
-                f"{result.out_dir} holds no dataset yet; nothing was published. Put images "
-                "(and their masks) in the split folders, or point SRC at the right folder.")
+                f"{result.out_dir} holds no dataset yet; nothing was published. Put the source "
+                "images in SRC's split (or class) folders, or point SRC at the right folder.")
     lines = [f"nothing to convert: every source is bad ({len(result.bad)} file(s), within --max-bad "
              f"{run.max_bad}), so the dataset would have no sample; nothing was published."]
     lines += [f"  {b}" for b in result.bad[:20]]

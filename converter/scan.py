@@ -502,8 +502,11 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     warnings: list[str] = []
     total = sum(r.splits.values())
     flags: list[str] = []
+    no_good = total > 0 and all(s.errors for s in r.summaries)
     if total == 0:
         problems.append("no image/mask pairs found")
+    elif no_good:
+        problems.append("every pair is bad: convert would have no sample to publish, whatever --max-bad says")
     tol, still_unknown = suggest_tolerance(r.unknown_colors, r.options.color_tolerance)
     unknown_files = {k for u in r.unknown_colors for k in u.examples}
     unmatched = [u for u in r.unknown_colors if u.status != "snapped"]
@@ -536,7 +539,7 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         w, h = next(iter(sizes)).split("x")
         size_flag = f"{h}x{w}"
     command = ["imgshard", "convert", *_source_args(r.spec), "OUT", "--size", size_flag, *flags]
-    status = "no_data" if total == 0 else ("needs_flags" if r.bad else ("warnings" if warnings else "ok"))
+    status = "no_data" if total == 0 or no_good else ("needs_flags" if r.bad else ("warnings" if warnings else "ok"))
     hints = []
     if len(sizes) > 1:
         hints.append(f"{len(sizes)} different image sizes; --size {size_flag} is the most common one, and "

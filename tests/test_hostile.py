@@ -309,6 +309,8 @@ def test_every_source_bad_under_max_bad_exits_65_and_publishes_nothing(tmp_path,
     proc = run_hostile(["convert", str(src), str(tmp_path / "out"), "--size", "16x16", "--max-bad", "10"])
     assert_named_error(proc, "every source is bad", "0.png", "1_L.png", codes=[65])
     assert not (tmp_path / "out" / MANIFEST_NAME).exists()
+    scan = run_hostile(["scan", str(src), "--json"])  # scan's verdict agrees: no flag makes it succeed
+    assert scan.returncode == 65 and json.loads(scan.stdout)["verdict"]["status"] == "no_data", scan.stdout[-2000:]
 
 
 def test_nothing_new_on_an_existing_dataset_still_exits_0(tmp_path, camvid_src):
