@@ -22,6 +22,11 @@ import sys
 import zlib
 from typing import Iterator
 
+try:
+    from isal import isal_zlib
+except ImportError:  # pragma: no cover - isal is a dependency; only a broken install lacks it
+    isal_zlib = None
+
 #: Deflate's greatest expansion: a 258-byte match coded in 2 bits (1-bit length and
 #: distance codes) gives 258 bytes per 2 bits, 1032:1; headers only lower it.
 MAX_INFLATE_RATIO = 1032
@@ -92,8 +97,9 @@ def first_idat_run(data: bytes | memoryview) -> list[memoryview]:
 
 def inflated_size(parts: list[memoryview], limit: int) -> int:
     """Bytes the zlib stream made of `parts` inflates to, counted up to `limit` (never
-    holding more than 1 MiB of output); a damaged stream counts what came before the damage."""
-    inflater = zlib.decompressobj()
+    holding more than 1 MiB of output); a damaged stream counts what came before the damage.
+    ISA-L when installed (2-3x zlib: this runs on top of Pillow's own decode)."""
+    inflater = (isal_zlib or zlib).decompressobj()
     total = 0
     try:
         for part in parts:
@@ -103,7 +109,7 @@ def inflated_size(parts: list[memoryview], limit: int) -> int:
                 buf = inflater.unconsumed_tail
         if not inflater.eof and total < limit:
             total += len(inflater.flush())  # output still held back: at most a window
-    except zlib.error:
+    except (zlib.error, *((isal_zlib.error,) if isal_zlib is not None else ())):
         pass
     return min(total, limit)
 
