@@ -284,9 +284,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         raise BadInputError(_bad_message(result, run, cmap), result.bad, result.report_path)
 
     if old is None and not result.samples_written:  # a first run that found nothing to convert
-        remove_files(out_dir, [t.file for t in plan.tasks])
-        result.report_path = _write_report_safely(out_dir, report | {"published": False, "empty": True})
-        raise EmptyDatasetError(_empty_message(spec, found, result, run), result.bad, result.report_path)
+        _refuse_empty(spec, found, result, run, report)
     if not (result.written or plan.drop_shards or plan.refreshed):  # nothing new (or every new sample bad)
         result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True})
         return result
@@ -313,6 +311,13 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     report["history"] = manifest.history[-1]
     result.report_path = _write_report_safely(out_dir, report | {"published": True})
     return result
+
+
+def _refuse_empty(spec: SourceSpec, found, result: ConvertResult, run: RunOptions, report: dict) -> None:
+    """A first run without a single sample publishes nothing and fails (exit 65), so cron learns."""
+    remove_files(result.out_dir, [t.file for t in result.plan.tasks])
+    result.report_path = _write_report_safely(result.out_dir, report | {"published": False, "empty": True})
+    raise EmptyDatasetError(_empty_message(spec, found, result, run), result.bad, result.report_path)
 
 
 def _empty_message(spec: SourceSpec, found, result: ConvertResult, run: RunOptions) -> str:
