@@ -418,7 +418,20 @@ def _save(sheet: Sheet, out_png: str | os.PathLike) -> None:
     folder = os.path.dirname(os.path.abspath(out_png))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"-o: folder {folder} does not exist. Received: -o {out_png}")
-    sheet.image.save(out_png, format="PNG", compress_level=1)  # noisy photos: level 6 is 10x slower
+    if os.path.isdir(out_png):
+        raise PreviewOutputError(f"-o {out_png} is a folder; give the PNG file to write, e.g. -o {out_png}/preview.png")
+    try:
+        sheet.image.save(out_png, format="PNG", compress_level=1)  # noisy photos: level 6 is 10x slower
+    except OSError as e:
+        raise PreviewOutputError(f"cannot write -o {out_png}: {e.strerror or e}. Choose a writable path.", 74) from e
+
+
+class PreviewOutputError(ValueError):
+    """The contact sheet cannot be written where -o says (a folder, read-only, full)."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def preview_dataset(path: str | os.PathLike, out_png: str | os.PathLike, options: PreviewOptions | None = None) -> Sheet:

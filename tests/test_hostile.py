@@ -329,3 +329,10 @@ def test_split_labels_that_is_a_file_is_one_named_error(tmp_path):
     for command in (["convert", str(ds.root), str(tmp_path / "out"), "--size", "16x16"], ["scan", str(ds.root)]):
         text = assert_named_error(run_hostile(command), f"{labels} is a file, not a folder of masks", codes=[65])
         assert "image without mask" not in text
+
+
+@pytest.mark.parametrize("where", ["folder", "read_only"])
+def test_preview_output_that_cannot_be_written_is_one_named_error(camvid_src, read_only_folder, where):
+    target = read_only_folder if where == "folder" else read_only_folder / "sheet.png"
+    proc = run_hostile(["preview", str(camvid_src.root), "-o", str(target)])
+    assert_named_error(proc, str(target), codes=[2] if where == "folder" else [74])
