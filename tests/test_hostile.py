@@ -336,3 +336,33 @@ def test_preview_output_that_cannot_be_written_is_one_named_error(camvid_src, re
     target = read_only_folder if where == "folder" else read_only_folder / "sheet.png"
     proc = run_hostile(["preview", str(camvid_src.root), "-o", str(target)])
     assert_named_error(proc, str(target), codes=[2] if where == "folder" else [74])
+
+
+# --- class folders: the same damaged files among classification sources
+
+CLASS_HOSTILE = ("short_stream.png", "ihdr_9000x9000.png", "row_filter_17.png", "bad_crc_ancillary.png",
+                 "not_png_text.png", "zero_bytes.png", "fifo.png", "symlink_loop.png", "dangling_link.png")
+
+
+@pytest.fixture(scope="module")
+def hostile_class_src(tmp_path_factory) -> Path:
+    ds = synth.make_classification(tmp_path_factory.mktemp("hostile-cls") / "src", per_class={"train": 2, "val": 1}, seed=5)
+    root = Path(ds.root)
+    for name in CLASS_HOSTILE:
+        _plant(root / "train" / "cat" / name, HOSTILE_IMAGES[name][0])
+    return root
+
+
+@pytest.mark.parametrize("command", ["convert", "scan"])
+def test_class_folders_list_every_hostile_image_with_its_kind(hostile_class_src, tmp_path, command):
+    if command == "convert":
+        out = tmp_path / "out"
+        proc = run_hostile(["convert", str(hostile_class_src), str(out), "--size", "16x16"])
+        assert_named_error(proc, *CLASS_HOSTILE, codes=[65])
+        bad = json.loads(sorted((out / "reports").glob("convert-*.json"))[-1].read_text())["bad"]
+    else:
+        proc = run_hostile(["scan", str(hostile_class_src), "--json"])
+        assert_named_error(proc, codes=[65])
+        bad = json.loads(proc.stdout)["bad"]
+    kinds = {os.path.basename(b["path"]): b["kind"] for b in bad}
+    assert kinds == {name: HOSTILE_IMAGES[name][1] for name in CLASS_HOSTILE}

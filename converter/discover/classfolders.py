@@ -31,6 +31,7 @@ from converter.discover.layout import (
     BadInput,
     Discovery,
     SourceSample,
+    file_problem,
     list_images,
 )
 from converter.options import SourceSpec, Task
@@ -153,11 +154,10 @@ def _class_samples(class_root: str, classes: list[str], key_prefix: str, split_o
 
 
 def _finish(samples: list[SourceSample], bad: list[BadInput], splits: list[str]) -> Discovery:
-    for s in samples:
-        if os.path.getsize(s.image) == 0:
-            bad.append(BadInput(s.image, "zero-byte file", "re-copy the file from its origin", s.key, "empty_file"))
-    empty = {b.key for b in bad if b.kind == "empty_file"}
-    kept = tuple(s for s in samples if s.key not in empty)
+    # zero bytes, dangling links, link loops, FIFOs: listed as bad inputs, never opened
+    problems = {s.key: p for s in samples if (p := file_problem(s.image, s.key)) is not None}
+    bad.extend(problems.values())
+    kept = tuple(s for s in samples if s.key not in problems)
     return Discovery(kept, tuple(bad), tuple(splits), None)
 
 

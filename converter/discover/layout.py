@@ -186,8 +186,8 @@ def discover(spec: SourceSpec) -> Discovery:
             raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
     kept = []
     for s in samples:
-        problems = [p for p in (_file_problem(s.image, s.key),
-                                _file_problem(s.mask, s.key) if s.mask is not None else None) if p is not None]
+        problems = [p for p in (file_problem(s.image, s.key),
+                                file_problem(s.mask, s.key) if s.mask is not None else None) if p is not None]
         if problems:
             bad.extend(problems)  # image and mask both listed when both are bad
         else:
@@ -195,7 +195,7 @@ def discover(spec: SourceSpec) -> Discovery:
     return Discovery(tuple(kept), tuple(bad), tuple(splits), csv_path)
 
 
-def _file_problem(path: str, key: str) -> BadInput | None:
+def file_problem(path: str, key: str) -> BadInput | None:
     """A problem that `stat` alone shows (zero bytes, dangling link, not a regular file), or None."""
     try:
         st = os.stat(path)
