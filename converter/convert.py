@@ -177,7 +177,8 @@ def _make_output_folder(out_dir: str) -> None:
     (exit 2), a folder that cannot be written an output error (exit 74), named in one line."""
     blocker = next((p for p in _self_and_parents(out_dir) if os.path.lexists(p) and not os.path.isdir(p)), None)
     if blocker is not None:
-        what = "is a file" if blocker == out_dir else f"cannot be created: {blocker} is a file"
+        kind = "a broken symbolic link" if os.path.islink(blocker) and not os.path.exists(blocker) else "a file"
+        what = f"is {kind}" if blocker == out_dir else f"cannot be created: {blocker} is {kind}"
         raise OutputFolderError(f"output folder {out_dir} {what}, not a folder. Give a folder path for OUT "
                                 "(it is created if missing), or move the file away.")
     try:

@@ -253,6 +253,13 @@ def test_output_path_that_is_a_file_exits_2(camvid_src, tmp_path):
     assert out.read_text() == "not a folder"
 
 
+def test_output_path_that_is_a_broken_symlink_exits_2(camvid_src, tmp_path):
+    out = tmp_path / "out"
+    out.symlink_to(tmp_path / "gone" / "dataset")
+    proc = run_hostile(["convert", str(camvid_src.root), str(out), "--size", "16x16"])
+    assert_named_error(proc, str(out), "is a broken symbolic link", codes=[2])
+
+
 def test_output_parent_that_is_a_file_exits_2(camvid_src, tmp_path):
     parent = tmp_path / "parent"
     parent.write_text("x")
