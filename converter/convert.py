@@ -19,15 +19,15 @@ from converter import __version__
 from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import discover_classification
 from converter.discover.layout import BadInput, discover
-from converter.execute import local_start, run_tasks
-from converter.fingerprint import content_matches
-from converter.lock import OutputLock, wait_for_orphans
+from converter.run.execute import local_start, run_tasks
+from converter.plan.fingerprint import content_matches
+from converter.run.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.plan import Plan, PlanError, make_plan
-from converter.publish import publish_manifest, remove_files, sweep_leftovers, utc_now, write_report
-from converter.tfds_meta import TFDS_FILES, sync_tfds_metadata
+from converter.plan.shards import Plan, PlanError, make_plan
+from converter.publish.manifest import publish_manifest, remove_files, sweep_leftovers, utc_now, write_report
+from converter.publish.tfds import TFDS_FILES, sync_tfds_metadata
 from converter.transform.colormap import ColorMap, ignore_index_for, mask_dtype_for
-from converter.write.task import ShardResult, WorkerContext
+from converter.run.task import ShardResult, WorkerContext
 from readers.manifest import (
     HISTORY_LIMIT,
     MANIFEST_NAME,

@@ -233,11 +233,11 @@ class Dataset:
         go through TensorFlow's reader, whose `DataLossError` ("corrupted record at
         <offset>") does not name the file, so each file is checked to give exactly its
         manifest record count and an `InvalidArgumentError` names the file otherwise
-        (see `readers.formats.tfrecord._checked_reader`).
+        (see `readers.formats.tfrecord.reader._checked_reader`).
 
         Speed: uncompressed TFRecord shards are memory-mapped and their image/mask bytes
         gathered straight into aligned batches (one copy; see
-        `readers.formats.tfrecord.load_mapped` and `readers.formats.batching`); NPZ
+        `readers.formats.tfrecord.reader.load_mapped` and `readers.formats.batching`); NPZ
         shards are inflated by loader threads; casting and one-hot encoding run in a
         parallel `tf.data` map. The first call tunes glibc malloc for megabyte blocks
         (`readers.formats.base.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).

@@ -64,7 +64,7 @@ def _generator_engine(ds) -> bool:
     """Whether `ds` is read by the shared whole-shard generator pipeline (NPZ, mapped TFRecord)."""
     if ds.format == "npz":
         return True
-    from readers.formats import tfrecord
+    from readers.formats.tfrecord import reader as tfrecord
 
     return ds.manifest.compression == "none" and tfrecord.ENGINE == "mapped"
 

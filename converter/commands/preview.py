@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from converter.preview import PreviewOptions, is_dataset, preview_dataset, preview_sources
+    from converter.inspect.preview import PreviewOptions, is_dataset, preview_dataset, preview_sources
 
     options = PreviewOptions(split=args.split, n=args.n, seed=args.seed, keys=tuple(args.key),
                              color_tolerance=args.color_tolerance)

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from converter.scan import ScanOptions, format_report, format_verdict, scan
+    from converter.inspect.scan import ScanOptions, format_report, format_verdict, scan
 
     spec = source_spec(args)
     task = resolve_task(args, spec)

@@ -9,13 +9,13 @@ that makes a shard safe on disk lives here:
   on different machines of a cluster with the same pid (a retried Dask task);
 * on a clean exit of the ``with`` block the encoder finishes, the file is flushed
   and fsynced, and renamed to its final name; its digest (xxh3-128,
-  `converter.fingerprint`) is computed as the bytes are written (formats that write
+  `converter.plan.fingerprint`) is computed as the bytes are written (formats that write
   front to back, like TFRecord), or by reading the file back when the encoder went
   back to patch bytes it had written (zip headers);
 * on an exception the temporary file is removed and nothing is renamed (a writer that
   publishes on failure is the classic way to ship half a dataset).
 
-Publishing the manifest is `converter.publish`'s job; the directory fsync that makes
+Publishing the manifest is `converter.publish.manifest`'s job; the directory fsync that makes
 the renames durable happens there, once per run.
 """
 
@@ -28,7 +28,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from converter.fingerprint import DEFAULT_ALGORITHM, digest_file, new_hasher
+from converter.plan.fingerprint import DEFAULT_ALGORITHM, digest_file, new_hasher
 
 TMP_PREFIX = ".tmp-"
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from converter.write.base import ShardEncoder
-from converter.write.npz import NpzEncoder
-from converter.write.tfrecord import TFRecordEncoder
+from readers.formats.npz.writer import NpzEncoder
+from readers.formats.tfrecord.writer import TFRecordEncoder
 from readers.formats import FileFormat
 
 ENCODERS: dict[FileFormat, type[ShardEncoder]] = {

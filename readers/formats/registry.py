@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from readers.formats import FileFormat
 from readers.formats.base import FileAdapter
-from readers.formats.npz import ADAPTER as NPZ_ADAPTER
-from readers.formats.tfrecord import ADAPTER as TFRECORD_ADAPTER
+from readers.formats.npz.reader import ADAPTER as NPZ_ADAPTER
+from readers.formats.tfrecord.reader import ADAPTER as TFRECORD_ADAPTER
 
 ADAPTERS: dict[FileFormat, FileAdapter] = {
     FileFormat.TFRECORD: TFRECORD_ADAPTER,

@@ -3,8 +3,8 @@
 Same discovery (`converter.discover.classfolders.discover_classification`, with
 ``--val-fraction``) and the same decoding as `convert` for classification (EXIF
 orientation applied, every mode to RGB), so what this scan calls bad is what convert
-would refuse, with the same `DecodeError` kinds. Workers (as for `converter.scan`:
-`converter.execute.map_unordered`) decode each image once and send back an `ImageSummary`: size as
+would refuse, with the same `DecodeError` kinds. Workers (as for `converter.inspect.scan`:
+`converter.run.execute.map_unordered`) decode each image once and send back an `ImageSummary`: size as
 displayed, mode, format, file and pixel hashes, EXIF orientation and EXIF trouble.
 The parent then reports:
 
@@ -15,7 +15,7 @@ The parent then reports:
   cannot be applied);
 * EXIF: images that convert rotates or flips, and images whose EXIF is corrupt or
   whose orientation tag is invalid (convert then uses the pixels as stored: a warning);
-* exact duplicates by decoded-pixel hash (`converter.scan.pixel_hash`) within and across
+* exact duplicates by decoded-pixel hash (`converter.inspect.scan.pixel_hash`) within and across
   splits with counts per pair of splits, and duplicates filed under different classes;
 * image size / mode / format distribution;
 * a verdict with the exact `imgshard convert` command (``--task``, ``--val-fraction``,
@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 from converter.discover.classfolders import FLAT_SPLIT, detect_task, discover_classification
 from converter.discover.layout import WELL_KNOWN_SPLITS, BadInput, SourceSample
 from converter.options import SourceSpec, Task
-from converter.scan import (
+from converter.inspect.scan import (
     format_bad_inputs,
     EXAMPLES,
     FileSummary,
@@ -353,7 +353,7 @@ def _verdict(r: ClassScanReport) -> dict[str, Any]:
 
 def format_classification_report(r: ClassScanReport, *, limit: int = 20) -> str:
     """The human-readable report (what `imgshard scan` prints for class folders)."""
-    from converter.scan import format_verdict
+    from converter.inspect.scan import format_verdict
 
     out: list[str] = []
     total = sum(r.splits.values())

@@ -31,7 +31,7 @@ What the generators imitate:
 
 Example::
 
-    from converter import synth
+    from converter.testing import synth
 
     ds = synth.make_camvid("/tmp/camvid", splits={"train": 4, "val": 2},
                            image_modes=("RGB", "P"), mask_modes=("RGB", "P"))
@@ -750,7 +750,7 @@ def make_bench_dataset(
                         unknown_colors=0, workers=workers)
     files = [csv_path] + [p for s in samples for p in (s.image_path, s.mask_path)]
     stamp = {
-        "generator": "converter.synth.make_bench_dataset",
+        "generator": "converter.testing.synth.make_bench_dataset",
         "stamp_version": _BENCH_STAMP_VERSION,
         "params": params,
         "files": {p.relative_to(root).as_posix(): p.stat().st_size for p in files},

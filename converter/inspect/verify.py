@@ -21,7 +21,7 @@ running `convert`; the next run removes them) are warnings, not errors.
 
 Example::
 
-    from converter.verify import verify
+    from converter.inspect.verify import verify
     report = verify("out/", deep=True)
     if not report.ok:
         for p in report.errors:
@@ -38,7 +38,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from converter.fingerprint import algorithm_of, digest_file
+from converter.plan.fingerprint import algorithm_of, digest_file
 from readers.errors import describe
 from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat, check_compression
 from readers.formats.base import Record, RecordSpec, ShardRef
@@ -160,7 +160,7 @@ def _check_unique_keys(manifest: Manifest, report: VerifyReport) -> None:
 
 
 def _leftovers(root: str, manifest: Manifest, report: VerifyReport) -> None:
-    from converter.publish import is_shard_name
+    from converter.publish.manifest import is_shard_name
 
     listed = {s.file for _, s in manifest.iter_shards()}
     for name in sorted(os.listdir(root)):
@@ -216,7 +216,7 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
 def _count(path: str, fmt: FileFormat, spec: RecordSpec, *, check_crc: bool) -> tuple[int | None, Problem | None]:
     """(records in the file, or a Problem with the record index where reading broke)."""
     if fmt is FileFormat.TFRECORD:
-        from readers.formats.tfrecord_wire import TFRecordCorruptError, count_records
+        from readers.formats.tfrecord.wire import TFRecordCorruptError, count_records
 
         try:
             return count_records(path, compression=spec.compression, check_crc=check_crc), None

@@ -20,7 +20,7 @@ from readers.formats import (
     SUFFIXES,
     FileFormat,
 )
-from readers.formats.tfrecord_wire import TFRecordWriter, encode_example
+from readers.formats.tfrecord.wire import TFRecordWriter, encode_example
 
 
 class TFRecordEncoder(ShardEncoder):

@@ -3,7 +3,7 @@
 Same discovery, decoding and colour rules as `convert` (`converter.discover`,
 `converter.transform.decode`, `converter.transform.colormap`), so what scan calls bad
 is what convert would refuse, with the same `DecodeError` kinds. Workers (forked where
-safe, else loky: `converter.execute.map_unordered`) decode each pair once and send back a small `FileSummary`: sizes, modes,
+safe, else loky: `converter.run.execute.map_unordered`) decode each pair once and send back a small `FileSummary`: sizes, modes,
 hashes, per-class pixel counts and the colours that matched no class. No pixel array
 crosses a process boundary. The parent then:
 
@@ -36,7 +36,7 @@ import numpy as np
 from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import detect_task
 from converter.discover.layout import BadInput, SourceSample, discover
-from converter.execute import map_unordered
+from converter.run.execute import map_unordered
 from converter.options import DEFAULT_MAX_PIXELS, SourceSpec, Task
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
@@ -44,7 +44,7 @@ from converter.transform.sample import UnknownColorError, relative_key_path
 from readers.manifest import ClassInfo
 
 if TYPE_CHECKING:
-    from converter.scan_classification import ClassScanReport
+    from converter.inspect.scan_classification import ClassScanReport
 
 #: Unknown colours kept per file (the most frequent); the rest are summed as "other".
 MAX_UNKNOWN_COLORS_PER_FILE = 4096
@@ -315,11 +315,11 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
     """Scan the sources of `spec`. `on_start(total)` is called once the pairs are known.
 
     Class-folder sources (task classification, given or detected as convert does) get a
-    `converter.scan_classification.ClassScanReport` instead.
+    `converter.inspect.scan_classification.ClassScanReport` instead.
     """
     options = options or ScanOptions()
     if options.resolve_task(spec) is Task.CLASSIFICATION:
-        from converter.scan_classification import scan_classification
+        from converter.inspect.scan_classification import scan_classification
 
         return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
     found = discover(spec)  # first: a missing source folder is named as such
@@ -569,7 +569,7 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
 def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     """The human-readable report (what `imgshard scan` prints)."""
     if not isinstance(r, ScanReport):  # classification
-        from converter.scan_classification import format_classification_report
+        from converter.inspect.scan_classification import format_classification_report
 
         return format_classification_report(r, limit=limit)
     out: list[str] = []

@@ -5,7 +5,7 @@ fingerprints, and the bad inputs met. Pixel arrays never cross a process boundar
 The worker keeps one `SampleTransformer` per option set (the colour lookup table is
 built once per process, not once per shard).
 
-A task of a local run holds `converter.lock.WorkerGuard` from start to rename: a
+A task of a local run holds `converter.run.lock.WorkerGuard` from start to rename: a
 worker whose run was killed (SIGKILL leaves loky workers alive) writes nothing and
 exits instead of renaming shards under the next run's feet.
 """
@@ -20,12 +20,12 @@ from typing import Any, Callable
 import numpy as np
 
 from converter.discover.layout import BadInput, SourceSample
-from converter.lock import OrphanedWorker, WorkerGuard
+from converter.run.lock import OrphanedWorker, WorkerGuard
 from converter.options import OutputOptions
-from converter.plan import CopyRecord, ReplaceRecord, ShardTask
+from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask
 from converter.transform.decode import DecodeError
 from converter.transform.sample import SampleTransformer, UnknownColorError
-from converter.fingerprint import algorithm_of, digest_file
+from converter.plan.fingerprint import algorithm_of, digest_file
 from converter.write.base import SampleArrays, ShardWriter
 from converter.write.registry import encoder_for
 from readers.formats.base import tune_allocator

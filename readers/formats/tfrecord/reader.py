@@ -1,7 +1,7 @@
 """TFRecord shards: the reader side (NumPy records, `tf.data` pipeline, random access).
 
 NumPy reading and random access use the pure-Python codec in
-`readers.formats.tfrecord_wire` (no TensorFlow); the `tf.data` pipeline uses
+`readers.formats.tfrecord.wire` (no TensorFlow); the `tf.data` pipeline uses
 TensorFlow's own reader and parses whole batches at once.
 """
 
@@ -110,7 +110,7 @@ class TFRecordAdapter(FileAdapter):
 
     # -- NumPy records -------------------------------------------------------------------------
     def iter_shard(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
-        from readers.formats import tfrecord_wire
+        from readers.formats.tfrecord import wire as tfrecord_wire
 
         index = 0
         records = tfrecord_wire.iter_records(shard.path, compression=spec.compression, check_crc=True)
@@ -554,7 +554,7 @@ class TFRecordRandomAccess(RandomAccessShard):
         return frame, start
 
     def read_record(self, index: int) -> Record:
-        from readers.formats import tfrecord_wire
+        from readers.formats.tfrecord import wire as tfrecord_wire
 
         if not 0 <= index < self.shard.records:
             raise IndexError(f"record index must be in [0, {self.shard.records}). Received: {index}")

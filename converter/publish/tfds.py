@@ -20,7 +20,7 @@ length is 0 (`shard_utils.get_file_instructions`: "Empty shard"). So the templat
 file of ours gets shard length 0: the gaps cost one number each in
 ``dataset_info.json`` and nothing else.
 
-Features, matching the records that `converter.write.tfrecord` writes (extra features
+Features, matching the records that `readers.formats.tfrecord.writer` writes (extra features
 such as ``height`` and ``width`` are ignored by TFDS's parser):
 
 * ``image``: ``Tensor(shape=(H, W, 3), dtype=uint8, encoding=bytes)``, the raw bytes;
@@ -42,7 +42,7 @@ import logging
 import os
 import re
 
-from converter.publish import write_atomic
+from converter.publish.manifest import write_atomic
 from converter.write.base import fsync_dir
 from readers.manifest import Manifest
 

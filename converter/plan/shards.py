@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 
 from converter.discover.layout import SourceSample
-from converter.fingerprint import content_matches
+from converter.plan.fingerprint import content_matches
 from converter.options import OnChange, OutputOptions, RunOptions
 from converter.transform.colormap import mask_dtype_for
 from readers.formats import SUFFIXES
