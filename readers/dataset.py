@@ -23,7 +23,9 @@ import numpy as np
 
 from readers.errors import FIX_HINT, ShardError, shard_error
 from readers.formats import FileFormat, check_compression
-from readers.formats.base import PipelineOptions, Record, RecordSpec, ShardRef, tune_allocator
+from readers.formats._allocator import tune_allocator
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
 
@@ -222,7 +224,7 @@ class Dataset:
                 fewer shards than pipelines a warning is given and every pipeline reads
                 all files and keeps every num_input_pipelines-th record instead.
             shuffle_buffer: records in the shuffle buffer. Default: as many as fit in
-                256 MB (`readers.formats.base.SHUFFLE_BUFFER_BYTES`) at the shards'
+                256 MB (`readers.formats.pipeline.SHUFFLE_BUFFER_BYTES`) at the shards'
                 average record size, at least one batch, at most the whole split.
 
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
@@ -240,7 +242,7 @@ class Dataset:
         `readers.formats.tfrecord.reader.load_mapped` and `readers.formats.batching`); NPZ
         shards are inflated by loader threads; casting and one-hot encoding run in a
         parallel `tf.data` map. The first call tunes glibc malloc for megabyte blocks
-        (`readers.formats.base.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
+        (`readers.formats._allocator.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
         """
         import tensorflow as tf
 

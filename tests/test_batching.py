@@ -19,7 +19,7 @@ import readers  # noqa: E402
 from readers.errors import ShardError  # noqa: E402
 from readers.formats import batching
 from readers.formats.npz import reader as npz  # noqa: E402
-from readers.formats.base import RecordSpec  # noqa: E402
+from readers.formats.spec import RecordSpec  # noqa: E402
 
 tf = pytest.importorskip("tensorflow")
 

@@ -309,7 +309,7 @@ def _pick(by_key: dict[str, Any], pool: list[Any], options: PreviewOptions, miss
 def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[Any, str, list[PreviewSample]]:
     """(manifest, split, samples) picked from a converted dataset (random access; no full pass)."""
     import readers
-    from readers.formats.base import RecordSpec
+    from readers.formats.spec import RecordSpec
     from readers.formats.registry import get_adapter
 
     ds = readers.open(path)

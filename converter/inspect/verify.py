@@ -41,7 +41,7 @@ import numpy as np
 from converter.plan.fingerprint import algorithm_of, digest_file
 from readers.errors import describe
 from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat, check_compression
-from readers.formats.base import Record, RecordSpec, ShardRef
+from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
 

@@ -28,7 +28,7 @@ from converter.transform.sample import SampleTransformer, UnknownColorError
 from converter.plan.fingerprint import algorithm_of, digest_file
 from converter.write.base import SampleArrays, ShardWriter
 from converter.write.registry import encoder_for
-from readers.formats.base import tune_allocator
+from readers.formats._allocator import tune_allocator
 from readers.manifest import ClassInfo, Manifest, SampleEntry, ShardEntry
 
 
@@ -81,7 +81,7 @@ def warm_up(ctx: WorkerContext) -> None:
 
 def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], ShardEntry]:
     """Records of an old shard, by index (read once per task)."""
-    from readers.formats.base import RecordSpec, ShardRef
+    from readers.formats.spec import RecordSpec, ShardRef
     from readers.formats.registry import get_adapter
 
     manifest = Manifest.load(ctx.old_manifest_path)  # type: ignore[arg-type]

@@ -41,17 +41,9 @@ except ImportError:  # pragma: no cover - exercised only without isal
 
 from readers.errors import ShardError, shard_error
 from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat
-from readers.formats.base import (
-    FileAdapter,
-    PipelineOptions,
-    RandomAccessShard,
-    Record,
-    RecordSpec,
-    ShardRef,
-    crc_due,
-    mark_verified,
-    naming_shard,
-)
+from readers.formats.base import FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.batching import ShardArrays, generator_dataset
 
 if TYPE_CHECKING:  # pragma: no cover

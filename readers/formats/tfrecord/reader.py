@@ -26,18 +26,10 @@ from readers.formats import (
     FEATURE_WIDTH,
     FileFormat,
 )
-from readers.formats.base import (
-    FileAdapter,
-    PipelineOptions,
-    RandomAccessShard,
-    Record,
-    RecordSpec,
-    ShardRef,
-    crc_due,
-    make_expand_tf,
-    mark_verified,
-    naming_shard,
-)
+from readers.formats.base import FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
+from readers.formats.expand import make_expand_tf
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import Record, RecordSpec, ShardRef
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
