@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from converter.testing import synth
-from converter.write.base import SampleArrays, ShardWriter
+from converter.write.base import ShardWriter
+from readers.formats.encoder import SampleArrays
 from readers.formats.npz.writer import NpzEncoder
 from readers.formats.tfrecord.writer import TFRecordEncoder
 

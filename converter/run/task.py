@@ -26,8 +26,9 @@ from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask
 from converter.transform.decode import DecodeError
 from converter.transform.sample import SampleTransformer, UnknownColorError
 from converter.plan.fingerprint import algorithm_of, digest_file
-from converter.write.base import SampleArrays, ShardWriter
-from converter.write.registry import encoder_for
+from converter.write.base import ShardWriter
+from readers.formats.encoder import SampleArrays
+from readers.formats.registry import encoder_for
 from readers.formats._allocator import tune_allocator
 from readers.manifest import ClassInfo, Manifest, SampleEntry, ShardEntry
 

@@ -21,45 +21,14 @@ the renames durable happens there, once per run.
 
 from __future__ import annotations
 
-import abc
 import os
 from dataclasses import dataclass
 from typing import IO, Any
 
-import numpy as np
-
 from converter.plan.fingerprint import DEFAULT_ALGORITHM, digest_file, new_hasher
+from readers.formats.encoder import SampleArrays, ShardEncoder
 
 TMP_PREFIX = ".tmp-"
-
-
-@dataclass(frozen=True)
-class SampleArrays:
-    """What an encoder receives for one sample."""
-
-    key: str
-    image: np.ndarray  # (H, W, 3) uint8
-    mask: np.ndarray | None  # class map or one-hot planes
-    label: int | None
-
-
-class ShardEncoder(abc.ABC):
-    """Turns samples into one shard's bytes. Subclasses: one per format."""
-
-    suffix: str = ""
-
-    def __init__(self, fileobj: IO[bytes], *, compression: str, capacity: int) -> None:
-        self.fileobj = fileobj
-        self.compression = compression
-        self.capacity = capacity  # planned number of samples (an upper bound)
-
-    @abc.abstractmethod
-    def add(self, sample: SampleArrays) -> None:
-        """Encode one sample."""
-
-    @abc.abstractmethod
-    def finish(self) -> None:
-        """Write whatever is buffered; do not close `fileobj`."""
 
 
 def fsync_dir(path: str) -> None:

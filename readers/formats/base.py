@@ -25,6 +25,16 @@ if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
 
+class CountError(ValueError):
+    """A shard whose records cannot be counted: `reason` says why (without the file name),
+    `record` which record broke (None when it is not about one record)."""
+
+    def __init__(self, reason: str, record: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.record = record
+
+
 class FileAdapter(abc.ABC):
     """Reader side of one shard format."""
 
@@ -38,6 +48,11 @@ class FileAdapter(abc.ABC):
     def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions) -> "tf.data.Dataset":
         """One epoch of batched (x, y) over `shards`, expanded per `options` (no repeat,
         no cardinality assertion, no final prefetch: the caller adds those)."""
+
+    @abc.abstractmethod
+    def count_records(self, path: str, spec: RecordSpec, *, check_crc: bool = False) -> int:
+        """The records in the shard at `path`, read from its framing or headers (no record
+        decoded); a shard that does not match `spec` raises `CountError`."""
 
     @abc.abstractmethod
     def random_access(self, shard: ShardRef, spec: RecordSpec) -> "RandomAccessShard":
@@ -97,6 +112,7 @@ def mark_verified(key: tuple[str, int, int, int] | None) -> None:
 
 __all__ = [
     "CRC_POLICY",
+    "CountError",
     "FileAdapter",
     "RandomAccessShard",
     "crc_due",

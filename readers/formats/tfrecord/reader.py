@@ -26,7 +26,7 @@ from readers.formats import (
     FEATURE_WIDTH,
     FileFormat,
 )
-from readers.formats.base import FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
+from readers.formats.base import CountError, FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
 from readers.formats.expand import make_expand_tf
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import Record, RecordSpec, ShardRef
@@ -183,6 +183,14 @@ class TFRecordAdapter(FileAdapter):
         return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
 
     # -- random access ----------------------------------------------------------------------------
+    def count_records(self, path: str, spec: RecordSpec, *, check_crc: bool = False) -> int:
+        from readers.formats.tfrecord import wire
+
+        try:
+            return wire.count_records(path, compression=spec.compression, check_crc=check_crc)
+        except wire.TFRecordCorruptError as e:
+            raise CountError(str(e).replace(f"Corrupt TFRecord file {path!r}: ", ""), e.record) from e
+
     def random_access(self, shard: ShardRef, spec: RecordSpec) -> "TFRecordRandomAccess":
         return TFRecordRandomAccess(shard, spec)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import IO
 
-from converter.write.base import SampleArrays, ShardEncoder
+from readers.formats.encoder import SampleArrays, ShardEncoder
 from readers.formats import (
     FEATURE_HEIGHT,
     FEATURE_IMAGE,
