@@ -345,7 +345,7 @@ def test_real_full_disk_on_a_tiny_tmpfs_exits_74_with_the_previous_dataset_intac
 
 def test_folder_fsync_failing_after_the_manifest_rename_keeps_the_new_dataset(camvid_src, tmp_path, monkeypatch,
                                                                               capsys):
-    import converter.publish.manifest as publish
+    import converter.fsutil as publish
 
     out = tmp_path / "out"
     real = publish.fsync_dir

@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from readers.manifest import MANIFEST_NAME, Manifest
+from readers.tasks import task_kind
 
 BAR_WIDTH = 12
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -32,7 +33,7 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
         root = os.path.dirname(root)
     m = Manifest.load(root)
     h, w, ch = m.image_shape
-    segmentation = m.task == "segmentation"
+    segmentation = task_kind(m.task).dense
     splits: dict[str, Any] = {}
     totals = {"samples": 0, "shards": 0, "bytes": 0, "bytes_on_disk": 0, "source_bytes": 0}
     for name in sorted(m.splits):

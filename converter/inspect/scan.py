@@ -37,7 +37,7 @@ from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import detect_task
 from converter.discover.layout import BadInput, SourceSample, discover
 from converter.run.execute import map_unordered
-from converter.options import DEFAULT_MAX_PIXELS, SourceSpec, Task
+from converter.options import DEFAULT_MAX_PIXELS, SourceSpec, Task, check_val_fraction
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
 from converter.transform.sample import UnknownColorError, relative_key_path
@@ -71,15 +71,7 @@ class ScanOptions:
     def __post_init__(self) -> None:
         if self.task is not None:
             object.__setattr__(self, "task", Task.parse(self.task, "--task"))
-        if self.val_fraction is not None:
-            if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, (int, float)) \
-                    or not 0.0 < float(self.val_fraction) < 1.0:
-                raise ValueError(f"--val-fraction must be a number strictly between 0 and 1. "
-                                 f"Received: {self.val_fraction!r}")
-            if self.task is Task.SEGMENTATION:
-                raise ValueError("--val-fraction applies to classification datasets in the flat layout "
-                                 f"SRC/<class>/*. Received: --val-fraction {self.val_fraction} with --task segmentation")
-            object.__setattr__(self, "val_fraction", float(self.val_fraction))
+        object.__setattr__(self, "val_fraction", check_val_fraction(self.val_fraction, self.task))
         if isinstance(self.color_tolerance, bool) or not isinstance(self.color_tolerance, int) \
                 or not 0 <= self.color_tolerance <= 255:
             raise ValueError(f"--color-tolerance must be an integer in 0..255. Received: {self.color_tolerance!r}")

@@ -38,6 +38,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from converter.fsutil import TMP_PREFIX
 from converter.plan.fingerprint import algorithm_of, digest_file
 from readers.errors import describe
 from readers.formats import FileFormat, check_compression
@@ -46,7 +47,6 @@ from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
 
-TMP_PREFIX = ".tmp-"  # converter.write.base.TMP_PREFIX, repeated to keep this module light
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from converter.plan.shards import ShardTask
-from converter.write.base import TMP_PREFIX
+from converter.fsutil import TMP_PREFIX
 from converter.run.task import ShardResult, WorkerContext, run_shard_task
 
 log = logging.getLogger(__name__)

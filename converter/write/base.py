@@ -26,22 +26,8 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from converter.plan.fingerprint import DEFAULT_ALGORITHM, digest_file, new_hasher
+from converter.fsutil import TMP_PREFIX
 from readers.formats.encoder import SampleArrays, ShardEncoder
-
-TMP_PREFIX = ".tmp-"
-
-
-def fsync_dir(path: str) -> None:
-    """Make renames in `path` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 @dataclass(frozen=True)
 class WrittenShard:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from readers.manifest import Manifest, ManifestError, ShardEntry
+from readers.tasks import TaskKind, task_kind
 
 MASK_DTYPES = ("uint8", "uint16")
 MASK_ENCODINGS = ("class_map", "onehot")
@@ -54,7 +55,7 @@ class RecordSpec:
         if min(h, w, c) < 1:
             raise ManifestError(f"{where}: image height, width and channels must be >= 1. Received: {(h, w, c)}")
         mask = manifest.mask
-        if manifest.task == "segmentation":
+        if task_kind(manifest.task).dense:
             if mask is None:
                 raise ManifestError(f"{where}: a segmentation manifest needs a 'mask' entry. Received: None")
             dtype = str(mask.get("dtype", "uint8"))
@@ -77,8 +78,13 @@ class RecordSpec:
         return cls(manifest.task, h, w, c, manifest.num_classes, dtype, encoding, ignore, manifest.compression)
 
     @property
+    def kind(self) -> TaskKind:
+        """The task's strategy (what y is, where it is stored)."""
+        return task_kind(self.task)
+
+    @property
     def segmentation(self) -> bool:
-        return self.task == "segmentation"
+        return self.kind.dense
 
     @property
     def image_shape(self) -> tuple[int, int, int]:

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - exercised only without isal
     _inflater = zlib
 
 from readers.errors import ShardError, shard_error
-from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat
+from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, FileFormat
 from readers.formats.base import CountError, FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import Record, RecordSpec, ShardRef
@@ -339,7 +339,7 @@ def _read_parsed(f: Any, path: str, names: Sequence[str], check_crc: bool
 def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = True) -> NpzShard:
     """Read and check one shard against the manifest."""
     path = shard.path
-    target_name = NPZ_MASKS if spec.segmentation else NPZ_LABELS
+    target_name = spec.kind.npz_member
     arrays = read_npz(path, [NPZ_IMAGES, target_name, NPZ_KEYS], check_crc=check_crc)
     images, targets, keys = arrays[NPZ_IMAGES], arrays[target_name], arrays[NPZ_KEYS]
     n = shard.records
@@ -367,7 +367,7 @@ def _load_for_training(shard: ShardRef, spec: RecordSpec) -> NpzShard:
 
 def count_npz_records(path: str, spec: RecordSpec) -> int:
     """Records of an NPZ shard from its members' .npy headers (no data read, nothing unpickled)."""
-    target = NPZ_MASKS if spec.segmentation else NPZ_LABELS
+    target = spec.kind.npz_member
     want = {NPZ_IMAGES: (spec.image_shape, np.dtype(np.uint8)), NPZ_KEYS: ((), None),
             target: ((spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else ((), None))}
     counts = {}
