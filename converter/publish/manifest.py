@@ -16,7 +16,7 @@ import re
 import time
 from typing import Any
 
-from converter.fsutil import TMP_PREFIX, fsync_dir, remove_files, write_atomic
+from converter.fsutil import TMP_PREFIX, fsync_dir, write_atomic
 from readers.formats import SUFFIXES
 from readers.manifest import MANIFEST_NAME, REPORTS_DIR, Manifest
 
