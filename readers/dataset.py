@@ -253,22 +253,7 @@ class Dataset:
         shards = self.shards(split)
         total = sum(s.records for s in shards)
         if input_context is not None:
-            num = int(input_context.num_input_pipelines)
-            index = int(input_context.input_pipeline_id)
-            _check_sharding(num, index, "input_context.num_input_pipelines", "input_context.input_pipeline_id")
-            if len(shards) >= num:
-                shards = [s for s in shards if s.position % num == index]
-                total = sum(s.records for s in shards)
-            else:
-                message = (
-                    f"Split {split!r} of {self._path} has {len(shards)} shard files for {num} input pipelines; "
-                    "every pipeline will read all files and keep every "
-                    f"{num}-th record (slower). Re-convert with more shards for file-level sharding."
-                )
-                logger.warning(message)
-                warnings.warn(message, stacklevel=2)
-                options = PipelineOptions(**{**_fields(options), "record_shard": (num, index)})
-                total = len(range(index, total, num))
+            shards, options, total = self._pipeline_share(split, shards, options, input_context)
         ds = self._adapter.tf_dataset(shards, self._spec, options)
         batches = total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
         ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
@@ -281,6 +266,28 @@ class Dataset:
         if input_context is not None:
             tf_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return ds.with_options(tf_options)
+
+    def _pipeline_share(self, split: str, shards: list[ShardRef], options: PipelineOptions,
+                        input_context: "tf.distribute.InputContext") -> tuple[list[ShardRef], PipelineOptions, int]:
+        """What one input pipeline of `input_context` reads: (its shards, its options, its records)."""
+        total = sum(s.records for s in shards)
+        num = int(input_context.num_input_pipelines)
+        index = int(input_context.input_pipeline_id)
+        _check_sharding(num, index, "input_context.num_input_pipelines", "input_context.input_pipeline_id")
+        if len(shards) >= num:
+            shards = [s for s in shards if s.position % num == index]
+            total = sum(s.records for s in shards)
+        else:
+            message = (
+                f"Split {split!r} of {self._path} has {len(shards)} shard files for {num} input pipelines; "
+                "every pipeline will read all files and keep every "
+                f"{num}-th record (slower). Re-convert with more shards for file-level sharding."
+            )
+            logger.warning(message)
+            warnings.warn(message, stacklevel=3)
+            options = PipelineOptions(**{**_fields(options), "record_shard": (num, index)})
+            total = len(range(index, total, num))
+        return shards, options, total
 
     # -- Keras PyDataset ------------------------------------------------------------------------
     def keras_dataset(

@@ -226,6 +226,60 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
     return build_report(spec, options, classes, found.splits, found.bad, summaries)
 
 
+def _unknown_colors(summaries: list[FileSummary], classes: tuple[ClassInfo, ...], tol: int, total_mask: int
+                    ) -> tuple[list[UnknownColorInfo], dict[str, int]]:
+    """Colours that matched no class, with their nearest class and what --color-tolerance
+    `tol` does to them, most pixels first; and the pixels/colours of those not listed."""
+    agg: dict[Color, list] = {}
+    unlisted = {"pixels": 0, "colors": 0}
+    for s in summaries:
+        for color, n in s.unknown.items():
+            a = agg.setdefault(color, [0, 0, []])
+            a[0] += n
+            a[1] += 1
+            if len(a[2]) < EXAMPLES:
+                a[2].append(s.key)
+        unlisted["pixels"] += s.unknown_other_pixels
+        unlisted["colors"] += s.unknown_other_colors
+    unknown: list[UnknownColorInfo] = []
+    for color, (n, nfiles, examples) in agg.items():
+        d = _chebyshev(classes, color)
+        order = np.argsort(d, kind="stable")
+        d1 = int(d[order[0]])
+        d2 = int(d[order[1]]) if len(order) > 1 else 256
+        unknown.append(UnknownColorInfo(
+            color, n, nfiles, share(n, total_mask), classes[int(order[0])].name, d1, d2 == d1, d2,
+            _status(d1, d2, tol), tuple(examples)))
+    unknown.sort(key=lambda u: (-u.pixels, u.color))
+    return unknown, unlisted
+
+
+def _bad_inputs(discovery_bad: Sequence[BadInput], summaries: list[FileSummary], unknown: list[UnknownColorInfo],
+                classes: tuple[ClassInfo, ...], tol: int) -> list[BadInput]:
+    """Bad inputs as convert would name them (colour problems at the scan's tolerance)."""
+    bad = list(discovery_bad)
+    status = {u.color: u for u in unknown}
+    cmap = ColorMap(classes, tol)
+    for s in summaries:
+        bad += s.errors
+        if s.errors:
+            continue  # convert stops at a sample's first problem
+        if s.unknown or s.unknown_other_pixels:
+            uc = UnknownColors()
+            for color, n in s.unknown.items():
+                st = status[color].status
+                if st == "unknown":
+                    uc.counts[color] = n
+                elif st == "ambiguous":
+                    uc.ambiguous[color] = n
+            if uc or s.unknown_other_pixels:
+                e = UnknownColorError(s.mask or s.image, uc, cmap)
+                reason = e.reason if uc else "unknown mask colours (many; not listed)"
+                bad.append(BadInput(e.path, reason, e.fix, s.key, e.kind))
+    bad.sort(key=lambda b: (b.path, b.kind, b.reason))
+    return bad
+
+
 def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInfo, ...], splits: Sequence[str],
                  discovery_bad: Sequence[BadInput], summaries: list[FileSummary]) -> ScanReport:
     c = len(classes)
@@ -248,29 +302,8 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
     total_mask = sum(mask_pixels.values())
     overall = sum(pixels.values(), np.zeros(c, np.int64))
 
-    # -- unknown colours
-    agg: dict[Color, list] = {}
-    unlisted = {"pixels": 0, "colors": 0}
-    for s in summaries:
-        for color, n in s.unknown.items():
-            a = agg.setdefault(color, [0, 0, []])
-            a[0] += n
-            a[1] += 1
-            if len(a[2]) < EXAMPLES:
-                a[2].append(s.key)
-        unlisted["pixels"] += s.unknown_other_pixels
-        unlisted["colors"] += s.unknown_other_colors
     tol = options.color_tolerance
-    unknown: list[UnknownColorInfo] = []
-    for color, (n, nfiles, examples) in agg.items():
-        d = _chebyshev(classes, color)
-        order = np.argsort(d, kind="stable")
-        d1 = int(d[order[0]])
-        d2 = int(d[order[1]]) if len(order) > 1 else 256
-        unknown.append(UnknownColorInfo(
-            color, n, nfiles, share(n, total_mask), classes[int(order[0])].name, d1, d2 == d1, d2,
-            _status(d1, d2, tol), tuple(examples)))
-    unknown.sort(key=lambda u: (-u.pixels, u.color))
+    unknown, unlisted = _unknown_colors(summaries, classes, tol, total_mask)
 
     # snapped colours count for their class in the table, as convert would count them
     snapped: dict[str, int] = Counter()
@@ -291,27 +324,7 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
                for sp in split_names if pairs.get(sp)}
     missing = {sp: names for sp, names in missing.items() if names}
 
-    # -- bad inputs as convert would name them (colour problems at the scan's tolerance)
-    bad = list(discovery_bad)
-    status = {u.color: u for u in unknown}
-    cmap = ColorMap(classes, tol)
-    for s in summaries:
-        bad += s.errors
-        if s.errors:
-            continue  # convert stops at a sample's first problem
-        if s.unknown or s.unknown_other_pixels:
-            uc = UnknownColors()
-            for color, n in s.unknown.items():
-                st = status[color].status
-                if st == "unknown":
-                    uc.counts[color] = n
-                elif st == "ambiguous":
-                    uc.ambiguous[color] = n
-            if uc or s.unknown_other_pixels:
-                e = UnknownColorError(s.mask or s.image, uc, cmap)
-                reason = e.reason if uc else "unknown mask colours (many; not listed)"
-                bad.append(BadInput(e.path, reason, e.fix, s.key, e.kind))
-    bad.sort(key=lambda b: (b.path, b.kind, b.reason))
+    bad = _bad_inputs(discovery_bad, summaries, unknown, classes, tol)
 
     duplicates = find_duplicates(summaries, split_names)
     images = image_stats(summaries)
