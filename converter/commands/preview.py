@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from converter.commands.convert import add_source_arguments, add_task_arguments, resolve_task
+from converter.commands import add_source_arguments, add_task_arguments, resolve_task
 from converter.options import DEFAULT_MAX_PIXELS, SourceSpec
 
 

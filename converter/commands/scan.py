@@ -15,7 +15,7 @@ import json
 import sys
 
 from converter.commands import progress_bar
-from converter.commands.convert import add_source_arguments, add_task_arguments, resolve_task, source_spec
+from converter.commands import add_source_arguments, add_task_arguments, resolve_task, source_spec
 from converter.options import DEFAULT_MAX_PIXELS
 from readers.tasks import task_kind
 
