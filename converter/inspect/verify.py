@@ -4,10 +4,11 @@ Checks every shard the manifest lists, without TensorFlow:
 
 * the file exists, has the manifest's size and digest (xxh3-128; sha256 in manifests
   of version 1);
-* it holds the manifest's number of records: TFRecord files are walked header by
-  header (`tfrecord_wire.count_records`), so a file cut exactly at a record boundary
-  (which TensorFlow reads as a shorter valid file) is caught; NPZ members' ``.npy``
-  headers give their shapes (never unpickled: an object dtype is an error);
+* it holds the manifest's number of records, counted by the format's adapter
+  (`FileAdapter.count_records`, from the one format registry): TFRecord files are
+  walked header by header, so a file cut exactly at a record boundary (which
+  TensorFlow reads as a shorter valid file) is caught; NPZ members' ``.npy`` headers
+  give their shapes (never unpickled: an object dtype is an error);
 * no sample key is listed twice in the dataset (nothing duplicated).
 
 With ``deep=True`` every record is also decoded (CRCs checked): image shape and
