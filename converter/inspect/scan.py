@@ -53,6 +53,7 @@ from converter.inspect.scan_core import (
     share,
 )
 from readers.manifest import ClassInfo
+from readers.tasks import task_kind
 
 if TYPE_CHECKING:
     from converter.inspect.scan_classification import ClassScanReport
@@ -213,7 +214,7 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
     `converter.inspect.scan_classification.ClassScanReport` instead.
     """
     options = options or ScanOptions()
-    if options.resolve_task(spec) is Task.CLASSIFICATION:
+    if not task_kind(options.resolve_task(spec)).dense:  # class folders
         from converter.inspect.scan_classification import scan_classification
 
         return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
