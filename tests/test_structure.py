@@ -160,3 +160,31 @@ def test_every_format_has_its_home_and_one_registry_entry():
         assert (home / "reader.py").is_file() and (home / "writer.py").is_file(), home
         assert type(ADAPTERS[fmt]).__module__ == f"readers.formats.{fmt.value}.reader"
         assert ENCODERS[fmt].__module__ == f"readers.formats.{fmt.value}.writer"
+
+
+def test_conversion_and_its_workers_never_import_tensorflow(tmp_path):
+    """A whole conversion (both formats, a forked worker pool and in-process) with
+    TensorFlow and Keras made unimportable: the worker task, the encoders and the
+    format registry stay NumPy-only."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for name in ('tensorflow', 'keras'): sys.modules[name] = None\n"
+        "from converter.testing import synth\n"
+        "from converter.convert import convert\n"
+        "from converter.options import OutputOptions, RunOptions, SourceSpec\n"
+        "src = synth.make_camvid(sys.argv[1] + '/src', splits={'train': 3, 'val': 2}, size=(20, 28), seed=3)\n"
+        "for fmt, workers in (('tfrecord', 2), ('npz', 1)):\n"
+        "    r = convert(SourceSpec(root=str(src.root)), sys.argv[1] + '/' + fmt,\n"
+        "                OutputOptions(size=(16, 24), format=fmt), RunOptions(workers=workers))\n"
+        "    assert r.published and r.samples_written == 5, r\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras') and sys.modules[m]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]"
