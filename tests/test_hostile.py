@@ -26,7 +26,7 @@ import pytest
 from PIL import Image
 
 from _hostile import assert_named_error, run_hostile
-from converter import synth
+from converter.testing import synth
 from converter.transform import png
 from converter.transform.decode import DecodeError, SourceFile, decode_image, decode_mask
 from readers.manifest import MANIFEST_NAME
@@ -151,7 +151,7 @@ def test_preview_of_hostile_sources_captions_every_bad_file(hostile_src, tmp_pat
     proc = run_hostile(["preview", str(hostile_src), "-o", str(sheet), "-n", "50"])
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert Image.open(sheet).size[0] > 0
-    code = ("import json; from converter.options import SourceSpec; from converter.preview import PreviewOptions, "
+    code = ("import json; from converter.options import SourceSpec; from converter.inspect.preview import PreviewOptions, "
             "source_samples; _, s = source_samples(SourceSpec(root=%r), PreviewOptions(n=50), 10**8); "
             "print(json.dumps({x.key: x.error for x in s}))" % str(hostile_src))
     proc = run_hostile(code=code)

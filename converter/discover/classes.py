@@ -11,7 +11,7 @@ import csv
 import io
 import os
 
-from converter.fingerprint import NotRegularFileError, open_regular
+from converter.plan.fingerprint import NotRegularFileError, open_regular
 from readers.manifest import ClassInfo
 
 

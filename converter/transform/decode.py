@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from converter.fingerprint import NotRegularFileError, digest_bytes, open_regular
+from converter.plan.fingerprint import NotRegularFileError, digest_bytes, open_regular
 from converter.transform import png, pngchunks
 from readers.manifest import SourceFingerprint
 
