@@ -40,7 +40,17 @@ except ImportError:  # pragma: no cover - exercised only without isal
     _inflater = zlib
 
 from readers.errors import ShardError, shard_error
-from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat
+from readers.formats import (
+    NPZ_IMAGE_BYTES,
+    NPZ_IMAGE_OFFSETS,
+    NPZ_IMAGES,
+    NPZ_KEYS,
+    NPZ_LABELS,
+    NPZ_MASK_BYTES,
+    NPZ_MASK_OFFSETS,
+    NPZ_MASKS,
+    FileFormat,
+)
 from readers.formats.base import (
     FileAdapter,
     PipelineOptions,
@@ -344,8 +354,56 @@ def _read_parsed(f: Any, path: str, names: Sequence[str], check_crc: bool
     return out, found
 
 
+def _encoded_parts(arrays: dict[str, np.ndarray], data_name: str, offsets_name: str, n: int,
+                   path: str) -> list[np.ndarray]:
+    """Per-record views of an encoded field stored as bytes + offsets (see `readers.formats`)."""
+    data, offsets = arrays[data_name], arrays[offsets_name]
+    if data.ndim != 1 or data.dtype != np.uint8:
+        raise shard_error(path, f"member {data_name!r} is {data.shape} {data.dtype}, expected 1-D uint8")
+    if offsets.shape != (n + 1,) or offsets.dtype.kind not in "iu":
+        raise shard_error(path, f"member {offsets_name!r} is {offsets.shape} {offsets.dtype}, expected "
+                          f"({n + 1},) int64 for {n} records")
+    bounds = offsets.astype(np.int64)
+    if n and (bounds[0] != 0 or bounds[-1] != data.size or np.any(np.diff(bounds) <= 0)):
+        raise shard_error(path, f"member {offsets_name!r} does not cut {data_name!r} ({data.size} bytes) into "
+                          f"{n} non-empty records")
+    return [data[bounds[i]:bounds[i + 1]] for i in range(n)]
+
+
+def _load_encoded(shard: ShardRef, spec: RecordSpec, check_crc: "bool | str") -> NpzShard:
+    """An encoded shard: image (and mask) bytes + offsets, decoded per record on access."""
+    from readers.formats.encoding import image_column, mask_column
+
+    path, n = shard.path, shard.records
+    names = [NPZ_IMAGE_BYTES, NPZ_IMAGE_OFFSETS, NPZ_KEYS]
+    if spec.segmentation:
+        masks_encoded = spec.mask_codec != "raw"
+        names += [NPZ_MASK_BYTES, NPZ_MASK_OFFSETS] if masks_encoded else [NPZ_MASKS]
+    else:
+        names.append(NPZ_LABELS)
+    arrays = read_npz(path, names, check_crc=check_crc)
+    images: Any = image_column(_encoded_parts(arrays, NPZ_IMAGE_BYTES, NPZ_IMAGE_OFFSETS, n, path), spec, path)
+    if not spec.segmentation:
+        targets = arrays[NPZ_LABELS]
+        if targets.shape != (n,) or targets.dtype.kind not in "iu":
+            raise shard_error(path, f"member {NPZ_LABELS!r} is {targets.shape} {targets.dtype}, expected ({n},) integers")
+    elif masks_encoded:
+        targets = mask_column(_encoded_parts(arrays, NPZ_MASK_BYTES, NPZ_MASK_OFFSETS, n, path), spec, path)
+    else:
+        targets = arrays[NPZ_MASKS]
+        if targets.shape != (n, *spec.mask_shape) or targets.dtype != spec.mask_np_dtype:
+            raise shard_error(path, f"member {NPZ_MASKS!r} is {targets.shape} {targets.dtype}, the manifest implies "
+                              f"{(n, *spec.mask_shape)} {spec.mask_np_dtype.name}")
+    keys = arrays[NPZ_KEYS]
+    if keys.shape != (n,) or keys.dtype.kind not in "US":
+        raise shard_error(path, f"member {NPZ_KEYS!r} is {keys.shape} {keys.dtype}, expected ({n},) strings")
+    return ShardArrays(images, targets, keys)
+
+
 def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = True) -> NpzShard:
-    """Read and check one shard against the manifest."""
+    """Read and check one shard against the manifest (encoded shards: see `_load_encoded`)."""
+    if spec.image_codec != "raw":
+        return _load_encoded(shard, spec, check_crc)
     path = shard.path
     target_name = NPZ_MASKS if spec.segmentation else NPZ_LABELS
     arrays = read_npz(path, [NPZ_IMAGES, target_name, NPZ_KEYS], check_crc=check_crc)
@@ -377,15 +435,25 @@ class NpzAdapter(FileAdapter):
     file_format = FileFormat.NPZ
 
     def iter_shard(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
+        from readers.formats.encoding import decode_stored
+
+        return decode_stored(self.iter_stored(shard, spec), spec, shard.path)
+
+    def iter_stored(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
         data = load_shard(shard, spec)
+
+        def stored(column: Any, i: int) -> Any:
+            raw = getattr(column, "raw", None)  # an EncodedColumn: its stored bytes
+            return raw(i) if raw is not None else column[i]
+
         for i in range(shard.records):
             with naming_shard(shard.path, i):
                 key = data.keys[i]
                 key = key.decode("utf-8") if isinstance(key, bytes) else str(key)
                 if spec.segmentation:
-                    record = Record(key, data.images[i], mask=data.targets[i])
+                    record = Record(key, stored(data.images, i), mask=stored(data.targets, i))
                 else:
-                    record = Record(key, data.images[i], label=int(data.targets[i]))
+                    record = Record(key, stored(data.images, i), label=int(data.targets[i]))
             yield record
 
     def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions) -> "tf.data.Dataset":
