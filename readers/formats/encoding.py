@@ -104,7 +104,7 @@ def encode_mask(mask: np.ndarray, ignore_index: int) -> bytes:
     if cmap.dtype == np.uint8:
         pil = Image.fromarray(np.ascontiguousarray(cmap), "L")
     else:
-        pil = Image.fromarray(np.ascontiguousarray(cmap, "<u2"), "I;16")
+        pil = Image.fromarray(np.ascontiguousarray(cmap, np.uint16))  # 16-bit greyscale ("I;16")
     out = io.BytesIO()
     pil.save(out, format="PNG", compress_level=PNG_COMPRESS_LEVEL, optimize=False)
     return out.getvalue()
