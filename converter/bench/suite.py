@@ -63,6 +63,7 @@ class BenchResult:
     sources: dict[str, Any]
     rows: dict[str, Row] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
+    storage: dict[str, Any] = field(default_factory=dict)  # encoding -> size, PSNR, warm/cold reads
     seconds: float = 0.0
 
     def add(self, row: Row) -> Row:
@@ -80,7 +81,7 @@ class BenchResult:
 
         opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options.__dict__.items()}
         return {"options": opts, "machine": self.machine, "sources": self.sources, "seconds": round(self.seconds, 1),
-                "rows": [r.to_json() for r in self.rows.values()], "memory": self.memory,
+                "rows": [r.to_json() for r in self.rows.values()], "memory": self.memory, "storage": self.storage,
                 "targets": [t.to_json() for t in targets(self)]}
 
 
@@ -277,6 +278,23 @@ def measure_readers(opts: BenchOptions, sources: Sources, tfr: str, work: str, r
             say(f"  {row.key}: {row.timing.rates[-1]:.1f} samples/s, {row.cpu.rates[-1]:.1f} per CPU-s")
 
 
+def measure_storage_section(opts: BenchOptions, sources: Sources, work: str, result: BenchResult, say: Say) -> None:
+    """The storage section; pipeline 1 (its yardstick) is timed here too when "read" did not run."""
+    from converter.bench.storage import measure_storage
+
+    if "p1_tf_png" not in result.rows:
+        p1 = baselines.raw_png_tf_dataset(sources.pairs, sources.colors, opts.size, opts.batch_size)
+        h, w = opts.size
+        row = result.add(Row("p1_tf_png", "1. tf.data over PNG (decode, resize, tf.equal one-hot)", "reader",
+                             4 * h * w * (3 + len(sources.colors))))
+        run = _tf_epoch(p1)
+        say("storage: timing pipeline 1 (the yardstick)")
+        run()
+        for _ in range(opts.repeats):
+            row.record(*timed_epochs(run, opts.min_seconds))
+    result.storage = measure_storage(opts, sources, work, say)
+
+
 # -- memory ---------------------------------------------------------------------------------------------
 
 def measure_reader_memory(opts: BenchOptions, outs: dict[str, str], result: BenchResult, say: Say) -> None:
@@ -336,6 +354,8 @@ def run_bench(opts: BenchOptions, say: Say | None = None) -> BenchResult:
                 run_convert(sources.root, tfr, opts.size, workers=max(opts.worker_counts))
         if "read" in opts.sections:
             measure_readers(opts, sources, tfr, work, result, say)
+        if "storage" in opts.sections:
+            measure_storage_section(opts, sources, work, result, say)
         if "memory" in opts.sections:
             npz = os.path.join(work, "npz_deflate")
             if not os.path.isdir(npz):
