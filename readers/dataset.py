@@ -239,7 +239,11 @@ class Dataset:
         gathered straight into aligned batches (one copy; see
         `readers.formats.tfrecord.load_mapped` and `readers.formats.batching`); NPZ
         shards are inflated by loader threads; casting and one-hot encoding run in a
-        parallel `tf.data` map. The first call tunes glibc malloc for megabyte blocks
+        parallel `tf.data` map. Encoded images and masks (``--image-encoding``) are decoded
+        per batch, in parallel: by Pillow on one thread per core in the generator
+        pipeline, by `tf.io` decoders in TensorFlow's reader (gzip TFRecords); the
+        batches are the same uint8 tensors the raw path gives (`readers.formats.encoding`).
+        The first call tunes glibc malloc for megabyte blocks
         (`readers.formats.base.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
         """
         import tensorflow as tf
