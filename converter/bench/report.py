@@ -85,6 +85,9 @@ def storage_targets(result: "BenchResult") -> list[Target]:
         Target("masks identical in every encoding (1 = yes)", float(every_mask), 1, True, ""),
         Target("JPEG q90 float32+one-hot reader vs pipeline 1 (warm)",
                jpeg["warm_median"] / result.rate("p1_tf_png") if result.rate("p1_tf_png") else float("nan"), 8, True),
+        Target("JPEG q90 float32+one-hot reader vs pipeline 1 (per CPU-second)",
+               jpeg.get("warm_cpu_median", float("nan")) / result.rate("p1_tf_png", cpu=True)
+               if result.rate("p1_tf_png", cpu=True) else float("nan"), 8, True),
     ]
 
 
@@ -126,7 +129,7 @@ def table(result: "BenchResult") -> str:
     if result.storage:
         from converter.bench.storage import storage_table
 
-        lines.append(storage_table(result.storage, result.rate("p1_tf_png")))
+        lines.append(storage_table(result.storage, result.rate("p1_tf_png"), result.rate("p1_tf_png", cpu=True)))
     lines.append("-- targets (issues 4 and 16)")
     lines += [t.line() for t in targets(result)]
     return "\n".join(lines)

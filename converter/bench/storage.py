@@ -71,8 +71,13 @@ def _epoch(ds: Any, split: str, opts: BenchOptions, cold: bool) -> Callable[[], 
     return run
 
 
-def measure_storage(opts: BenchOptions, sources: Sources, work: str, say: Callable[[str], None]) -> dict[str, Any]:
-    """Convert with every encoding of `VARIANTS` and measure size, quality and read speed."""
+def measure_storage(opts: BenchOptions, sources: Sources, work: str, say: Callable[[str], None],
+                    yardstick: "tuple[Any, Callable[[], int]] | None" = None) -> dict[str, Any]:
+    """Convert with every encoding of `VARIANTS` and measure size, quality and read speed.
+
+    `yardstick`: (row, one epoch) of a pipeline timed in the same round-robin (pipeline 1
+    when the read section did not run), so that the ratios to it see the same load.
+    """
     import readers
 
     workers = max(opts.worker_counts)
@@ -97,8 +102,12 @@ def measure_storage(opts: BenchOptions, sources: Sources, work: str, say: Callab
     runs = {(key, cold): _epoch(outs[key], rows[key]["split"], opts, cold) for key in rows for cold in (False, True)}
     for run in runs.values():
         run()  # warm-up: traces the functions, starts the thread pools
+    if yardstick is not None:
+        yardstick[1]()
     for r in range(opts.repeats):
         say(f"storage: read repeat {r + 1}/{opts.repeats}")
+        if yardstick is not None:
+            yardstick[0].record(*timed_epochs(yardstick[1], opts.min_seconds))
         for (key, cold), run in runs.items():
             samples, wall, cpu = timed_epochs(run, opts.min_seconds)
             name = "cold" if cold else "warm"
@@ -111,20 +120,26 @@ def measure_storage(opts: BenchOptions, sources: Sources, work: str, say: Callab
     return rows
 
 
-def storage_table(rows: dict[str, dict[str, Any]], p1_rate: float) -> str:
-    """The storage section of the printed report."""
+def storage_table(rows: dict[str, dict[str, Any]], p1_rate: float, p1_cpu_rate: float) -> str:
+    """The storage section of the printed report (x p1: warm samples/s, and per CPU-second)."""
     lines = ["-- storage: same sources per image encoding (float32 + one-hot tf_dataset; cold = shards dropped "
              "from the page cache before each epoch)",
              f"{'encoding':<10} {'KB/sample':>10} {'x raw':>7} {'PSNR dB':>8} {'worst':>6} {'masks':>9} "
-             f"{'warm /s':>8} {'cold /s':>8} {'x p1':>6}"]
+             f"{'warm /s':>8} {'cold /s':>8} {'x p1':>6} {'/CPU-s':>7} {'x p1':>6}"]
     for key, row in rows.items():
         psnr = "exact" if row["bit_exact"] else f"{row['psnr_db']:.1f}"
         worst = "" if row["bit_exact"] else f"{row['psnr_min_db']:.1f}"
         masks = "identical" if row["masks_identical"] else "DIFFER"
-        vs_p1 = row["warm_median"] / p1_rate if p1_rate and not math.isnan(p1_rate) else float("nan")
+        vs_p1 = _ratio(row["warm_median"], p1_rate)
+        vs_p1_cpu = _ratio(row["warm_cpu_median"], p1_cpu_rate)
         lines.append(f"{key:<10} {row['bytes_per_sample'] / 1e3:>10.1f} {row['ratio_to_raw']:>7.3f} {psnr:>8} "
-                     f"{worst:>6} {masks:>9} {row['warm_median']:>8.0f} {row['cold_median']:>8.0f} {vs_p1:>6.1f}")
+                     f"{worst:>6} {masks:>9} {row['warm_median']:>8.0f} {row['cold_median']:>8.0f} {vs_p1:>6.1f} "
+                     f"{row['warm_cpu_median']:>7.0f} {vs_p1_cpu:>6.1f}")
     return "\n".join(lines)
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b and not math.isnan(a) and not math.isnan(b) else float("nan")
 
 
 __all__ = ["VARIANTS", "drop_from_page_cache", "image_quality", "measure_storage", "storage_table"]

@@ -282,17 +282,14 @@ def measure_storage_section(opts: BenchOptions, sources: Sources, work: str, res
     """The storage section; pipeline 1 (its yardstick) is timed here too when "read" did not run."""
     from converter.bench.storage import measure_storage
 
+    yardstick = None
     if "p1_tf_png" not in result.rows:
         p1 = baselines.raw_png_tf_dataset(sources.pairs, sources.colors, opts.size, opts.batch_size)
         h, w = opts.size
         row = result.add(Row("p1_tf_png", "1. tf.data over PNG (decode, resize, tf.equal one-hot)", "reader",
-                             4 * h * w * (3 + len(sources.colors))))
-        run = _tf_epoch(p1)
-        say("storage: timing pipeline 1 (the yardstick)")
-        run()
-        for _ in range(opts.repeats):
-            row.record(*timed_epochs(run, opts.min_seconds))
-    result.storage = measure_storage(opts, sources, work, say)
+                             4 * h * w * (3 + len(sources.colors)), note="timed with the storage section"))
+        yardstick = (row, _tf_epoch(p1))
+    result.storage = measure_storage(opts, sources, work, say, yardstick)
 
 
 # -- memory ---------------------------------------------------------------------------------------------
