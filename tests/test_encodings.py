@@ -203,17 +203,10 @@ def test_encoded_shards_are_identical_with_one_and_two_workers(sources, tmp_path
 
 
 def test_uint16_class_maps_are_stored_as_16_bit_png_and_read_back_exactly(tmp_path):
-    classes = [(f"c{i}", ((i * 7) % 256, (i * 13) % 256, i // 2)) for i in range(300)]
+    from tests._shards import write_many_class_source  # noqa: I001
+
     src = tmp_path / "src"
-    (src / "train").mkdir(parents=True)
-    (src / "train_labels").mkdir()
-    (src / "class_dict.csv").write_text("name,r,g,b\n" + "".join(f"{n},{r},{g},{b}\n" for n, (r, g, b) in classes))
-    rng = np.random.default_rng(5)
-    colors = np.array([c for _, c in classes], dtype=np.uint8)
-    for i in range(3):
-        Image.fromarray(synth.textured_image(32, 48, rng)).save(src / "train" / f"f{i}.png")
-        cls = np.kron(rng.integers(0, 300, (4, 6)), np.ones((8, 8), dtype=np.int64))
-        Image.fromarray(colors[cls]).save(src / "train_labels" / f"f{i}_L.png")
+    write_many_class_source(src, samples=3, height=32, width=48, seed=5)
     raw, jpeg = tmp_path / "raw", tmp_path / "jpeg"
     _convert(src, raw)
     _convert(src, jpeg, image_encoding="jpeg", format="npz")
