@@ -27,8 +27,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from readers._lazy import LazyClass
-from readers.formats.base import PipelineOptions, RandomAccessShard, RecordSpec, expand_numpy
+from readers.formats.base import RandomAccessShard
 from readers.formats.encoding import parallel_for
+from readers.formats.expand import expand_numpy
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import RecordSpec
 
 
 

@@ -179,7 +179,7 @@ def write_many_class_source(src: str | os.PathLike, *, samples: int, height: int
 
     from PIL import Image
 
-    from converter import synth
+    from converter.testing import synth
 
     src = Path(src)
     classes = [(f"c{i}", ((i * 7) % 256, (i * 13) % 256, i // 2)) for i in range(num_classes)]

@@ -15,11 +15,11 @@ import pytest
 from PIL import Image
 
 import readers
-from converter import synth
+from converter.testing import synth
 from converter.convert import convert
-from converter.fingerprint import digest_file
+from converter.plan.fingerprint import digest_file
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.plan import PlanError
+from converter.plan.shards import PlanError
 from readers.errors import ShardError
 from readers.manifest import MANIFEST_NAME, Manifest
 
@@ -117,7 +117,7 @@ def _check_stored_bytes(ds, fmt: str, encoding: str, records: dict) -> None:
 
 def _check_pipelines(ds, split: str) -> None:
     """tf_dataset (compact and float/one-hot) and keras_dataset give records() in order."""
-    from readers.formats.base import expand_numpy
+    from readers.formats.expand import expand_numpy
 
     recs = list(ds.records(split))
     images = np.stack([r.image for r in recs])
@@ -269,7 +269,7 @@ def test_rewrite_copies_jpeg_records_without_encoding_them_again(sources, tmp_pa
 def _rewrite_tfrecord_with(out: Path, split: str, index: int, image: bytes) -> str:
     """Replace record `index`'s image bytes in the first shard of `split` (valid framing and
     CRCs) and update the manifest's size and digest: damage only the decoder can find."""
-    from readers.formats import tfrecord_wire
+    from readers.formats.tfrecord import wire as tfrecord_wire
 
     m = Manifest.load(out)
     shard = m.shards(split)[0]
@@ -301,7 +301,7 @@ def _update_manifest(out: Path, m: Manifest, split: str, file: str, path: Path) 
 
 @pytest.mark.parametrize("damage", ["truncated", "not_a_jpeg"])
 def test_corrupt_jpeg_inside_a_tfrecord_shard_names_the_shard_and_record(sources, tmp_path, damage):
-    from converter.verify import verify
+    from converter.inspect.verify import verify
 
     out = tmp_path / "out"
     _convert(sources["segmentation"], out, image_encoding="jpeg", shard_size=1 << 20)
@@ -374,7 +374,7 @@ def test_tfds_features_json_for_encoded_images_is_what_tfds_writes(sources, tmp_
     import json
 
     tfds = pytest.importorskip("tensorflow_datasets")
-    from converter.tfds_meta import features_json
+    from converter.publish.tfds import features_json
 
     out = tmp_path / "out"
     _convert(sources["segmentation"], out, image_encoding="jpeg")
@@ -386,7 +386,7 @@ def test_tfds_features_json_for_encoded_images_is_what_tfds_writes(sources, tmp_
 
 
 def test_inspect_shows_the_encoding_bytes_per_sample_and_ratio_to_raw(sources, tmp_path):
-    from converter.describe import describe, format_description
+    from converter.inspect.describe import describe, format_description
 
     out = tmp_path / "out"
     _convert(sources["segmentation"], out, image_encoding="jpeg", quality=80)

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from converter.options import OutputOptions
-from converter.write.base import SampleArrays
+from readers.formats.encoder import SampleArrays
 from readers.formats.encoding import encode_image, encode_mask
 
 

@@ -24,23 +24,16 @@ concatenated) + ``image_offsets`` (int64, N+1) and ``mask_bytes`` + ``mask_offse
 
 from __future__ import annotations
 
-import enum
+from readers.choice import Choice
 
 
-class FileFormat(str, enum.Enum):
+class FileFormat(Choice):
     TFRECORD = "tfrecord"
     NPZ = "npz"
 
     @classmethod
-    def parse(cls, value: "str | FileFormat") -> "FileFormat":
-        if isinstance(value, FileFormat):
-            return value
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            raise ValueError(
-                f"Unknown format. Expected one of {[f.value for f in cls]}. Received: {value!r}"
-            ) from None
+    def _argument(cls) -> str:
+        return "format"
 
 
 #: Allowed compressions per format; the first is the default.
@@ -63,6 +56,11 @@ NPZ_IMAGES = "images"
 NPZ_MASKS = "masks"
 NPZ_LABELS = "labels"
 NPZ_KEYS = "keys"
+#: How image / mask bytes may be stored (manifest ``image.codec`` / ``mask.codec``; see
+#: `readers.formats.encoding`): raw arrays, or PNG / JPEG / WebP files.
+IMAGE_CODECS = ("raw", "png", "jpeg", "webp")
+MASK_CODECS = ("raw", "png")
+
 #: Encoded records (see `readers.formats.encoding`): concatenated bytes + int64 offsets (N+1).
 NPZ_IMAGE_BYTES = "image_bytes"
 NPZ_IMAGE_OFFSETS = "image_offsets"
@@ -84,3 +82,10 @@ def check_compression(fmt: "str | FileFormat", compression: "str | None") -> str
             f"Received: {compression!r}"
         )
     return compression
+
+
+def check_choice(value: object, allowed: "tuple[str, ...] | list[str]", what: str) -> str:
+    """`value` when it is one of `allowed`, else a ValueError naming `what` (codecs in the manifest)."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{what} must be one of {list(allowed)}. Received: {value!r}")
+    return value

@@ -37,14 +37,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from readers.errors import describe, shard_error
+from readers.formats import IMAGE_CODECS, MASK_CODECS, check_choice
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
-    from readers.formats.base import Record, RecordSpec
+    from readers.formats.spec import Record, RecordSpec
 
-IMAGE_CODECS = ("raw", "png", "jpeg", "webp")
-MASK_CODECS = ("raw", "png")
 LOSSY_CODECS = ("jpeg", "webp")
 DEFAULT_QUALITY = 90
 
@@ -63,19 +62,13 @@ def mask_codec_for(image_codec: str) -> str:
     return "raw" if image_codec == "raw" else "png"
 
 
-def check_codec(codec: Any, allowed: Sequence[str], what: str) -> str:
-    if not isinstance(codec, str) or codec not in allowed:
-        raise ValueError(f"{what} must be one of {list(allowed)}. Received: {codec!r}")
-    return codec
-
-
 # -- encoding (converter workers) ----------------------------------------------------------------
 
 def encode_image(image: np.ndarray, codec: str, quality: int | None = None) -> bytes:
     """The stored bytes of a (H, W, 3) uint8 image in `codec` (not "raw")."""
     from PIL import Image
 
-    check_codec(codec, IMAGE_CODECS[1:], "image codec")
+    check_choice(codec, IMAGE_CODECS[1:], "image codec")
     pil = Image.fromarray(np.ascontiguousarray(image, np.uint8), "RGB")
     out = io.BytesIO()
     if codec == "png":
@@ -340,7 +333,6 @@ __all__ = [
     "LOSSY_CODECS",
     "MASK_CODECS",
     "EncodedColumn",
-    "check_codec",
     "class_map_of_onehot",
     "decode_image",
     "decode_mask",

@@ -20,7 +20,6 @@ from typing import IO
 
 import numpy as np
 
-from converter.write.base import SampleArrays, ShardEncoder
 from readers.formats import (
     NPZ_IMAGE_BYTES,
     NPZ_IMAGE_OFFSETS,
@@ -33,6 +32,7 @@ from readers.formats import (
     SUFFIXES,
     FileFormat,
 )
+from readers.formats.encoder import SampleArrays, ShardEncoder
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 #: zlib level for compressed shards: level 1 keeps most of the size win of level 6 on
