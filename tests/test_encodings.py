@@ -400,3 +400,16 @@ def test_inspect_shows_the_encoding_bytes_per_sample_and_ratio_to_raw(sources, t
     assert st["raw_bytes_per_sample"] == 32 * 48 * 3 + 32 * 48
     assert 0 < st["ratio_to_raw"] < 1
     assert "Storage: images jpeg q80, masks png;" in format_description(d)
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "npz"])
+def test_verify_counts_and_decodes_encoded_shards(sources, tmp_path, fmt):
+    from converter.inspect.verify import verify
+
+    for task in ("segmentation", "classification"):
+        out = tmp_path / task
+        _convert(sources[task], out, task=task, format=fmt, image_encoding="jpeg")
+        for deep in (False, True):
+            report = verify(str(out), deep=deep)
+            assert report.ok, [str(p) for p in report.errors]
+            assert report.records == sum(readers.open(out).splits.values())
