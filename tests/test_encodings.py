@@ -413,3 +413,18 @@ def test_verify_counts_and_decodes_encoded_shards(sources, tmp_path, fmt):
             report = verify(str(out), deep=deep)
             assert report.ok, [str(p) for p in report.errors]
             assert report.records == sum(readers.open(out).splits.values())
+
+
+def test_a_keras_model_trains_on_a_jpeg_dataset_with_the_same_code(sources, tmp_path):
+    import keras
+
+    out = tmp_path / "out"
+    _convert(sources["segmentation"], out, image_encoding="jpeg")
+    ds = readers.open(out)
+    model = keras.Sequential([keras.Input((*SIZE, 3)), keras.layers.Conv2D(ds.num_classes, 1, activation="softmax")])
+    model.compile(optimizer="adam", loss="categorical_crossentropy")
+    history = model.fit(ds.tf_dataset("train", 4, seed=0), validation_data=ds.tf_dataset("val", 4, shuffle=False),
+                        epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2 and all(np.isfinite(history.history["val_loss"]))
+    history = model.fit(ds.keras_dataset("train", 4, seed=0), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
