@@ -428,3 +428,14 @@ def test_a_keras_model_trains_on_a_jpeg_dataset_with_the_same_code(sources, tmp_
     assert len(history.history["loss"]) == 2 and all(np.isfinite(history.history["val_loss"]))
     history = model.fit(ds.keras_dataset("train", 4, seed=0), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_an_encoded_image_of_the_wrong_size_is_refused_before_decoding(sources, tmp_path):
+    out = tmp_path / "out"
+    _convert(sources["segmentation"], out, image_encoding="png", shard_size=1 << 20)
+    other = io.BytesIO()
+    Image.fromarray(synth.textured_image(SIZE[0] * 2, SIZE[1], np.random.default_rng(4))).save(other, format="PNG")
+    path = _rewrite_tfrecord_with(out, "train", 1, other.getvalue())
+    with pytest.raises(ShardError, match=f"shard {path}, record 1: image is not a valid PNG .*is 48x64, the manifest "
+                                         "says 48x32"):
+        list(readers.open(out).records("train"))

@@ -112,6 +112,8 @@ def decode_image(data: Any, spec: "RecordSpec") -> np.ndarray:
     codec = spec.image_codec
     try:
         with Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[codec]]) as pil:
+            if pil.size != (spec.width, spec.height):  # before decoding: a hostile header allocates nothing
+                raise ValueError(f"is {pil.size[0]}x{pil.size[1]}, the manifest says {spec.width}x{spec.height}")
             pil.load()
             if pil.mode != "RGB":
                 raise ValueError(f"decodes to mode {pil.mode!r}, expected 'RGB'")
@@ -135,6 +137,8 @@ def decode_mask(data: Any, spec: "RecordSpec") -> np.ndarray:
     modes = ("I;16", "I;16B", "I") if wide_class_map(spec) else ("L",)
     try:
         with Image.open(io.BytesIO(data), formats=["PNG"]) as pil:
+            if pil.size != (spec.width, spec.height):  # before decoding: a hostile header allocates nothing
+                raise ValueError(f"is {pil.size[0]}x{pil.size[1]}, the manifest says {spec.width}x{spec.height}")
             pil.load()
             if pil.mode not in modes:
                 raise ValueError(f"decodes to mode {pil.mode!r}, expected {modes[0]!r}")
