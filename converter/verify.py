@@ -40,6 +40,7 @@ import numpy as np
 
 from converter.fingerprint import algorithm_of, digest_file
 from readers.errors import describe
+from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular, open_regular_file
 from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat, check_compression
 from readers.formats.base import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
@@ -181,11 +182,13 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
         return Problem(entry.file, text, record, split)
 
     try:
-        size = os.stat(path).st_size
+        size = _regular_size(root, path)
     except FileNotFoundError:
         return [problem("missing: the manifest lists it but the file does not exist")]
+    except (NotRegularFileError, OutsideDatasetError) as e:
+        return [problem(str(e).replace(path, "it", 1))]
     except OSError as e:
-        return [problem(f"cannot stat it ({describe(e)})")]
+        return [problem(f"cannot open it ({describe(e)})")]
     out: list[Problem] = []
     if size != entry.bytes:
         cut = " (truncated)" if size < entry.bytes else ""
@@ -213,6 +216,17 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
     return out
 
 
+def _regular_size(root: str, path: str) -> int:
+    """The size of shard `path`, a regular file inside `root` (symlinks resolved); raises
+    `OSError` (`NotRegularFileError`, `OutsideDatasetError`, `FileNotFoundError`, ...)."""
+    check_inside(root, path)
+    fd = open_regular(path)
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
 def _count(path: str, fmt: FileFormat, spec: RecordSpec, *, check_crc: bool) -> tuple[int | None, Problem | None]:
     """(records in the file, or a Problem with the record index where reading broke)."""
     if fmt is FileFormat.TFRECORD:
@@ -231,7 +245,7 @@ def _npz_count(path: str, spec: RecordSpec) -> tuple[int | None, Problem | None]
     want = {NPZ_IMAGES: (spec.image_shape, np.dtype(np.uint8)), NPZ_KEYS: ((), None),
             target: ((spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else ((), None))}
     counts = {}
-    with zipfile.ZipFile(path) as zf:
+    with open_regular_file(path) as raw, zipfile.ZipFile(raw) as zf:
         names = set(zf.namelist())
         for member, (shape, dtype) in want.items():
             if member + ".npy" not in names:
@@ -241,6 +255,8 @@ def _npz_count(path: str, spec: RecordSpec) -> tuple[int | None, Problem | None]
                 header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                           else np.lib.format.read_array_header_2_0)
                 got_shape, _, got_dtype = header(f)
+            if any(d < 0 for d in got_shape):
+                return None, Problem("", f"member {member}.npy has a negative dimension in its shape {got_shape}")
             if got_dtype.hasobject:
                 return None, Problem("", f"member {member}.npy holds Python objects ({got_dtype}); "
                                          "pickled data is never loaded")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from readers.errors import FIX_HINT, describe, shard_error
+from readers.files import open_regular, open_regular_file
 from readers.formats import (
     FEATURE_HEIGHT,
     FEATURE_IMAGE,
@@ -291,7 +292,7 @@ def load_mapped(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = 
 
     path = shard.path
     with naming_shard(path):
-        with open(path, "rb") as f:
+        with open_regular_file(path) as f:
             st = os.fstat(f.fileno())
             check_crc, verified_key = crc_due(path, st, check_crc)
             size = st.st_size
@@ -512,7 +513,8 @@ class TFRecordRandomAccess(RandomAccessShard):
 
     def _file(self) -> int:
         if self._fd is None or self._pid != os.getpid():
-            self._fd = os.open(self.shard.path, os.O_RDONLY)
+            with naming_shard(self.shard.path):
+                self._fd = open_regular(self.shard.path)
             self._pid = os.getpid()
         return self._fd
 
@@ -525,7 +527,7 @@ class TFRecordRandomAccess(RandomAccessShard):
                 cache.move_to_end(path)
                 return data
         with naming_shard(path):
-            with open(path, "rb") as f:
+            with open_regular_file(path) as f:
                 data = gzip.decompress(f.read())
         with TFRecordRandomAccess._gzip_lock:
             cache[path] = data
