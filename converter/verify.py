@@ -43,6 +43,7 @@ from readers.errors import describe
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular, open_regular_file
 from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat, check_compression
 from readers.formats.base import Record, RecordSpec, ShardRef
+from readers.formats.npz import check_member_sizes, member_limits
 from readers.formats.registry import get_adapter
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
 
@@ -203,7 +204,7 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
     if damaged:
         out.append(problem(f"digest is {digest}, the manifest says {entry.digest} (the content changed)"))
     try:  # a damaged TFRecord is walked with CRCs on, to name the record
-        count, record_problem = _count(path, fmt, spec, check_crc=damaged)
+        count, record_problem = _count(path, fmt, spec, entry, check_crc=damaged)
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
         count, record_problem = None, Problem("", f"cannot count its records ({describe(e)})")
     if record_problem is not None:
@@ -227,7 +228,7 @@ def _regular_size(root: str, path: str) -> int:
         os.close(fd)
 
 
-def _count(path: str, fmt: FileFormat, spec: RecordSpec, *, check_crc: bool) -> tuple[int | None, Problem | None]:
+def _count(path: str, fmt: FileFormat, spec: RecordSpec, entry: ShardEntry, *, check_crc: bool) -> tuple[int | None, Problem | None]:
     """(records in the file, or a Problem with the record index where reading broke)."""
     if fmt is FileFormat.TFRECORD:
         from readers.formats.tfrecord_wire import TFRecordCorruptError, count_records
@@ -236,20 +237,27 @@ def _count(path: str, fmt: FileFormat, spec: RecordSpec, *, check_crc: bool) -> 
             return count_records(path, compression=spec.compression, check_crc=check_crc), None
         except TFRecordCorruptError as e:
             return None, Problem("", str(e).replace(f"Corrupt TFRecord file {path!r}: ", ""), e.record)
-    return _npz_count(path, spec)
+    return _npz_count(path, spec, entry)
 
 
-def _npz_count(path: str, spec: RecordSpec) -> tuple[int | None, Problem | None]:
+def _npz_count(path: str, spec: RecordSpec, entry: ShardEntry) -> tuple[int | None, Problem | None]:
     """Records of an NPZ shard from its members' .npy headers (no data read, nothing unpickled)."""
     target = NPZ_MASKS if spec.segmentation else NPZ_LABELS
     want = {NPZ_IMAGES: (spec.image_shape, np.dtype(np.uint8)), NPZ_KEYS: ((), None),
             target: ((spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else ((), None))}
     counts = {}
+    limits = member_limits(ShardRef(path, entry, 0), spec)
     with open_regular_file(path) as raw, zipfile.ZipFile(raw) as zf:
         names = set(zf.namelist())
+        file_size = os.fstat(raw.fileno()).st_size
         for member, (shape, dtype) in want.items():
             if member + ".npy" not in names:
                 return None, Problem("", f"member {member}.npy is missing; it holds {sorted(names)}")
+            info = zf.getinfo(member + ".npy")
+            try:  # the sizes the zip directory claims, before the reader would allocate them
+                check_member_sizes(path, info, info.header_offset, file_size, limits[member])
+            except ValueError as e:
+                return None, Problem("", _strip_fix(str(e), path))
             with zf.open(member + ".npy") as f:
                 version = np.lib.format.read_magic(f)
                 header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
@@ -366,7 +374,10 @@ def _class_counts(record: Record, spec: RecordSpec) -> tuple[np.ndarray, int]:
 
 
 def format_report(report: VerifyReport) -> str:
-    """Human-readable lines: one per error and warning, then a verdict."""
+    """Human-readable lines: one per error and warning, then a verdict (one line when the
+    manifest itself cannot be read: there is nothing else to report)."""
+    if report.shards == 0 and len(report.errors) == 1 and report.errors[0].file == MANIFEST_NAME:
+        return f"FAILED: {report.errors[0].problem}"
     lines = [f"error: {p}" for p in report.errors] + [f"warning: {p}" for p in report.warnings]
     what = "size, digest, record count" + (", every record decoded" if report.deep else "")
     if report.ok:

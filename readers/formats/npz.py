@@ -345,7 +345,7 @@ def _read_parsed(f: Any, path: str, names: Sequence[str], check_crc: bool, max_b
                               offset=info.header_offset)
         fields = _LOCAL_HEADER.unpack(header)
         start = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
-        _check_member_sizes(path, info, start, file_size, max_bytes.get(name))
+        check_member_sizes(path, info, start, file_size, max_bytes.get(name))
         if info.compress_type == zipfile.ZIP_STORED:
             if mapped is None:
                 mapped = _map(f.fileno())
@@ -379,9 +379,10 @@ DEFLATE_MAX_RATIO = 1032
 KEY_MAX_CHARS = 4096
 
 
-def _check_member_sizes(path: str, info: zipfile.ZipInfo, start: int, file_size: int, limit: int | None) -> None:
+def check_member_sizes(path: str, info: zipfile.ZipInfo, start: int, file_size: int, limit: int | None) -> None:
     """Refuse sizes the zip directory claims that the file or the manifest cannot back,
-    before a buffer of that size is allocated."""
+    before a buffer of that size is allocated (`start`: where the member's data begins,
+    or a lower bound of it; `limit`: see `member_limits`). Raises `ShardError`."""
     name = info.filename
     if start + info.compress_size > file_size:
         raise shard_error(path, f"member {name!r} claims {info.compress_size} bytes at offset {start}, past the "
@@ -515,5 +516,5 @@ class NpzRandomAccess(RandomAccessShard):
 
 ADAPTER = NpzAdapter()
 
-__all__ = ["ADAPTER", "CACHE_BYTES", "NpzAdapter", "NpzRandomAccess", "NpzShard", "ShardError", "load_shard",
-           "read_npz"]
+__all__ = ["ADAPTER", "CACHE_BYTES", "NpzAdapter", "NpzRandomAccess", "NpzShard", "ShardError",
+           "check_member_sizes", "load_shard", "member_limits", "read_npz"]
