@@ -25,10 +25,11 @@ import numpy as np
 import pytest
 
 import readers
-from converter.verify import verify
-from converter.write.base import SampleArrays, ShardWriter
-from converter.write.registry import encoder_for
-from readers.formats import npz as npz_reader
+from converter.inspect.verify import verify
+from converter.write.base import ShardWriter
+from readers.formats.encoder import SampleArrays
+from readers.formats.registry import encoder_for
+from readers.formats.npz import reader as npz_reader
 from readers.manifest import MANIFEST_NAME, ClassInfo, Manifest, SampleEntry, ShardEntry, SourceFingerprint, SplitEntry
 
 tf = pytest.importorskip("tensorflow")

@@ -22,11 +22,11 @@ import xxhash
 
 import readers
 from _hostile import assert_named_error, run_hostile
-from converter import synth
-from converter.describe import describe
-from converter.verify import verify
-from converter.write.npz import write_npz_member
-from readers.formats import npz as npz_reader
+from converter.testing import synth
+from converter.inspect.describe import describe
+from converter.inspect.verify import verify
+from readers.formats.npz.writer import write_npz_member
+from readers.formats.npz import reader as npz_reader
 from readers.manifest import MANIFEST_NAME
 from tests._cron import assert_whole, convert_args, run_cli
 from tests._shards import write_dataset

@@ -40,20 +40,12 @@ try:  # optional: Intel ISA-L, a drop-in for zlib's inflate and crc32, several t
 except ImportError:  # pragma: no cover - exercised only without isal
     _inflater = zlib
 
-from readers.errors import ShardError, shard_error
+from readers.errors import FIX_HINT, ShardError, shard_error
 from readers.files import open_regular_file
-from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat
-from readers.formats.base import (
-    FileAdapter,
-    PipelineOptions,
-    RandomAccessShard,
-    Record,
-    RecordSpec,
-    ShardRef,
-    crc_due,
-    mark_verified,
-    naming_shard,
-)
+from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, FileFormat
+from readers.formats.base import CountError, FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.batching import ShardArrays, generator_dataset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -405,10 +397,8 @@ def member_limits(shard: ShardRef, spec: RecordSpec) -> dict[str, int]:
     n = shard.records
     keys = shard.entry.keys
     key_chars = max((len(k) for k in keys), default=0) if keys else KEY_MAX_CHARS
-    if spec.segmentation:
-        target = (NPZ_MASKS, math.prod(spec.mask_shape) * spec.mask_np_dtype.itemsize)
-    else:
-        target = (NPZ_LABELS, 8)
+    target = (spec.kind.npz_member,
+              math.prod(spec.mask_shape) * spec.mask_np_dtype.itemsize if spec.segmentation else 8)
     per_record = {NPZ_IMAGES: math.prod(spec.image_shape), target[0]: target[1], NPZ_KEYS: 4 * max(key_chars, 1)}
     return {name: n * size + NPY_HEADER_MAX_BYTES for name, size in per_record.items()}
 
@@ -416,7 +406,7 @@ def member_limits(shard: ShardRef, spec: RecordSpec) -> dict[str, int]:
 def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = True) -> NpzShard:
     """Read and check one shard against the manifest."""
     path = shard.path
-    target_name = NPZ_MASKS if spec.segmentation else NPZ_LABELS
+    target_name = spec.kind.npz_member
     arrays = read_npz(path, [NPZ_IMAGES, target_name, NPZ_KEYS], check_crc=check_crc,
                       max_bytes=member_limits(shard, spec))
     images, targets, keys = arrays[NPZ_IMAGES], arrays[target_name], arrays[NPZ_KEYS]
@@ -443,6 +433,56 @@ def _load_for_training(shard: ShardRef, spec: RecordSpec) -> NpzShard:
     return load_shard(shard, spec, check_crc="once")
 
 
+def _check_claims(path: str, info: zipfile.ZipInfo, file_size: int) -> None:
+    """`check_member_sizes` (without the manifest's limit) as a `CountError`."""
+    try:
+        check_member_sizes(path, info, info.header_offset, file_size, None)
+    except ShardError as e:
+        raise CountError(str(e).split(": ", 1)[1].replace(" " + FIX_HINT, "")) from e
+
+
+def count_npz_records(path: str, spec: RecordSpec) -> int:
+    """Records of an NPZ shard from its members' .npy headers (no data read, nothing unpickled)."""
+    target = spec.kind.npz_member
+    want = {NPZ_IMAGES: (spec.image_shape, np.dtype(np.uint8)), NPZ_KEYS: ((), None),
+            target: ((spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else ((), None))}
+    counts = {}
+    with open_regular_file(path) as raw, zipfile.ZipFile(raw) as zf:
+        names = set(zf.namelist())
+        file_size = os.fstat(raw.fileno()).st_size
+        for member, (shape, dtype) in want.items():
+            if member + ".npy" not in names:
+                raise CountError(f"member {member}.npy is missing; it holds {sorted(names)}")
+            info = zf.getinfo(member + ".npy")
+            _check_claims(path, info, file_size)
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                          else np.lib.format.read_array_header_2_0)
+                got_shape, _, got_dtype = header(f)
+                header_bytes = f.tell()
+            if any(d < 0 for d in got_shape):
+                raise CountError(f"member {member}.npy has a negative dimension in its shape {got_shape}")
+            if got_dtype.hasobject:
+                raise CountError(f"member {member}.npy holds Python objects ({got_dtype}); "
+                             "pickled data is never loaded")
+            if info.file_size != header_bytes + math.prod(got_shape) * got_dtype.itemsize:
+                raise CountError(f"member {member}.npy claims {info.file_size} bytes in the zip directory, its "
+                                 f".npy header {got_shape} {got_dtype} implies "
+                                 f"{header_bytes + math.prod(got_shape) * got_dtype.itemsize}")
+            if got_shape[1:] != tuple(shape) or (dtype is not None and got_dtype != dtype):
+                raise CountError(f"member {member}.npy is {got_shape} {got_dtype}, the manifest implies "
+                             f"(N, {', '.join(map(str, shape))}) {dtype if dtype is not None else ''}")
+            if member == NPZ_KEYS and got_dtype.kind not in "US":
+                raise CountError(f"member {member}.npy holds {got_dtype}, expected strings")
+            if member == NPZ_LABELS and got_dtype.kind not in "iu":
+                raise CountError(f"member {member}.npy holds {got_dtype}, expected integers")
+            counts[member] = got_shape[0] if got_shape else 0
+    if len(set(counts.values())) != 1:
+        raise CountError(f"members disagree on the number of records: {counts}")
+    return counts[NPZ_IMAGES]
+
+
 class NpzAdapter(FileAdapter):
     file_format = FileFormat.NPZ
 
@@ -466,6 +506,9 @@ class NpzAdapter(FileAdapter):
         threads).
         """
         return generator_dataset(shards, spec, options, _load_for_training)
+
+    def count_records(self, path: str, spec: RecordSpec, *, check_crc: bool = False) -> int:
+        return count_npz_records(path, spec)
 
     def random_access(self, shard: ShardRef, spec: RecordSpec) -> "NpzRandomAccess":
         return NpzRandomAccess(shard, spec)
