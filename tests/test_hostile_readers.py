@@ -382,3 +382,19 @@ def test_readers_open_names_one_bad_shard_among_good_ones(tmp_path):
     os.mkfifo(out / "val-00000.npz")
     with pytest.raises(readers.ShardError, match=r"val-00000\.npz is a FIFO"):
         readers.open(out)
+
+
+# -- gzip TFRecord shards are inflated within what their records can hold -------------------------
+
+def test_gzip_tfrecord_bomb_is_refused_by_random_access_without_inflating_it(tmp_path):
+    out = tmp_path / "ds"
+    write_dataset(out, "tfrecord", splits={"train": 4}, records_per_shard=2, compression="gzip")
+    shard = out / "train-00000.tfrecord"
+    deflater = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    shard.write_bytes(b"".join(deflater.compress(zeros) for _ in range(256)) + deflater.flush())  # 256 MiB inside
+    _relist(shard)
+    seq = readers.open(out).keras_dataset("train", 1, shuffle=False)
+    with pytest.raises(readers.ShardError, match=r"train-00000\.tfrecord.*inflates past \d+ bytes"):
+        seq[0]
+    assert seq[2][0].shape == (1, 16, 12, 3)  # the other shard still reads
