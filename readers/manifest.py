@@ -90,6 +90,11 @@ MAX_INT_DIGITS = 20                 # an int64 in JSON (a 5000-digit integer is 
 IMAGE_CHANNELS = (1, 3)
 
 
+#: The fix every schema error ends with.
+MANIFEST_FIX = ("The manifest is damaged: restore imgshard.json from a backup, or convert again with "
+                "`imgshard convert SRC OUT --rebuild`.")
+
+
 def _where(path: str, at: str) -> str:
     return f"{path}: {at}" if at else path
 
@@ -100,12 +105,13 @@ def _is_int(value: Any) -> bool:
 
 def _need_int(value: Any, at: str, path: str, lo: int = 0, hi: int = MAX_COUNT) -> None:
     if not _is_int(value) or not lo <= value <= hi:
-        raise ManifestError(f"{_where(path, at)} must be an integer in [{lo}, {hi}]. Received: {value!r:.80}")
+        raise ManifestError(f"{_where(path, at)} must be an integer in [{lo}, {hi}]. Received: {value!r:.80}. "
+                            + MANIFEST_FIX)
 
 
 def _need(ok: bool, at: str, path: str, expected: str, value: Any) -> None:
     if not ok:
-        raise ManifestError(f"{_where(path, at)} must be {expected}. Received: {value!r:.80}")
+        raise ManifestError(f"{_where(path, at)} must be {expected}. Received: {value!r:.80}. " + MANIFEST_FIX)
 
 
 def _need_dict(value: Any, at: str, path: str, required: Sequence[str] = ()) -> Mapping:
@@ -113,7 +119,7 @@ def _need_dict(value: Any, at: str, path: str, required: Sequence[str] = ()) -> 
     missing = [k for k in required if k not in value]
     if missing:
         raise ManifestError(f"{_where(path, at)} lacks {', '.join(map(repr, missing))}. Received keys: "
-                            f"{sorted(value)[:20]}")
+                            f"{sorted(value)[:20]}. " + MANIFEST_FIX)
     return value
 
 
@@ -266,13 +272,15 @@ def read_manifest_json(path: str) -> Any:
     except OSError as e:
         raise ManifestError(f"{path} cannot be read ({type(e).__name__}: {e}); the dataset cannot be opened.") from e
     except UnicodeDecodeError as e:
-        raise ManifestError(f"{path} is not valid UTF-8 ({e}); the dataset cannot be opened.") from e
+        raise ManifestError(f"{path} is not valid UTF-8 ({e}); the dataset cannot be opened. "
+                            + MANIFEST_FIX) from e
     try:
         return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_number)
     except RecursionError as e:
-        raise ManifestError(f"{path} is nested too deeply to be a manifest; the dataset cannot be opened.") from e
+        raise ManifestError(f"{path} is nested too deeply to be a manifest; the dataset cannot be opened. "
+                            + MANIFEST_FIX) from e
     except ValueError as e:  # json.JSONDecodeError is a ValueError too
-        raise ManifestError(f"{path} is not valid JSON ({e}); the dataset cannot be opened.") from e
+        raise ManifestError(f"{path} is not valid JSON ({e}); the dataset cannot be opened. " + MANIFEST_FIX) from e
 
 
 @dataclass(frozen=True)
