@@ -11,7 +11,8 @@ import csv
 import io
 import os
 
-from converter.plan.fingerprint import NotRegularFileError, open_regular
+from converter.plan.fingerprint import open_regular
+from readers.files import NotRegularFileError
 from readers.manifest import ClassInfo
 
 
@@ -39,7 +40,7 @@ def load_class_table(path: str | os.PathLike) -> tuple[ClassInfo, ...]:
         with f:
             raw = f.read()
     except NotRegularFileError as e:
-        raise ClassTableError(f"Class table {e}; refusing to read it. Pass --classes with a real CSV file.") from e
+        raise ClassTableError(f"Class table: {e}. Pass --classes with a real CSV file.") from e
     except FileNotFoundError:
         raise FileNotFoundError(
             f"Class table not found: {path}. Put a class_dict.csv (name,r,g,b) in the source folder "

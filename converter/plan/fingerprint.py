@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from typing import BinaryIO, Callable
 
 import xxhash
+
+from readers.files import open_regular_file
 
 DEFAULT_ALGORITHM = "xxh3_128"
 CHUNK_BYTES = 1 << 20
@@ -45,34 +46,15 @@ def digest_bytes(data: bytes | memoryview, algorithm: str = DEFAULT_ALGORITHM) -
     return f"{algorithm}:{h.hexdigest()}"  # type: ignore[attr-defined]
 
 
-class NotRegularFileError(OSError):
-    """A file the converter reads (a source, the class table) is a FIFO, device, socket or folder."""
-
-
-def _what(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def open_regular(path: str) -> tuple[BinaryIO, os.stat_result]:
-    """(binary file, its fstat) for a regular file; `NotRegularFileError` otherwise.
-
-    Opened with O_NONBLOCK, so a FIFO without a writer cannot block the open, and checked
-    with `fstat` on what was opened (not on whatever stood at the path a moment before):
-    a FIFO, a device (/dev/zero never ends) or a folder is never read.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    """(binary file, its fstat) for a regular file; `readers.files.NotRegularFileError`
+    otherwise (opened with O_NONBLOCK and checked on what was opened: a FIFO, a device such
+    as /dev/zero, a socket or a folder is never read, and never blocks the open)."""
+    f = open_regular_file(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFileError(f"{path} is {_what(st.st_mode)}, not a regular file")
-        return os.fdopen(fd, "rb"), st
+        return f, os.fstat(f.fileno())  # type: ignore[return-value]
     except BaseException:
-        os.close(fd)
+        f.close()
         raise
 
 

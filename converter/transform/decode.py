@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from converter.plan.fingerprint import NotRegularFileError, digest_bytes, open_regular
+from converter.plan.fingerprint import digest_bytes, open_regular
 from converter.transform import png, pngchunks
+from readers.files import NotRegularFileError
 from readers.manifest import SourceFingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
