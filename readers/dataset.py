@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
+from readers.augment import check_augment, check_start_step, sample_ids
 from readers.errors import FIX_HINT, ShardError, shard_error
 from readers.formats import FileFormat, check_compression
 from readers.formats.base import PipelineOptions, Record, RecordSpec, ShardRef, tune_allocator
@@ -29,6 +30,8 @@ from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
+
+    from readers.augment import Augment
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +202,10 @@ class Dataset:
         drop_remainder: bool = False,
         input_context: "tf.distribute.InputContext | None" = None,
         shuffle_buffer: int | None = None,
+        augment: "Augment | None" = None,
+        epoch: int = 0,
+        start_step: int = 0,
+        augment_on: str = "host",
     ) -> "tf.data.Dataset":
         """A `tf.data.Dataset` of (x, y) batches for `model.fit`.
 
@@ -224,6 +231,14 @@ class Dataset:
             shuffle_buffer: records in the shuffle buffer. Default: as many as fit in
                 256 MB (`readers.formats.base.SHUFFLE_BUFFER_BYTES`) at the shards'
                 average record size, at least one batch, at most the whole split.
+            augment: a `readers.augment.Augment` applied to every batch (image and mask
+                together, random per (seed, epoch, sample key)); see docs/AUGMENT.md.
+            epoch, start_step: the first iteration of the dataset is epoch `epoch` from
+                batch `start_step` (later iterations: the next epochs, from batch 0). With
+                a seed the stream is a pure function of (seed, epoch, step); shards that
+                only the skipped batches use are not read (resume after preemption).
+            augment_on: "host" (default) or "device": compact mode only; batches come as
+                ((uint8 images, params), class maps) for `readers.device.augment_batch`.
 
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
         Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
@@ -246,7 +261,8 @@ class Dataset:
 
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), drop_remainder=bool(drop_remainder),
-                                  shuffle_buffer=shuffle_buffer)
+                                  shuffle_buffer=shuffle_buffer, augment=check_augment(augment), epoch=epoch,
+                                  start_step=start_step, augment_on=augment_on)
         tune_allocator()
         shards = self.shards(split)
         total = sum(s.records for s in shards)
@@ -267,9 +283,12 @@ class Dataset:
                 warnings.warn(message, stacklevel=2)
                 options = PipelineOptions(**{**_fields(options), "record_shard": (num, index)})
                 total = len(range(index, total, num))
-        ds = self._adapter.tf_dataset(shards, self._spec, options)
+        ids = sample_ids(shards) if options.augment is not None else None
+        ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
         batches = total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
-        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+        check_start_step(options.start_step, batches)
+        if options.start_step == 0:  # resumed: the first pass is shorter, so no fixed cardinality
+            ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
         if repeat:
             ds = ds.repeat()
         ds = ds.prefetch(tf.data.AUTOTUNE)
@@ -295,6 +314,8 @@ class Dataset:
         max_queue_size: int = 10,
         num_shards: int = 1,
         shard_index: int = 0,
+        augment: "Augment | None" = None,
+        epoch: int = 0,
     ) -> Any:
         """A `keras.utils.PyDataset` of (x, y) NumPy batches with random access.
 
@@ -303,17 +324,20 @@ class Dataset:
         num_shards/shard_index select shard files as in `records`. TFRecord shards are
         indexed by their record headers and read record by record; gzip TFRecord and
         deflated NPZ shards are decompressed whole and cached per worker (see
-        `readers.pydataset`).
+        `readers.pydataset`). `augment` and `epoch` as in `tf_dataset` (the same
+        TensorFlow batch function, so batch i of epoch e holds the same pixels when the
+        two see the same samples); the order is a pure function of (seed, epoch).
         """
         from readers.pydataset import make_pydataset
 
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
-                                  normalize=bool(normalize))
+                                  normalize=bool(normalize), augment=check_augment(augment), epoch=epoch)
         tune_allocator()
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
+        ids = sample_ids(shards) if options.augment is not None else None
         return make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
-                              use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
+                              use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size, ids=ids)
 
 
 def _fields(options: PipelineOptions) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def _build_class() -> type:
 
         def __init__(self, readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,
                      options: PipelineOptions, *, workers: int = 1, use_multiprocessing: bool = False,
-                     max_queue_size: int = 10):
+                     max_queue_size: int = 10, ids: np.ndarray | None = None):
             super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
                              max_queue_size=max_queue_size)
             if len(readers) != len(counts):
@@ -60,10 +60,17 @@ def _build_class() -> type:
             self._shard_of = np.repeat(np.arange(len(counts)), counts)
             self._record_of = (np.concatenate([np.arange(c) for c in counts]) if len(counts)
                                else np.zeros(0, np.int64))
-            self._rng = np.random.default_rng(options.seed)
-            self._order = np.arange(len(self._shard_of))
-            if options.shuffle:
-                self._order = self._rng.permutation(len(self._shard_of))
+            self._seed = options.effective_seed()
+            self._ids = ids
+            self._augment = None
+            self.epoch = int(options.epoch)
+            self._order = self._epoch_order()
+
+        def _epoch_order(self) -> np.ndarray:
+            """The sample order of `self.epoch`: a pure function of (seed, epoch)."""
+            if not self.options.shuffle:
+                return np.arange(len(self._shard_of))
+            return np.random.default_rng([self._seed, self.epoch]).permutation(len(self._shard_of))
 
         @property
         def num_samples(self) -> int:
@@ -90,12 +97,33 @@ def _build_class() -> type:
                 targets = np.empty((len(picked),), np.int64)
             for j, k in enumerate(picked):
                 images[j], targets[j] = self.readers[self._shard_of[k]].read(int(self._record_of[k]))
-            return expand_numpy(images, targets, spec, one_hot=self.options.one_hot,
-                                normalize=self.options.normalize)
+            normalize = self.options.normalize
+            if self.options.augment is not None:
+                images, targets = self._augmented(images, targets, picked)
+                normalize = False  # done by the augmentation
+            return expand_numpy(images, targets, spec, one_hot=self.options.one_hot, normalize=normalize)
+
+        def _augmented(self, images: np.ndarray, targets: np.ndarray, picked: np.ndarray) -> tuple[Any, Any]:
+            """The same TensorFlow batch function as `tf_dataset`'s, on the same draws."""
+            from readers.augment import draw_params, make_augment_tf
+
+            if self._augment is None:
+                self._augment = make_augment_tf(self.options.augment, ignore_index=self.spec.ignore_index,
+                                                segmentation=self.spec.segmentation,
+                                                normalize=self.options.normalize)
+            ids = self._ids[picked] if self._ids is not None else picked.astype(np.uint64)
+            params = draw_params(self.options.augment, self.spec.height, self.spec.width, self._seed, self.epoch, ids)
+            x, y = self._augment(images, targets, params)
+            return x.numpy(), y.numpy()
+
+        def __getstate__(self) -> dict:
+            state = dict(self.__dict__)
+            state["_augment"] = None  # a tf.function; rebuilt on first use in a worker
+            return state
 
         def on_epoch_end(self) -> None:
-            if self.options.shuffle:
-                self._order = self._rng.permutation(len(self._shard_of))
+            self.epoch += 1
+            self._order = self._epoch_order()
 
         def keys_order(self) -> np.ndarray:
             """(shard position in this dataset, record index) of every sample in the current order."""

@@ -1,0 +1,390 @@
+"""Training-time augmentation of image and mask together, exact by construction.
+
+`Augment` is the recipe (a frozen dataclass); `Dataset.tf_dataset(..., augment=aug,
+seed=s)` and `Dataset.keras_dataset(..., augment=aug, seed=s)` apply it to whole
+batches, after the records are read (uint8 images, class maps) and before the float /
+one-hot expansion. Example (convert at 640x640, train on random 512x512 crops)::
+
+    import readers
+    from readers.augment import Augment
+
+    ds = readers.open("OUT")
+    aug = Augment(hflip=0.5, scale=(0.5, 2.0), crop=(512, 512), brightness=0.2)
+    model.fit(ds.tf_dataset("train", 8, augment=aug, seed=0), epochs=50)
+
+How it works:
+
+* **Random parameters** are drawn in NumPy from a counter-based hash of (seed, epoch,
+  sample key) (`uniforms`): no random state is carried from batch to batch, so the
+  draws do not depend on the batch a sample lands in, the shuffle, the number of
+  parallel calls or PyDataset workers. `seed=None` draws a random base seed once per
+  pipeline. The draws become a small float32 row per sample (`draw_params`) that
+  travels with the batch (and to the accelerator in `readers.device.augment_batch`).
+* **Geometry** is one affine map per sample: scale, rotation, 90-degree turns, flips
+  and the crop offset composed into a single output -> source transform. The image is
+  sampled bilinearly, the mask with nearest neighbour from the *same* coordinates, so
+  they stay aligned to the pixel; output pixels whose source lies outside the stored
+  image get `fill` (image) and the ignore index (mask; all-zero planes for one-hot
+  stored masks). Without rotation (the usual scale/crop/flip recipe) it is one
+  `tf.image.crop_and_resize` per batch (flips are reversed boxes); with `rotate` or
+  `rot90` one `ImageProjectiveTransformV3` per batch.
+* **Photometric** jitter (brightness, contrast, saturation, hue) touches the image
+  only, after the geometry, as one 3x3 colour matrix plus offset per sample (like
+  DALI's ColorTwist): brightness adds a delta, contrast scales around the per-channel
+  mean, saturation blends with the luma (ITU-R 601), hue rotates the chroma plane of
+  YIQ. Values are clipped to [0, 255] once, at the end; padding keeps `fill`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
+#: Columns of one sample's parameter row (`draw_params`):
+#: crop_and_resize box (y1, x1, y2, x2), projective transform (8), colour matrix (9),
+#: colour offset before the matrix (brightness, 1), contrast factor (1).
+BOX, TRANSFORM, MATRIX, DELTA, CONTRAST = slice(0, 4), slice(4, 12), slice(12, 21), 21, 22
+PARAMS = 23
+#: Uniform draws per sample, one per random choice (see `draw_params`).
+DRAWS = 11
+
+_LUMA = np.array([0.299, 0.587, 0.114])
+_RGB_TO_YIQ = np.array([[0.299, 0.587, 0.114], [0.596, -0.274, -0.322], [0.211, -0.523, 0.312]])
+_YIQ_TO_RGB = np.linalg.inv(_RGB_TO_YIQ)
+
+
+def _fail(field: str, expected: str, value: Any) -> None:
+    raise ValueError(f"Augment.{field} must be {expected}. Received: {field}={value!r}")
+
+
+def _number(x: Any) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating)) and math.isfinite(x)
+
+
+def _integer(x: Any) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, np.integer))
+
+
+@dataclass(frozen=True)
+class Augment:
+    """A random augmentation recipe applied per sample (see the module docstring).
+
+    Args:
+        hflip: probability of a left-right flip, in [0, 1].
+        vflip: probability of an up-down flip, in [0, 1].
+        rot90: also turn by a random multiple of 90 degrees (uniform over 0/90/180/270).
+        rotate: maximum rotation in degrees, in [0, 180]: uniform in [-rotate, rotate].
+        scale: (min, max) zoom factor, 0 < min <= max: uniform in [min, max]; 2.0 shows
+            the content twice as large (a smaller part of the image fills the crop).
+        crop: (height, width) of the output; None: the stored size. The crop window is
+            placed uniformly at random in the transformed image; where that image is
+            smaller than the crop, the rest is padding (`fill` / ignore index).
+        brightness: maximum delta, a fraction of the full range, in [0, 1].
+        contrast: maximum factor change, in [0, 1): factor uniform in [1 - c, 1 + c].
+        saturation: maximum factor change, in [0, 1]: factor uniform in [1 - s, 1 + s].
+        hue: maximum hue rotation, a fraction of the colour wheel, in [0, 0.5].
+        fill: image padding value: an int 0-255 or an (r, g, b) triple of them.
+    """
+
+    hflip: float = 0.0
+    vflip: float = 0.0
+    rot90: bool = False
+    rotate: float = 0.0
+    scale: tuple[float, float] = (1.0, 1.0)
+    crop: tuple[int, int] | None = None
+    brightness: float = 0.0
+    contrast: float = 0.0
+    saturation: float = 0.0
+    hue: float = 0.0
+    fill: int | tuple[int, int, int] = 0
+
+    def __post_init__(self) -> None:
+        for name in ("hflip", "vflip"):
+            value = getattr(self, name)
+            if not _number(value) or not 0 <= value <= 1:
+                _fail(name, "a probability in [0, 1]", value)
+        if not isinstance(self.rot90, (bool, np.bool_)):
+            _fail("rot90", "True or False", self.rot90)
+        if not _number(self.rotate) or not 0 <= self.rotate <= 180:
+            _fail("rotate", "a maximum angle in degrees in [0, 180]", self.rotate)
+        s = self.scale
+        if (not isinstance(s, (tuple, list)) or len(s) != 2 or not all(_number(v) for v in s)
+                or not 0 < s[0] <= s[1]):
+            _fail("scale", "a (min, max) pair of factors with 0 < min <= max", s)
+        object.__setattr__(self, "scale", (float(s[0]), float(s[1])))
+        c = self.crop
+        if c is not None:
+            if not isinstance(c, (tuple, list)) or len(c) != 2 or not all(_integer(v) and v >= 1 for v in c):
+                _fail("crop", "None or a (height, width) pair of positive ints", c)
+            object.__setattr__(self, "crop", (int(c[0]), int(c[1])))
+        for name, top in (("brightness", 1.0), ("saturation", 1.0), ("hue", 0.5)):
+            value = getattr(self, name)
+            if not _number(value) or not 0 <= value <= top:
+                _fail(name, f"a maximum jitter in [0, {top}]", value)
+        if not _number(self.contrast) or not 0 <= self.contrast < 1:
+            _fail("contrast", "a maximum jitter in [0, 1)", self.contrast)
+        f = self.fill
+        triple = isinstance(f, (tuple, list)) and len(f) == 3
+        if not (_integer(f) and 0 <= f <= 255) and not (triple and all(_integer(v) and 0 <= v <= 255 for v in f)):
+            _fail("fill", "an int in [0, 255] or an (r, g, b) triple of them", f)
+        if triple:
+            object.__setattr__(self, "fill", tuple(int(v) for v in f))
+
+    @property
+    def rotates(self) -> bool:
+        """Whether the geometry needs a general affine sampler (rotation)."""
+        return bool(self.rot90) or self.rotate > 0
+
+    @property
+    def photometric(self) -> bool:
+        return any((self.brightness, self.contrast, self.saturation, self.hue))
+
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) of the augmented images for stored images of height x width."""
+        return self.crop if self.crop is not None else (int(height), int(width))
+
+    def fill_rgb(self) -> tuple[int, int, int]:
+        return self.fill if isinstance(self.fill, tuple) else (int(self.fill),) * 3
+
+
+def check_augment(augment: Any) -> "Augment | None":
+    """`augment` as given, or a TypeError naming the argument."""
+    if augment is not None and not isinstance(augment, Augment):
+        raise TypeError("augment must be a readers.augment.Augment or None. "
+                        f"Received: augment={type(augment).__name__}")
+    return augment
+
+
+def check_start_step(start_step: int, batches: int) -> None:
+    if start_step > batches:
+        raise ValueError(f"start_step must be at most the {batches} batches of an epoch. "
+                         f"Received: start_step={start_step}")
+
+
+def resume_point(backup_dir: "str | os.PathLike") -> tuple[int, int]:
+    """(epoch, start_step) at which to rebuild the input after a restart, read from the
+    `training_metadata.json` that `keras.callbacks.BackupAndRestore(backup_dir)` writes:
+    with ``save_freq="epoch"`` the epoch after the last completed one, step 0 (Keras
+    then starts that epoch too, so weights and batches agree). (0, 0) when there is no
+    backup yet. See docs/AUGMENT.md.
+    """
+    path = os.path.join(os.fspath(backup_dir), "training_metadata.json")
+    if not os.path.exists(path):
+        return 0, 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+        epoch, batch = int(meta["epoch"]), int(meta.get("batch", 0))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: expected Keras BackupAndRestore metadata {{'epoch': int, 'batch': int}}. "
+                         f"Received an unreadable file ({e}). Delete it to start from scratch.") from e
+    return epoch, batch + 1 if batch > 0 else 0
+
+
+def sample_ids(shards: Sequence[Any]) -> np.ndarray:
+    """uint64 id of every record of `shards` (`ShardRef`s) in order: the hash of its key in
+    the manifest, or of "file#record" where the manifest lists no keys."""
+    keys: list[str] = []
+    for shard in shards:
+        listed = shard.entry.keys
+        keys.extend(listed if len(listed) == shard.records
+                    else [f"{shard.entry.file}#{i}" for i in range(shard.records)])
+    return key_ids(keys)
+
+
+# -- random parameters: a pure function of (seed, epoch, sample key) -----------------------------
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def key_ids(keys: Sequence[str]) -> np.ndarray:
+    """A stable 64-bit id per sample key (BLAKE2b, 8 bytes), as uint64."""
+    return np.array([int.from_bytes(hashlib.blake2b(k.encode("utf-8"), digest_size=8).digest(), "little")
+                     for k in keys], np.uint64)
+
+
+def uniforms(seed: int, epoch: int, ids: np.ndarray, count: int = DRAWS) -> np.ndarray:
+    """(len(ids), count) float64 uniforms in [0, 1): a hash of (seed, epoch, id, column)."""
+    ids = np.asarray(ids, np.uint64).reshape(-1, 1)
+    with np.errstate(over="ignore"):
+        base = _mix(np.array([int(seed) % (1 << 64)], np.uint64) + _GOLDEN)
+        base = _mix(base ^ (np.array([int(epoch) % (1 << 64)], np.uint64) * _GOLDEN))
+        h = _mix(base ^ ids)
+        cols = np.arange(1, count + 1, dtype=np.uint64) * _GOLDEN
+        bits = _mix(h + cols)
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def draw_params(augment: Augment, height: int, width: int, seed: int, epoch: int, ids: np.ndarray) -> np.ndarray:
+    """(B, PARAMS) float32: each sample's geometry and colour parameters (see module doc)."""
+    u = uniforms(seed, epoch, ids)
+    n = len(u)
+    out = np.zeros((n, PARAMS), np.float64)
+    lo, hi = augment.scale
+    s = lo + u[:, 4] * (hi - lo)
+    fx = np.where(u[:, 0] < augment.hflip, -1.0, 1.0)
+    fy = np.where(u[:, 1] < augment.vflip, -1.0, 1.0)
+    k = np.floor(u[:, 2] * 4).astype(np.int64) % 4 if augment.rot90 else np.zeros(n, np.int64)
+    theta = np.deg2rad((2 * u[:, 3] - 1) * augment.rotate)
+    hc, wc = augment.output_size(height, width)
+    hv = np.where(k % 2 == 1, width * s, height * s)  # the transformed image's size
+    wv = np.where(k % 2 == 1, height * s, width * s)
+    off_x, off_y = u[:, 6] * (wv - wc), u[:, 5] * (hv - hc)
+    # Output (x, y) -> source (x, y): src = A (out + 0.5 + off - centre_v) + centre_src - 0.5,
+    # A = (1/s) R90(k)^-1 R(theta)^-1 F, in pixel-index coordinates (centres at integers).
+    c90, s90 = np.cos(k * np.pi / 2).round(), np.sin(k * np.pi / 2).round()
+    r90_inv = np.stack([np.stack([c90, s90], -1), np.stack([-s90, c90], -1)], -2)
+    ct, st = np.cos(theta), np.sin(theta)
+    rot_inv = np.stack([np.stack([ct, st], -1), np.stack([-st, ct], -1)], -2)
+    r = r90_inv @ rot_inv  # (n, 2, 2)
+    a = r * np.stack([fx, fy], -1)[:, None, :] / s[:, None, None]
+    d = np.stack([0.5 + off_x - wv / 2, 0.5 + off_y - hv / 2], -1)
+    t = np.einsum("nij,nj->ni", a, d) + np.array([width / 2 - 0.5, height / 2 - 0.5])
+    out[:, TRANSFORM] = np.stack([a[:, 0, 0], a[:, 0, 1], t[:, 0], a[:, 1, 0], a[:, 1, 1], t[:, 1],
+                                  np.zeros(n), np.zeros(n)], -1)
+    # The same map as a crop_and_resize box (no rotation): in_y = y1 (H-1) + y (y2-y1)(H-1)/(hc-1).
+    hm, wm = max(height - 1, 1), max(width - 1, 1)
+    out[:, 0] = t[:, 1] / hm
+    out[:, 1] = t[:, 0] / wm
+    out[:, 2] = (t[:, 1] + (hc - 1) * a[:, 1, 1]) / hm
+    out[:, 3] = (t[:, 0] + (wc - 1) * a[:, 0, 0]) / wm
+    out[:, MATRIX] = _colour_matrices(augment, u).reshape(n, 9)
+    out[:, DELTA] = (2 * u[:, 7] - 1) * augment.brightness * 255.0
+    out[:, CONTRAST] = 1 + (2 * u[:, 8] - 1) * augment.contrast
+    return out.astype(np.float32)
+
+
+def _colour_matrices(augment: Augment, u: np.ndarray) -> np.ndarray:
+    """(n, 3, 3): hue rotation (YIQ) @ saturation (blend with luma)."""
+    n = len(u)
+    sat = 1 + (2 * u[:, 9] - 1) * augment.saturation
+    m = sat[:, None, None] * np.eye(3) + (1 - sat)[:, None, None] * np.outer(np.ones(3), _LUMA)
+    angle = (2 * u[:, 10] - 1) * augment.hue * 2 * np.pi
+    rot = np.zeros((n, 3, 3))
+    rot[:, 0, 0] = 1
+    rot[:, 1, 1] = rot[:, 2, 2] = np.cos(angle)
+    rot[:, 1, 2], rot[:, 2, 1] = -np.sin(angle), np.sin(angle)
+    hue = _YIQ_TO_RGB @ rot @ _RGB_TO_YIQ
+    return hue @ m
+
+
+# -- applying parameters to a batch (TensorFlow) -------------------------------------------------
+
+def augment_tf(augment: Augment, images: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor", *,
+               ignore_index: int | None, segmentation: bool, normalize: bool) -> tuple["tf.Tensor", "tf.Tensor"]:
+    """Augment a batch: uint8 images (B, H, W, 3), class maps (B, H, W) / one-hot planes
+    (B, H, W, C) / labels (B,), parameter rows (B, PARAMS) from `draw_params`.
+
+    Returns the images as float32 in [0, 1] (`normalize`) or uint8, and the targets in
+    their stored dtype (masks transformed with nearest sampling, padding = ignore index,
+    or all-zero planes for one-hot masks; labels unchanged). Runs on any TensorFlow
+    device (`readers.device.augment_batch` calls it on the accelerator).
+    """
+    import tensorflow as tf
+
+    h, w = int(images.shape[1]), int(images.shape[2])
+    size = list(augment.output_size(h, w))
+    fast = not augment.rotates and min(h, w, *size) > 1
+    x, valid = _geometry(images, params, size, fast, augment.fill_rgb())
+    if augment.photometric:
+        x = _colour(x, valid, params, augment)
+    fill = tf.constant(augment.fill_rgb(), tf.float32)
+    x = tf.where(valid, x, fill)
+    if normalize:
+        x = x * (1.0 / 255.0)
+    else:
+        x = tf.cast(tf.clip_by_value(tf.round(x), 0.0, 255.0), tf.uint8)
+    if not segmentation:
+        return x, targets
+    return x, _mask_geometry(targets, params, size, fast, ignore_index)
+
+
+def _sample(data: "tf.Tensor", params: "tf.Tensor", size: list[int], fast: bool, method: str,
+            fill: float) -> "tf.Tensor":
+    import tensorflow as tf
+
+    if fast:
+        boxes = params[:, BOX]
+        index = tf.range(tf.shape(data)[0])
+        return tf.image.crop_and_resize(data, boxes, index, size, method=method.lower(), extrapolation_value=fill)
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=data, transforms=params[:, TRANSFORM], output_shape=tf.constant(size, tf.int32),
+        fill_value=fill, interpolation=method, fill_mode="CONSTANT")
+
+
+def _geometry(images: "tf.Tensor", params: "tf.Tensor", size: list[int], fast: bool,
+              fill: tuple[int, int, int]) -> tuple["tf.Tensor", "tf.Tensor"]:
+    """Bilinear image (float32, 0-255) and where it came from inside the source."""
+    import tensorflow as tf
+
+    if fast:  # crop_and_resize extrapolates whole pixels: mark them NaN
+        x = _sample(images, params, size, True, "BILINEAR", float("nan"))
+        return x, tf.logical_not(tf.math.is_nan(x[..., :1]))
+    x = _sample(tf.cast(images, tf.float32), params, size, False, "BILINEAR", 0.0)
+    ones = tf.ones_like(images[..., :1])
+    valid = _sample(ones, params, size, False, "NEAREST", 0.0) > 0
+    return x, valid
+
+
+def _mask_geometry(targets: "tf.Tensor", params: "tf.Tensor", size: list[int], fast: bool,
+                   ignore_index: int | None) -> "tf.Tensor":
+    import tensorflow as tf
+
+    dtype = targets.dtype
+    planes = len(targets.shape) == 4  # one-hot stored masks: padding = all-zero planes
+    data = targets if planes else targets[..., None]
+    fill = 0.0 if planes else float(255 if ignore_index is None else ignore_index)
+    if fast:
+        out = _sample(data, params, size, True, "NEAREST", fill)
+    else:
+        work = data if dtype == tf.uint8 else tf.cast(data, tf.int32)
+        out = _sample(work, params, size, False, "NEAREST", fill)
+    out = tf.cast(out, dtype)
+    return out if planes else out[..., 0]
+
+
+def _colour(x: "tf.Tensor", valid: "tf.Tensor", params: "tf.Tensor", augment: Augment) -> "tf.Tensor":
+    """out = M (c x + (1 - c) mean + delta), clipped to [0, 255]; mean over valid pixels."""
+    import tensorflow as tf
+
+    m = tf.reshape(params[:, MATRIX], (-1, 3, 3))
+    c = params[:, CONTRAST][:, None]
+    offset = params[:, DELTA][:, None] * tf.ones((1, 3), tf.float32)
+    if augment.contrast:
+        total = tf.reduce_sum(tf.where(valid, x, 0.0), axis=(1, 2))
+        count = tf.maximum(tf.reduce_sum(tf.cast(valid, tf.float32), axis=(1, 2)), 1.0)
+        offset = offset + (1 - c) * (total / count)
+    v = tf.einsum("bdc,bc->bd", m, offset)
+    y = tf.einsum("bhwc,bdc->bhwd", x, m * c[:, :, None]) + v[:, None, None, :]
+    return tf.clip_by_value(y, 0.0, 255.0)
+
+
+def make_augment_tf(augment: Augment, *, ignore_index: int | None, segmentation: bool, normalize: bool):
+    """`augment_tf` bound to a dataset, as one `tf.function` over (images, targets, params)."""
+    import tensorflow as tf
+
+    def run(images: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
+        return augment_tf(augment, images, targets, params, ignore_index=ignore_index,
+                          segmentation=segmentation, normalize=normalize)
+
+    return tf.function(run, reduce_retracing=True)
+
+
+__all__ = ["Augment", "PARAMS", "augment_tf", "check_augment", "check_start_step", "draw_params", "key_ids",
+           "make_augment_tf", "resume_point", "sample_ids", "uniforms"]
