@@ -156,6 +156,55 @@ class Augment:
         return self.fill if isinstance(self.fill, tuple) else (int(self.fill),) * 3
 
 
+def parse_augment(text: str) -> Augment:
+    """An `Augment` from "field=value,..." (the CLI's --augment), e.g.
+    "hflip=0.5,scale=0.75:1.5,crop=512x512,brightness=0.2,rot90=true,fill=0:0:0".
+    Pairs are written min:max, sizes HxW, booleans true/false. Unknown fields and
+    malformed values raise ValueError naming them."""
+    names = [f for f in Augment.__dataclass_fields__]
+    values: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in str(text).split(","))):
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or name not in names:
+            raise ValueError(f"--augment: expected field=value with a field among {names}. Received: {item!r}")
+        raw = raw.strip()
+        try:
+            if name == "rot90":
+                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError("not a boolean")
+                values[name] = raw.lower() in ("true", "1", "yes")
+            elif name == "crop":
+                values[name] = tuple(int(v) for v in raw.lower().split("x"))
+            elif name == "scale":
+                values[name] = tuple(float(v) for v in raw.split(":"))
+            elif name == "fill":
+                parts = [int(v) for v in raw.split(":")]
+                values[name] = parts[0] if len(parts) == 1 else tuple(parts)
+            else:
+                values[name] = float(raw)
+        except ValueError as e:
+            raise ValueError(f"--augment: cannot read {name}={raw!r} ({e}); write scale as min:max, crop as HxW, "
+                             f"fill as v or r:g:b, rot90 as true/false. Received: {text!r}") from e
+    return Augment(**values)
+
+
+def augment_sample(augment: Augment, image: np.ndarray, target: Any, *, key: str, seed: int, epoch: int = 0,
+                   ignore_index: int | None = 255) -> tuple[np.ndarray, Any]:
+    """One stored sample as `tf_dataset(..., augment=augment, seed=seed)` gives it in
+    `epoch` (uint8 image; class map, one-hot planes, or the label unchanged); for
+    previews and checks. Imports TensorFlow."""
+    import tensorflow as tf
+
+    image = np.asarray(image)
+    params = draw_params(augment, image.shape[0], image.shape[1], seed, epoch, key_ids([key]))
+    segmentation = target is not None and np.ndim(target) >= 2
+    targets = tf.constant(np.asarray(target)[None]) if segmentation else tf.constant([0], tf.int64)
+    x, y = augment_tf(augment, tf.constant(image[None]), targets, tf.constant(params),
+                      ignore_index=ignore_index, segmentation=segmentation, normalize=False)
+    return x.numpy()[0], (y.numpy()[0] if segmentation else target)
+
+
 def check_augment(augment: Any) -> "Augment | None":
     """`augment` as given, or a TypeError naming the argument."""
     if augment is not None and not isinstance(augment, Augment):
@@ -387,4 +436,4 @@ def make_augment_tf(augment: Augment, *, ignore_index: int | None, segmentation:
 
 
 __all__ = ["Augment", "PARAMS", "augment_tf", "check_augment", "check_start_step", "draw_params", "key_ids",
-           "make_augment_tf", "resume_point", "sample_ids", "uniforms"]
+           "make_augment_tf", "augment_sample", "parse_augment", "resume_point", "sample_ids", "uniforms"]

@@ -311,3 +311,46 @@ def test_resume_point_from_backup_and_restore_metadata(tmp_path):
     assert resume_point(tmp_path / "none") == (0, 0)
     (tmp_path / "training_metadata.json").write_text(json.dumps({"epoch": 3, "batch": 0}))
     assert resume_point(tmp_path) == (3, 0)
+
+
+def test_preview_augment_shows_the_training_view_of_each_sample(colour_dataset, tmp_path):
+    from converter.cli import main as cli_main
+    from converter.preview import PreviewOptions, dataset_samples
+    from readers.augment import parse_augment
+
+    spec = "hflip=0.5,scale=0.5:1.5,crop=20x24,fill=255:0:255"
+    aug = parse_augment(spec)
+    assert aug == Augment(hflip=0.5, scale=(0.5, 1.5), crop=(20, 24), fill=(255, 0, 255))
+    _, _, samples = dataset_samples(colour_dataset.path, PreviewOptions(n=9, seed=4, augment=aug, epoch=1))
+    training = colour_dataset.tf_dataset("train", 9, shuffle=False, seed=4, epoch=1, augment=aug, normalize=False,
+                                         one_hot=False)
+    x, y = (np.asarray(t) for t in next(iter(training)))
+    keys = [r.key for r in colour_dataset.records("train")]
+    for s in samples:
+        i = keys.index(s.key)
+        assert np.array_equal(s.image, x[i]) and np.array_equal(s.class_map, y[i])
+    out = tmp_path / "aug.png"
+    assert cli_main(["preview", colour_dataset.path, "-o", str(out), "-n", "3", "--augment", spec]) == 0
+    assert Image.open(out).size[0] > 0
+    assert cli_main(["preview", colour_dataset.path, "-o", str(out), "--augment", "flip=0.5"]) != 0
+
+
+@pytest.mark.parametrize("text", ["hflip", "scale=2", "crop=12", "rot90=maybe", "hue=lots"])
+def test_parse_augment_names_the_bad_field(text):
+    from readers.augment import parse_augment
+
+    field = text.partition("=")[0]
+    with pytest.raises(ValueError, match=rf"(?i)augment.*{field}"):
+        parse_augment(text)
+
+
+def test_keras_geometric_layers_keep_mask_classes_on_tf_dataset_batches(small):
+    import keras
+
+    x, y = next(iter(small.tf_dataset("train", 3, seed=0, one_hot=False)))
+    masks = tf.cast(y[..., None], tf.float32)
+    for layer in (keras.layers.RandomRotation(0.2, seed=1), keras.layers.RandomZoom(0.3, seed=1),
+                  keras.layers.RandomFlip("horizontal_and_vertical", seed=1)):
+        out = layer({"images": x, "segmentation_masks": masks}, training=True)
+        values = set(np.unique(np.asarray(out["segmentation_masks"])).tolist())
+        assert values <= set(np.unique(np.asarray(y)).tolist()) | {0.0}, type(layer).__name__
