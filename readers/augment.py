@@ -26,7 +26,8 @@ How it works:
   they stay aligned to the pixel; output pixels whose source lies outside the stored
   image get `fill` (image) and the ignore index (mask; all-zero planes for one-hot
   stored masks). Without rotation (the usual scale/crop/flip recipe) it is one
-  `tf.image.crop_and_resize` per batch (flips are reversed boxes); with `rotate` or
+  separable resampling (two row and two column gathers per batch, XLA-compiled with the
+  expansion); with `rotate` or
   `rot90` one `ImageProjectiveTransformV3` per batch.
 * **Photometric** jitter (brightness, contrast, saturation, hue) touches the image
   only, after the geometry, as one 3x3 colour matrix plus offset per sample (like
@@ -49,11 +50,11 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
-#: Columns of one sample's parameter row (`draw_params`):
-#: crop_and_resize box (y1, x1, y2, x2), projective transform (8), colour matrix (9),
-#: colour offset before the matrix (brightness, 1), contrast factor (1).
-BOX, TRANSFORM, MATRIX, DELTA, CONTRAST = slice(0, 4), slice(4, 12), slice(12, 21), 21, 22
-PARAMS = 23
+#: Columns of one sample's parameter row (`draw_params`): the output -> source
+#: projective transform (8, as `ImageProjectiveTransformV3` takes it), the colour matrix
+#: (9), the brightness delta and the contrast factor.
+TRANSFORM, MATRIX, DELTA, CONTRAST = slice(0, 8), slice(8, 17), 17, 18
+PARAMS = 19
 #: Uniform draws per sample, one per random choice (see `draw_params`).
 DRAWS = 11
 
@@ -307,12 +308,6 @@ def draw_params(augment: Augment, height: int, width: int, seed: int, epoch: int
     t = np.einsum("nij,nj->ni", a, d) + np.array([width / 2 - 0.5, height / 2 - 0.5])
     out[:, TRANSFORM] = np.stack([a[:, 0, 0], a[:, 0, 1], t[:, 0], a[:, 1, 0], a[:, 1, 1], t[:, 1],
                                   np.zeros(n), np.zeros(n)], -1)
-    # The same map as a crop_and_resize box (no rotation): in_y = y1 (H-1) + y (y2-y1)(H-1)/(hc-1).
-    hm, wm = max(height - 1, 1), max(width - 1, 1)
-    out[:, 0] = t[:, 1] / hm
-    out[:, 1] = t[:, 0] / wm
-    out[:, 2] = (t[:, 1] + (hc - 1) * a[:, 1, 1]) / hm
-    out[:, 3] = (t[:, 0] + (wc - 1) * a[:, 0, 0]) / wm
     out[:, MATRIX] = _colour_matrices(augment, u).reshape(n, 9)
     out[:, DELTA] = (2 * u[:, 7] - 1) * augment.brightness * 255.0
     out[:, CONTRAST] = 1 + (2 * u[:, 8] - 1) * augment.contrast
@@ -349,62 +344,100 @@ def augment_tf(augment: Augment, images: "tf.Tensor", targets: "tf.Tensor", para
 
     h, w = int(images.shape[1]), int(images.shape[2])
     size = list(augment.output_size(h, w))
-    fast = not augment.rotates and min(h, w, *size) > 1
-    x, valid = _geometry(images, params, size, fast, augment.fill_rgb())
+    if augment.rotates:
+        x, valid = _projective(images, params, size)
+    else:
+        x, valid = _separable(images, params, size, (h, w))
     if augment.photometric:
         x = _colour(x, valid, params, augment)
-    fill = tf.constant(augment.fill_rgb(), tf.float32)
-    x = tf.where(valid, x, fill)
+    x = tf.where(valid, x, tf.constant(augment.fill_rgb(), tf.float32))
     if normalize:
         x = x * (1.0 / 255.0)
     else:
         x = tf.cast(tf.clip_by_value(tf.round(x), 0.0, 255.0), tf.uint8)
     if not segmentation:
         return x, targets
-    return x, _mask_geometry(targets, params, size, fast, ignore_index)
+    fill = 0 if len(targets.shape) == 4 else (255 if ignore_index is None else ignore_index)
+    if augment.rotates:
+        return x, _projective_mask(targets, params, size, fill)
+    return x, _separable_mask(targets, params, size, (h, w), fill)
 
 
-def _sample(data: "tf.Tensor", params: "tf.Tensor", size: list[int], fast: bool, method: str,
-            fill: float) -> "tf.Tensor":
+def _axis(params: "tf.Tensor", scale: int, offset: int, n: int, limit: int) -> tuple["tf.Tensor", "tf.Tensor"]:
+    """Source coordinates (B, n) of one output axis (axis-aligned map) and their validity:
+    inside when the nearest source pixel exists (-0.5 < c < limit - 0.5)."""
     import tensorflow as tf
 
-    if fast:
-        boxes = params[:, BOX]
-        index = tf.range(tf.shape(data)[0])
-        return tf.image.crop_and_resize(data, boxes, index, size, method=method.lower(), extrapolation_value=fill)
+    coords = params[:, offset, None] + params[:, scale, None] * tf.range(n, dtype=tf.float32)[None]
+    return coords, (coords > -0.5) & (coords < limit - 0.5)
+
+
+def _separable(images: "tf.Tensor", params: "tf.Tensor", size: list[int],
+               hw: tuple[int, int]) -> tuple["tf.Tensor", "tf.Tensor"]:
+    """Bilinear resampling for maps without rotation (scale, flips, crop): rows, then
+    columns, each two gathers and a blend (XLA-friendly; neighbours clamped at the edge)."""
+    import tensorflow as tf
+
+    ys, vy = _axis(params, 4, 5, size[0], hw[0])
+    xs, vx = _axis(params, 0, 2, size[1], hw[1])
+
+    def taps(c: "tf.Tensor", limit: int) -> tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
+        lo = tf.floor(c)
+        return (tf.cast(tf.clip_by_value(lo, 0, limit - 1), tf.int32),
+                tf.cast(tf.clip_by_value(lo + 1, 0, limit - 1), tf.int32), c - lo)
+
+    y0, y1, wy = taps(ys, hw[0])
+    x0, x1, wx = taps(xs, hw[1])
+    wy, wx = wy[:, :, None, None], wx[:, None, :, None]
+    r0 = tf.cast(tf.gather(images, y0, axis=1, batch_dims=1), tf.float32)
+    r1 = tf.cast(tf.gather(images, y1, axis=1, batch_dims=1), tf.float32)
+    rows = r0 + (r1 - r0) * wy
+    c0 = tf.gather(rows, x0, axis=2, batch_dims=1)
+    c1 = tf.gather(rows, x1, axis=2, batch_dims=1)
+    return c0 + (c1 - c0) * wx, (vy[:, :, None] & vx[:, None, :])[..., None]
+
+
+def _separable_mask(targets: "tf.Tensor", params: "tf.Tensor", size: list[int], hw: tuple[int, int],
+                    fill: int) -> "tf.Tensor":
+    """Nearest neighbour from the same coordinates as `_separable`; outside: `fill`."""
+    import tensorflow as tf
+
+    ys, vy = _axis(params, 4, 5, size[0], hw[0])
+    xs, vx = _axis(params, 0, 2, size[1], hw[1])
+    ny = tf.cast(tf.clip_by_value(tf.floor(ys + 0.5), 0, hw[0] - 1), tf.int32)
+    nx = tf.cast(tf.clip_by_value(tf.floor(xs + 0.5), 0, hw[1] - 1), tf.int32)
+    out = tf.gather(tf.gather(targets, ny, axis=1, batch_dims=1), nx, axis=2, batch_dims=1)
+    valid = vy[:, :, None] & vx[:, None, :]
+    if len(targets.shape) == 4:
+        valid = valid[..., None]
+    return tf.where(valid, out, tf.constant(fill, targets.dtype))
+
+
+def _transform(data: "tf.Tensor", params: "tf.Tensor", size: list[int], method: str, fill: float) -> "tf.Tensor":
+    import tensorflow as tf
+
     return tf.raw_ops.ImageProjectiveTransformV3(
         images=data, transforms=params[:, TRANSFORM], output_shape=tf.constant(size, tf.int32),
         fill_value=fill, interpolation=method, fill_mode="CONSTANT")
 
 
-def _geometry(images: "tf.Tensor", params: "tf.Tensor", size: list[int], fast: bool,
-              fill: tuple[int, int, int]) -> tuple["tf.Tensor", "tf.Tensor"]:
-    """Bilinear image (float32, 0-255) and where it came from inside the source."""
+def _projective(images: "tf.Tensor", params: "tf.Tensor", size: list[int]) -> tuple["tf.Tensor", "tf.Tensor"]:
+    """Bilinear image (float32, 0-255) under a general affine map, and where the nearest
+    source pixel exists (the mask's rule)."""
     import tensorflow as tf
 
-    if fast:  # crop_and_resize extrapolates whole pixels: mark them NaN
-        x = _sample(images, params, size, True, "BILINEAR", float("nan"))
-        return x, tf.logical_not(tf.math.is_nan(x[..., :1]))
-    x = _sample(tf.cast(images, tf.float32), params, size, False, "BILINEAR", 0.0)
-    ones = tf.ones_like(images[..., :1])
-    valid = _sample(ones, params, size, False, "NEAREST", 0.0) > 0
+    x = _transform(tf.cast(images, tf.float32), params, size, "BILINEAR", 0.0)
+    valid = _transform(tf.ones_like(images[..., :1]), params, size, "NEAREST", 0.0) > 0
     return x, valid
 
 
-def _mask_geometry(targets: "tf.Tensor", params: "tf.Tensor", size: list[int], fast: bool,
-                   ignore_index: int | None) -> "tf.Tensor":
+def _projective_mask(targets: "tf.Tensor", params: "tf.Tensor", size: list[int], fill: int) -> "tf.Tensor":
     import tensorflow as tf
 
-    dtype = targets.dtype
-    planes = len(targets.shape) == 4  # one-hot stored masks: padding = all-zero planes
+    planes = len(targets.shape) == 4
     data = targets if planes else targets[..., None]
-    fill = 0.0 if planes else float(255 if ignore_index is None else ignore_index)
-    if fast:
-        out = _sample(data, params, size, True, "NEAREST", fill)
-    else:
-        work = data if dtype == tf.uint8 else tf.cast(data, tf.int32)
-        out = _sample(work, params, size, False, "NEAREST", fill)
-    out = tf.cast(out, dtype)
+    work = data if data.dtype == tf.uint8 else tf.cast(data, tf.int32)
+    out = tf.cast(_transform(work, params, size, "NEAREST", float(fill)), targets.dtype)
     return out if planes else out[..., 0]
 
 
@@ -424,15 +457,23 @@ def _colour(x: "tf.Tensor", valid: "tf.Tensor", params: "tf.Tensor", augment: Au
     return tf.clip_by_value(y, 0.0, 255.0)
 
 
-def make_augment_tf(augment: Augment, *, ignore_index: int | None, segmentation: bool, normalize: bool):
-    """`augment_tf` bound to a dataset, as one `tf.function` over (images, targets, params)."""
+#: Compile the separable path (no rotation) with XLA, with the expansion fused in.
+AUGMENT_JIT = True
+
+
+def make_augment_tf(augment: Augment, *, ignore_index: int | None, segmentation: bool, normalize: bool,
+                    expand: Any = None):
+    """`augment_tf` bound to a dataset, as one `tf.function` over (images, targets, params),
+    followed by `expand(x, y)` when given; XLA-compiled (`AUGMENT_JIT`) without rotation
+    (`ImageProjectiveTransformV3` has no XLA kernel)."""
     import tensorflow as tf
 
     def run(images: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
-        return augment_tf(augment, images, targets, params, ignore_index=ignore_index,
+        x, y = augment_tf(augment, images, targets, params, ignore_index=ignore_index,
                           segmentation=segmentation, normalize=normalize)
+        return (x, y) if expand is None else expand(x, y)
 
-    return tf.function(run, reduce_retracing=True)
+    return tf.function(run, jit_compile=AUGMENT_JIT and not augment.rotates, reduce_retracing=True)
 
 
 __all__ = ["Augment", "PARAMS", "augment_tf", "check_augment", "check_start_step", "draw_params", "key_ids",

@@ -184,8 +184,14 @@ class PipelineOptions:
 
     @property
     def planned(self) -> bool:
-        """Whether the pipeline must be the planned generator (`readers.formats.batching`):
-        augmentation, or a start other than the first batch of epoch 0."""
+        """Whether the pipeline must be the planned generator (`readers.formats.batching`),
+        whose stream is a pure function of (seed, epoch, step): a seed, augmentation, or a
+        start other than the first batch of epoch 0."""
+        return self.seed is not None or self.requires_plan
+
+    @property
+    def requires_plan(self) -> bool:
+        """Augmentation or a resumed start: only the planned generator can do them."""
         return self.augment is not None or self.epoch != 0 or self.start_step != 0
 
     def buffer_records(self, shards: Sequence[ShardRef]) -> int:

@@ -14,10 +14,13 @@ frequent evaluation: `python_batches` builds the generator dataset so that tf.da
 instantiates its functions without Grappler, and compact mode adds no map.
 
 Order: shuffle=False gives shard order and record order, as `Dataset.records()`.
-shuffle=True shuffles the shard order every epoch (with the seed) and permutes records
-across a window of at least `options.buffer_records()` records (a block shuffle whose
-memory is bounded like a shuffle buffer); the seed makes it reproducible and every
-epoch reshuffles.
+shuffle=True shuffles the shard order every epoch and permutes records across a window
+of at least `options.buffer_records()` records (a block shuffle whose memory is bounded
+like a shuffle buffer). Each epoch is planned from the manifest's record counts with
+`np.random.default_rng([seed, epoch])` (`BatchGenerator.plan_epoch`), so the stream is
+a pure function of (seed, epoch, step): every epoch reshuffles, and a pipeline can start
+at any (epoch, step) without reading the shards that only earlier batches use. With
+augmentation, each batch carries its samples' parameters into `augment_map`.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from readers.errors import describe
-from readers.formats.base import PipelineOptions, RecordSpec, ShardRef, make_expand_tf, y_signature
+from readers.formats.base import PipelineOptions, RecordSpec, ShardRef, expand_tf, make_expand_tf, y_signature
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -101,16 +104,13 @@ def augment_map(spec: RecordSpec, options: PipelineOptions) -> Callable[..., Any
 
     if options.augment_on == "device":
         return lambda images, targets, params: ((images, params), targets)
-    augment = make_augment_tf(options.augment, ignore_index=spec.ignore_index, segmentation=spec.segmentation,
-                              normalize=options.normalize)
     identity = expansion_is_identity(spec, one_hot=options.one_hot, normalize=False)
-    expand = None if identity else make_expand_tf(spec, one_hot=options.one_hot, normalize=False)
 
-    def run(images: Any, targets: Any, params: Any) -> tuple[Any, Any]:
-        x, y = augment(images, targets, params)
-        return (x, y) if expand is None else expand(x, y)
+    def expand(x: Any, y: Any) -> tuple[Any, Any]:
+        return expand_tf(x, y, spec, one_hot=options.one_hot, normalize=False)
 
-    return run
+    return make_augment_tf(options.augment, ignore_index=spec.ignore_index, segmentation=spec.segmentation,
+                           normalize=options.normalize, expand=None if identity else expand)
 
 
 def expansion_is_identity(spec: RecordSpec, *, one_hot: bool, normalize: bool) -> bool:

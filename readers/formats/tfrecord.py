@@ -137,10 +137,11 @@ class TFRecordAdapter(FileAdapter):
         copy: one copy per byte in all, against three (read, parse, decode) plus a slower
         CRC for TensorFlow's reader. Damage raises `ShardError` naming file and record.
         Gzip shards (and `ENGINE` = "tf") use `tf_reader_dataset`, TensorFlow's reader,
-        except for planned pipelines (augmentation, resume: `PipelineOptions.planned`),
-        which read gzip shards whole (`load_whole`) into the generator pipeline.
+        except for planned pipelines (a seed, augmentation, resume:
+        `PipelineOptions.planned`), which read gzip shards whole (`load_whole`) into the
+        generator pipeline so that the stream is a pure function of (seed, epoch, step).
         """
-        if (spec.compression == "none" and ENGINE == "mapped") or options.planned:
+        if options.requires_plan or (ENGINE == "mapped" and (spec.compression == "none" or options.planned)):
             from readers.formats.batching import generator_dataset
 
             load = load_mapped if spec.compression == "none" else load_whole
