@@ -340,27 +340,39 @@ def augment_tf(augment: Augment, images: "tf.Tensor", targets: "tf.Tensor", para
     or all-zero planes for one-hot masks; labels unchanged). Runs on any TensorFlow
     device (`readers.device.augment_batch` calls it on the accelerator).
     """
-    import tensorflow as tf
+    x, valid, y = geometry_stage(augment, images, targets, params, ignore_index=ignore_index,
+                                 segmentation=segmentation)
+    return colour_stage(augment, x, valid, y, params, normalize=normalize)
 
+
+def geometry_stage(augment: Augment, images: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor", *,
+                   ignore_index: int | None, segmentation: bool) -> tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]:
+    """(image float32 0-255, where it came from inside the source, transformed targets)."""
     h, w = int(images.shape[1]), int(images.shape[2])
     size = list(augment.output_size(h, w))
     if augment.rotates:
         x, valid = _projective(images, params, size)
     else:
         x, valid = _separable(images, params, size, (h, w))
+    if not segmentation:
+        return x, valid, targets
+    fill = 0 if len(targets.shape) == 4 else (255 if ignore_index is None else ignore_index)
+    if augment.rotates:
+        return x, valid, _projective_mask(targets, params, size, fill)
+    return x, valid, _separable_mask(targets, params, size, (h, w), fill)
+
+
+def colour_stage(augment: Augment, x: "tf.Tensor", valid: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor", *,
+                 normalize: bool) -> tuple["tf.Tensor", "tf.Tensor"]:
+    """Colour jitter, padding, and float [0, 1] or uint8 output."""
+    import tensorflow as tf
+
     if augment.photometric:
         x = _colour(x, valid, params, augment)
     x = tf.where(valid, x, tf.constant(augment.fill_rgb(), tf.float32))
     if normalize:
-        x = x * (1.0 / 255.0)
-    else:
-        x = tf.cast(tf.clip_by_value(tf.round(x), 0.0, 255.0), tf.uint8)
-    if not segmentation:
-        return x, targets
-    fill = 0 if len(targets.shape) == 4 else (255 if ignore_index is None else ignore_index)
-    if augment.rotates:
-        return x, _projective_mask(targets, params, size, fill)
-    return x, _separable_mask(targets, params, size, (h, w), fill)
+        return x * (1.0 / 255.0), targets
+    return tf.cast(tf.clip_by_value(tf.round(x), 0.0, 255.0), tf.uint8), targets
 
 
 def _axis(params: "tf.Tensor", scale: int, offset: int, n: int, limit: int) -> tuple["tf.Tensor", "tf.Tensor"]:
@@ -452,9 +464,14 @@ def _colour(x: "tf.Tensor", valid: "tf.Tensor", params: "tf.Tensor", augment: Au
         total = tf.reduce_sum(tf.where(valid, x, 0.0), axis=(1, 2))
         count = tf.maximum(tf.reduce_sum(tf.cast(valid, tf.float32), axis=(1, 2)), 1.0)
         offset = offset + (1 - c) * (total / count)
-    v = tf.einsum("bdc,bc->bd", m, offset)
-    y = tf.einsum("bhwc,bdc->bhwd", x, m * c[:, :, None]) + v[:, None, None, :]
-    return tf.clip_by_value(y, 0.0, 255.0)
+    v = tf.reduce_sum(m * offset[:, None, :], axis=-1)  # (B, 3)
+    m = m * c[:, :, None]
+    # Three multiply-adds per output channel: elementwise, so XLA fuses them into one pass
+    # (a batched matmul with a contraction of 3 is several times slower on CPUs).
+    chans = [x[..., k] for k in range(3)]
+    out = [chans[0] * m[:, d, 0, None, None] + chans[1] * m[:, d, 1, None, None]
+           + chans[2] * m[:, d, 2, None, None] + v[:, d, None, None] for d in range(3)]
+    return tf.clip_by_value(tf.stack(out, axis=-1), 0.0, 255.0)
 
 
 #: Compile the separable path (no rotation) with XLA, with the expansion fused in.
@@ -464,17 +481,32 @@ AUGMENT_JIT = True
 def make_augment_tf(augment: Augment, *, ignore_index: int | None, segmentation: bool, normalize: bool,
                     expand: Any = None):
     """`augment_tf` bound to a dataset, as one `tf.function` over (images, targets, params),
-    followed by `expand(x, y)` when given; XLA-compiled (`AUGMENT_JIT`) without rotation
-    (`ImageProjectiveTransformV3` has no XLA kernel)."""
+    followed by `expand(x, y)` when given; both stages XLA-compiled (`AUGMENT_JIT`), the
+    geometry only without rotation (`ImageProjectiveTransformV3` has no XLA kernel)."""
     import tensorflow as tf
 
-    def run(images: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
-        x, y = augment_tf(augment, images, targets, params, ignore_index=ignore_index,
-                          segmentation=segmentation, normalize=normalize)
+    jit = AUGMENT_JIT and not augment.rotates
+
+    # Two compiled stages: XLA would otherwise fuse the resampling into every use of its
+    # output (the colour matrix reads each channel three times, contrast its mean) and
+    # recompute the gathers for each, several times slower than materialising it once.
+    @tf.function(jit_compile=jit, reduce_retracing=True)
+    def geometry(images: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor") -> Any:
+        return geometry_stage(augment, images, targets, params, ignore_index=ignore_index,
+                              segmentation=segmentation)
+
+    @tf.function(jit_compile=AUGMENT_JIT, reduce_retracing=True)
+    def finish(x: "tf.Tensor", valid: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor") -> Any:
+        x, y = colour_stage(augment, x, valid, targets, params, normalize=normalize)
         return (x, y) if expand is None else expand(x, y)
 
-    return tf.function(run, jit_compile=AUGMENT_JIT and not augment.rotates, reduce_retracing=True)
+    @tf.function(reduce_retracing=True)
+    def run(images: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
+        x, valid, y = geometry(images, targets, params)
+        return finish(x, valid, y, params)
+
+    return run
 
 
-__all__ = ["Augment", "PARAMS", "augment_tf", "check_augment", "check_start_step", "draw_params", "key_ids",
+__all__ = ["Augment", "PARAMS", "augment_tf", "colour_stage", "geometry_stage", "check_augment", "check_start_step", "draw_params", "key_ids",
            "make_augment_tf", "augment_sample", "parse_augment", "resume_point", "sample_ids", "uniforms"]

@@ -72,7 +72,7 @@ def augment_batch(x: Any, y: Any, params: Any, augment: Any, num_classes: int | 
 
     Pairs with `Dataset.tf_dataset(..., normalize=False, one_hot=False, augment=aug,
     augment_on="device")`, whose batches are ((uint8 images, params), class maps): only
-    uint8 and 23 floats per sample cross to the device, where the same batch function
+    uint8 and 19 floats per sample cross to the device, where the same batch function
     as the host path (`readers.augment.augment_tf`) resamples image and mask and jitters
     the colours, then `expand_batch` casts and one-hot encodes. Call it in a custom
     `train_step` (see docs/AUGMENT.md); it gives the same (x, y) as host-side
