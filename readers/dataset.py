@@ -24,7 +24,9 @@ import numpy as np
 from readers.augment import check_augment, check_start_step, sample_ids
 from readers.errors import FIX_HINT, ShardError, shard_error
 from readers.formats import FileFormat, check_compression
-from readers.formats.base import PipelineOptions, Record, RecordSpec, ShardRef, tune_allocator
+from readers.formats._allocator import tune_allocator
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
 
@@ -229,16 +231,12 @@ class Dataset:
                 fewer shards than pipelines a warning is given and every pipeline reads
                 all files and keeps every num_input_pipelines-th record instead.
             shuffle_buffer: records in the shuffle buffer. Default: as many as fit in
-                256 MB (`readers.formats.base.SHUFFLE_BUFFER_BYTES`) at the shards'
+                256 MB (`readers.formats.pipeline.SHUFFLE_BUFFER_BYTES`) at the shards'
                 average record size, at least one batch, at most the whole split.
-            augment: a `readers.augment.Augment` applied to every batch (image and mask
-                together, random per (seed, epoch, sample key)); see docs/AUGMENT.md.
-            epoch, start_step: the first iteration of the dataset is epoch `epoch` from
-                batch `start_step` (later iterations: the next epochs, from batch 0). With
-                a seed the stream is a pure function of (seed, epoch, step); shards that
-                only the skipped batches use are not read (resume after preemption).
-            augment_on: "host" (default) or "device": compact mode only; batches come as
-                ((uint8 images, params), class maps) for `readers.device.augment_batch`.
+            augment: a `readers.augment.Augment` for every batch (docs/AUGMENT.md).
+            epoch, start_step: the first pass is epoch `epoch` from batch `start_step`, later
+                ones the next epochs; the stream is a pure function of (seed, epoch, step).
+            augment_on: "host", or "device" for `readers.device.augment_batch` (compact mode).
 
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
         Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
@@ -248,14 +246,14 @@ class Dataset:
         go through TensorFlow's reader, whose `DataLossError` ("corrupted record at
         <offset>") does not name the file, so each file is checked to give exactly its
         manifest record count and an `InvalidArgumentError` names the file otherwise
-        (see `readers.formats.tfrecord._checked_reader`).
+        (see `readers.formats.tfrecord.reader._checked_reader`).
 
         Speed: uncompressed TFRecord shards are memory-mapped and their image/mask bytes
         gathered straight into aligned batches (one copy; see
-        `readers.formats.tfrecord.load_mapped` and `readers.formats.batching`); NPZ
+        `readers.formats.tfrecord.reader.load_mapped` and `readers.formats.batching`); NPZ
         shards are inflated by loader threads; casting and one-hot encoding run in a
         parallel `tf.data` map. The first call tunes glibc malloc for megabyte blocks
-        (`readers.formats.base.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
+        (`readers.formats._allocator.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
         """
         import tensorflow as tf
 
@@ -267,37 +265,34 @@ class Dataset:
         shards = self.shards(split)
         total = sum(s.records for s in shards)
         if input_context is not None:
-            num = int(input_context.num_input_pipelines)
-            index = int(input_context.input_pipeline_id)
-            _check_sharding(num, index, "input_context.num_input_pipelines", "input_context.input_pipeline_id")
-            if len(shards) >= num:
-                shards = [s for s in shards if s.position % num == index]
-                total = sum(s.records for s in shards)
-            else:
-                message = (
-                    f"Split {split!r} of {self._path} has {len(shards)} shard files for {num} input pipelines; "
-                    "every pipeline will read all files and keep every "
-                    f"{num}-th record (slower). Re-convert with more shards for file-level sharding."
-                )
-                logger.warning(message)
-                warnings.warn(message, stacklevel=2)
-                options = PipelineOptions(**{**_fields(options), "record_shard": (num, index)})
-                total = len(range(index, total, num))
-        ids = sample_ids(shards) if options.augment is not None else None
-        ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
+            shards, options, total = self._pipeline_share(split, shards, options, input_context)
         batches = total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
         check_start_step(options.start_step, batches)
-        if options.start_step == 0:  # resumed: the first pass is shorter, so no fixed cardinality
-            ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
-        if repeat:
-            ds = ds.repeat()
-        ds = ds.prefetch(tf.data.AUTOTUNE)
-        tf_options = tf.data.Options()
-        tf_options.autotune.enabled = True
-        tf_options.deterministic = (not options.shuffle) or options.seed is not None
-        if input_context is not None:
-            tf_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        return ds.with_options(tf_options)
+        ids = sample_ids(shards) if options.augment is not None else None
+        ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
+        return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None)
+
+    def _pipeline_share(self, split: str, shards: list[ShardRef], options: PipelineOptions,
+                        input_context: "tf.distribute.InputContext") -> tuple[list[ShardRef], PipelineOptions, int]:
+        """What one input pipeline of `input_context` reads: (its shards, its options, its records)."""
+        total = sum(s.records for s in shards)
+        num = int(input_context.num_input_pipelines)
+        index = int(input_context.input_pipeline_id)
+        _check_sharding(num, index, "input_context.num_input_pipelines", "input_context.input_pipeline_id")
+        if len(shards) >= num:
+            shards = [s for s in shards if s.position % num == index]
+            total = sum(s.records for s in shards)
+        else:
+            message = (
+                f"Split {split!r} of {self._path} has {len(shards)} shard files for {num} input pipelines; "
+                "every pipeline will read all files and keep every "
+                f"{num}-th record (slower). Re-convert with more shards for file-level sharding."
+            )
+            logger.warning(message)
+            warnings.warn(message, stacklevel=3)
+            options = PipelineOptions(**{**_fields(options), "record_shard": (num, index)})
+            total = len(range(index, total, num))
+        return shards, options, total
 
     # -- Keras PyDataset ------------------------------------------------------------------------
     def keras_dataset(
@@ -338,6 +333,24 @@ class Dataset:
         ids = sample_ids(shards) if options.augment is not None else None
         return make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
                               use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size, ids=ids)
+
+
+def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
+                     distributed: bool) -> "tf.data.Dataset":
+    """Cardinality (unless resumed: the first pass is shorter), repeat, prefetch, options."""
+    import tensorflow as tf
+
+    if options.start_step == 0:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    tf_options = tf.data.Options()
+    tf_options.autotune.enabled = True
+    tf_options.deterministic = (not options.shuffle) or options.seed is not None
+    if distributed:
+        tf_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(tf_options)
 
 
 def _fields(options: PipelineOptions) -> dict[str, Any]:

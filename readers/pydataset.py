@@ -27,7 +27,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from readers._lazy import LazyClass
-from readers.formats.base import PipelineOptions, RandomAccessShard, RecordSpec, expand_numpy
+from readers.formats.base import RandomAccessShard
+from readers.formats.expand import expand_numpy
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import RecordSpec
 
 
 
@@ -67,10 +70,7 @@ def _build_class() -> type:
             self._order = self._epoch_order()
 
         def _epoch_order(self) -> np.ndarray:
-            """The sample order of `self.epoch`: a pure function of (seed, epoch)."""
-            if not self.options.shuffle:
-                return np.arange(len(self._shard_of))
-            return np.random.default_rng([self._seed, self.epoch]).permutation(len(self._shard_of))
+            return epoch_order(self._seed, self.epoch, len(self._shard_of), self.options.shuffle)
 
         @property
         def num_samples(self) -> int:
@@ -89,32 +89,16 @@ def _build_class() -> type:
                 raise IndexError(f"batch index must be in [0, {n}). Received: {index}")
             bs = self.options.batch_size
             picked = self._order[index * bs:(index + 1) * bs]
-            spec = self.spec
-            images = np.empty((len(picked), *spec.image_shape), np.uint8)
-            if spec.segmentation:
-                targets = np.empty((len(picked), *spec.mask_shape), spec.mask_np_dtype.newbyteorder("="))
-            else:
-                targets = np.empty((len(picked),), np.int64)
-            for j, k in enumerate(picked):
-                images[j], targets[j] = self.readers[self._shard_of[k]].read(int(self._record_of[k]))
+            images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
             normalize = self.options.normalize
             if self.options.augment is not None:
-                images, targets = self._augmented(images, targets, picked)
+                if self._augment is None:
+                    self._augment = augment_fn(self.spec, self.options)
+                ids = self._ids[picked] if self._ids is not None else picked.astype(np.uint64)
+                images, targets = augment_numpy(self._augment, self.spec, self.options, self._seed, self.epoch, ids,
+                                                images, targets)
                 normalize = False  # done by the augmentation
-            return expand_numpy(images, targets, spec, one_hot=self.options.one_hot, normalize=normalize)
-
-        def _augmented(self, images: np.ndarray, targets: np.ndarray, picked: np.ndarray) -> tuple[Any, Any]:
-            """The same TensorFlow batch function as `tf_dataset`'s, on the same draws."""
-            from readers.augment import draw_params, make_augment_tf
-
-            if self._augment is None:
-                self._augment = make_augment_tf(self.options.augment, ignore_index=self.spec.ignore_index,
-                                                segmentation=self.spec.segmentation,
-                                                normalize=self.options.normalize)
-            ids = self._ids[picked] if self._ids is not None else picked.astype(np.uint64)
-            params = draw_params(self.options.augment, self.spec.height, self.spec.width, self._seed, self.epoch, ids)
-            x, y = self._augment(images, targets, params)
-            return x.numpy(), y.numpy()
+            return expand_numpy(images, targets, self.spec, one_hot=self.options.one_hot, normalize=normalize)
 
         def __getstate__(self) -> dict:
             state = dict(self.__dict__)
@@ -130,6 +114,44 @@ def _build_class() -> type:
             return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
 
     return ShardPyDataset
+
+
+def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records: np.ndarray,
+               spec: RecordSpec) -> tuple[np.ndarray, np.ndarray]:
+    """The compact (images, targets) of the records (shards[j], records[j])."""
+    images = np.empty((len(shards), *spec.image_shape), np.uint8)
+    if spec.segmentation:
+        targets = np.empty((len(shards), *spec.mask_shape), spec.mask_np_dtype.newbyteorder("="))
+    else:
+        targets = np.empty((len(shards),), np.int64)
+    for j, (i, r) in enumerate(zip(shards, records)):
+        images[j], targets[j] = readers[int(i)].read(int(r))
+    return images, targets
+
+
+def epoch_order(seed: int, epoch: int, n: int, shuffle: bool) -> np.ndarray:
+    """The sample order of `epoch`: a pure function of (seed, epoch)."""
+    if not shuffle:
+        return np.arange(n)
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def augment_fn(spec: RecordSpec, options: PipelineOptions) -> Any:
+    """`tf_dataset`'s augmentation batch function, without the expansion."""
+    from readers.augment import make_augment_tf
+
+    return make_augment_tf(options.augment, ignore_index=spec.ignore_index, segmentation=spec.segmentation,
+                           normalize=options.normalize)
+
+
+def augment_numpy(fn: Any, spec: RecordSpec, options: PipelineOptions, seed: int, epoch: int, ids: np.ndarray,
+                  images: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A NumPy batch through `fn` (from `augment_fn`) with the draws of (seed, epoch, ids)."""
+    from readers.augment import draw_params
+
+    params = draw_params(options.augment, spec.height, spec.width, seed, epoch, ids)
+    x, y = fn(images, targets, params)
+    return x.numpy(), y.numpy()
 
 
 _LAZY = LazyClass(__name__, "ShardPyDataset", _build_class)

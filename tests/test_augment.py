@@ -312,7 +312,7 @@ def test_resume_point_from_backup_and_restore_metadata(tmp_path):
 
 def test_preview_augment_shows_the_training_view_of_each_sample(colour_dataset, tmp_path):
     from converter.cli import main as cli_main
-    from converter.preview import PreviewOptions, dataset_samples
+    from converter.inspect.preview import PreviewOptions, dataset_samples
     from readers.augment import parse_augment
 
     spec = "hflip=0.5,scale=0.5:1.5,crop=20x24,fill=255:0:255"

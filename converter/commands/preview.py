@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from converter.commands.convert import add_source_arguments, add_task_arguments, resolve_task
+from converter.commands import add_source_arguments, add_task_arguments, resolve_task
 from converter.options import DEFAULT_MAX_PIXELS, SourceSpec
 
 
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from converter.preview import PreviewOptions, is_dataset, preview_dataset, preview_sources
+    from converter.inspect.preview import PreviewOptions, is_dataset, preview_dataset, preview_sources
 
     augment = None
     if args.augment is not None:
