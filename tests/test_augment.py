@@ -110,7 +110,16 @@ def test_padding_is_ignore_index_and_fill(colour_dataset):
 @pytest.fixture(params=[("tfrecord", "none"), ("tfrecord", "gzip"), ("npz", "deflate")],
                 ids=["tfrecord", "tfrecord-gzip", "npz"])
 def small(request, tmp_path):
-    fmt, compression = request.param
+    return _small(tmp_path, *request.param)
+
+
+@pytest.fixture
+def small_tfrecord(tmp_path):
+    """One format only, for the slower Keras tests."""
+    return _small(tmp_path, "tfrecord", "none")
+
+
+def _small(tmp_path, fmt, compression):
     root = tmp_path / f"{fmt}-{compression}"
     _shards.write_dataset(root, fmt, compression=compression, splits={"train": 11}, height=20, width=18,
                           records_per_shard=3, num_classes=4)
@@ -291,11 +300,11 @@ def test_model_fit_one_epoch_with_augmentation(small, source):
     assert np.isfinite(history.history["loss"][0])
 
 
-def test_keras_preprocessing_layers_take_tf_dataset_batches(small):
+def test_keras_preprocessing_layers_take_tf_dataset_batches(small_tfrecord):
     import keras
 
     flip = keras.layers.RandomFlip("horizontal", seed=1)
-    x, y = next(iter(small.tf_dataset("train", 3, seed=0, one_hot=False)))
+    x, y = next(iter(small_tfrecord.tf_dataset("train", 3, seed=0, one_hot=False)))
     out = flip(x, training=True)
     assert out.shape == x.shape and out.dtype == tf.float32
     crop = keras.layers.RandomCrop(8, 8, seed=1)
@@ -341,13 +350,50 @@ def test_parse_augment_names_the_bad_field(text):
         parse_augment(text)
 
 
-def test_keras_geometric_layers_keep_mask_classes_on_tf_dataset_batches(small):
+def test_keras_geometric_layers_keep_mask_classes_on_tf_dataset_batches(small_tfrecord):
     import keras
 
-    x, y = next(iter(small.tf_dataset("train", 3, seed=0, one_hot=False)))
+    x, y = next(iter(small_tfrecord.tf_dataset("train", 3, seed=0, one_hot=False)))
     masks = tf.cast(y[..., None], tf.float32)
     for layer in (keras.layers.RandomRotation(0.2, seed=1), keras.layers.RandomZoom(0.3, seed=1),
                   keras.layers.RandomFlip("horizontal_and_vertical", seed=1)):
         out = layer({"images": x, "segmentation_masks": masks}, training=True)
         values = set(np.unique(np.asarray(out["segmentation_masks"])).tolist())
         assert values <= set(np.unique(np.asarray(y)).tolist()) | {0.0}, type(layer).__name__
+
+
+def test_resume_after_interrupted_fit_with_backup_and_restore(small_tfrecord, tmp_path):
+    """A fit killed at the start of epoch 2 resumes at epoch 2 with the batches that an
+    uninterrupted run feeds in its third epoch."""
+    import keras
+
+    aug = Augment(hflip=0.5, scale=(0.75, 1.5), crop=(16, 16))
+    backup = str(tmp_path / "backup")
+
+    class Stop(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 2:
+                raise RuntimeError("preempted")
+
+    from readers.augment import resume_point
+
+    model = _tiny_model(4, (16, 16))
+    with pytest.raises(RuntimeError, match="preempted"):
+        model.fit(small_tfrecord.tf_dataset("train", 3, seed=5, augment=aug, epoch=resume_point(backup)[0]), epochs=4,
+                  verbose=0, callbacks=[keras.callbacks.BackupAndRestore(backup), Stop()])
+    epoch, step = resume_point(backup)
+    assert (epoch, step) == (2, 0)
+    resumed = small_tfrecord.tf_dataset("train", 3, seed=5, augment=aug, epoch=epoch, start_step=step, normalize=False,
+                               one_hot=False)
+    full = small_tfrecord.tf_dataset("train", 3, seed=5, augment=aug, normalize=False, one_hot=False)
+    third = [[(np.asarray(x), np.asarray(y)) for x, y in full] for _ in range(3)][2]
+    assert _same([(np.asarray(x), np.asarray(y)) for x, y in resumed], third)
+    seen = []
+
+    class Record(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            seen.append(epoch)
+
+    model.fit(small_tfrecord.tf_dataset("train", 3, seed=5, augment=aug, epoch=epoch, start_step=step), epochs=4,
+              verbose=0, callbacks=[keras.callbacks.BackupAndRestore(backup), Record()])
+    assert seen == [2, 3]
