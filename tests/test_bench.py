@@ -24,6 +24,7 @@ READER_ROWS = {
     "p1_tf_png", "p2_pydataset_png", "p3_saved_float32", "p3_saved_uint8", "p4_imgshard_float32",
     "p5_imgshard_compact", "p5_imgshard_compact_expand", "p6_imgshard_npz_deflate", "p6_np_load_deflate",
     "p6_imgshard_npz_none", "p6_np_load_none", "p8_plain_big", "p8_augment_float32", "p8_augment_compact",
+    "p8_augment_device_feed",
 }
 CONVERT_ROWS = {"decode_floor", "bare_transform", "naive_pillow", "convert_w1", "convert_w2"}
 

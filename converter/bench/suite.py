@@ -289,6 +289,8 @@ def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, say: Say
     floats = ds.tf_dataset(split, bs, shuffle_buffer=buf, seed=opts.seed, augment=aug)
     compact = ds.tf_dataset(split, bs, shuffle_buffer=buf, seed=opts.seed, augment=aug, normalize=False,
                             one_hot=False)
+    device = ds.tf_dataset(split, bs, shuffle_buffer=buf, seed=opts.seed, augment=aug, normalize=False,
+                           one_hot=False, augment_on="device")
     return [
         (Row("p8_plain_big", f"8. imgshard {big[0]}x{big[1]} shards, float32 + one-hot, no augmentation",
              "reader", 4 * big[0] * big[1] * (3 + c)), _tf_epoch(plain)),
@@ -296,6 +298,9 @@ def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, say: Say
              "reader", 4 * h * w * (3 + c), note=recipe), _tf_epoch(floats)),
         (Row("p8_augment_compact", f"8. {big[0]}x{big[1]} shards augmented to {h}x{w}, compact", "reader",
              4 * h * w, note=recipe), _tf_epoch(compact)),
+        (Row("p8_augment_device_feed", f"8. {big[0]}x{big[1]} shards, augment_on='device': the host's part", "reader",
+             4 * big[0] * big[1], note="uint8 + 19 floats/sample; the GPU augments"),
+         _tf_epoch(device, lambda x, y: (x[0], y))),
     ]
 
 
