@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from converter import __version__
-from converter.discover.classes import class_table_path, load_class_table
+from converter.discover.labels import resolve_labels
 from converter.discover.classfolders import discover_classification
-from converter.discover.layout import BadInput, discover
+from converter.discover.layout import BadInput
+from converter.discover.layouts import discover
 from converter.execute import local_start, run_tasks
 from converter.fingerprint import content_matches
 from converter.lock import OutputLock, wait_for_orphans
@@ -26,7 +27,8 @@ from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.plan import Plan, PlanError, make_plan
 from converter.publish import publish_manifest, remove_files, sweep_leftovers, utc_now, write_report
 from converter.tfds_meta import TFDS_FILES, sync_tfds_metadata
-from converter.transform.colormap import ColorMap, ignore_index_for, mask_dtype_for
+from converter.transform.colormap import ignore_index_for, mask_dtype_for
+from converter.transform.semantics import make_semantics
 from converter.write.task import ShardResult, WorkerContext
 from readers.manifest import (
     HISTORY_LIMIT,
@@ -85,10 +87,13 @@ class ConvertResult:
         return sum(s.bytes for s in self.written)
 
 
-def _describe_unknown(unknown: dict[tuple[int, int, int], list[int]], cmap: ColorMap | None, limit: int = 20) -> list[str]:
+def _describe_unknown(unknown: dict, cmap, limit: int = 20) -> list[str]:
     lines = []
     for color, (pixels, files) in sorted(unknown.items(), key=lambda kv: -kv[1][0])[:limit]:
         near = ""
+        if isinstance(color, int):  # an index mask's value
+            lines.append(f"  value {color}: {pixels} px in {files} file(s)")
+            continue
         if cmap is not None:
             name, dist = cmap.nearest(color)
             near = f", nearest class {name!r} at distance {dist}"
@@ -161,8 +166,9 @@ def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOpti
 
 def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
     if options.task.value == "segmentation":
-        classes = load_class_table(class_table_path(spec))
         found = discover(spec)
+        labels, classes = resolve_labels(spec, options.labels, found)
+        options = dataclasses.replace(options, labels=labels)  # resolved: what the manifest records
     else:
         found, classes = discover_classification(spec, options.val_fraction)
     old = Manifest.load(out_dir) if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) else None
@@ -225,7 +231,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     result.timings = {"discover_and_plan": t_plan - t0, "write_shards": time.perf_counter() - t_plan,
                       "worker_busy": sum(r.seconds for r in results)}
 
-    cmap = ColorMap(classes) if options.task.value == "segmentation" else None
+    cmap = make_semantics(options.labels, classes) if options.task.value == "segmentation" else None
     report = _report(result, options, run, cmap)
     if len(result.bad) > run.max_bad:
         remove_files(out_dir, [t.file for t in plan.tasks])
@@ -377,7 +383,7 @@ def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], sour
     return entry
 
 
-def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap: ColorMap | None) -> dict:
+def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap) -> dict:
     plan = result.plan
     return {
         "tool_version": __version__,
@@ -393,6 +399,7 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "unknown_colors": [
             {"color": list(c), "pixels": px, "files": files,
              **({"nearest": cmap.nearest(c)[0], "distance": cmap.nearest(c)[1]} if cmap else {})}
+            if not isinstance(c, int) else {"value": c, "pixels": px, "files": files}
             for c, (px, files) in sorted(result.unknown_colors.items(), key=lambda kv: -kv[1][0])
         ],
         "changed_kept": plan.changed_kept,
@@ -404,7 +411,7 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
     }
 
 
-def _bad_message(result: ConvertResult, run: RunOptions, cmap: ColorMap | None) -> str:
+def _bad_message(result: ConvertResult, run: RunOptions, cmap) -> str:
     n = len(result.bad)
     lines = [f"{n} bad source file(s) (allowed: --max-bad {run.max_bad}); nothing was published:"]
     for b in result.bad[:50]:

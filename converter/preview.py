@@ -351,7 +351,7 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[A
 def source_samples(spec: Any, options: PreviewOptions, max_pixels: int) -> tuple[tuple[ClassInfo, ...], list[PreviewSample]]:
     """Samples decoded from raw sources; unknown colours marked, bad files captioned."""
     from converter.discover.classes import class_table_path, load_class_table
-    from converter.discover.layout import discover
+    from converter.discover.layouts import discover
     from converter.transform.colormap import AMBIGUOUS, ColorMap
     from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
 

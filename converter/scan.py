@@ -35,7 +35,8 @@ import numpy as np
 
 from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.classfolders import detect_task
-from converter.discover.layout import BadInput, SourceSample, discover
+from converter.discover.layout import BadInput, SourceSample
+from converter.discover.layouts import discover
 from converter.execute import map_unordered
 from converter.options import DEFAULT_MAX_PIXELS, SourceSpec, Task
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
