@@ -15,7 +15,13 @@ import json
 import sys
 
 from converter.commands import progress_bar
-from converter.commands.convert import add_source_arguments, add_task_arguments, resolve_task, source_spec
+from converter.commands.convert import (
+    add_source_arguments,
+    add_task_arguments,
+    label_options,
+    resolve_task,
+    source_spec,
+)
 from converter.options import DEFAULT_MAX_PIXELS, Task
 
 EX_DATAERR = 65
@@ -41,7 +47,8 @@ def main(args: argparse.Namespace) -> int:
     spec = source_spec(args)
     task = resolve_task(args, spec)
     options = ScanOptions(color_tolerance=args.color_tolerance, max_pixels=args.max_pixels, workers=args.workers,
-                          task=task, val_fraction=args.val_fraction)
+                          task=task, val_fraction=args.val_fraction,
+                          labels=label_options(args) if task is Task.SEGMENTATION else None)
     unit = "image" if task is Task.CLASSIFICATION else "pair"
     if args.task is None and not args.quiet and not args.json:
         print(f"imgshard scan: task {task.value} (detected from the sources; --task overrides)", file=sys.stderr)

@@ -37,6 +37,14 @@ def mask_values(mask: MaskArray) -> np.ndarray:
     return b.astype(np.uint8)
 
 
+def binary_values(mask: MaskArray) -> np.ndarray:
+    """(H, W) levels of a binary mask: its values, or the brightest channel of a colour mask (JPEG RGB)."""
+    if mask.indices is None:
+        packed = mask.colors()
+        return np.maximum(np.maximum(packed >> 16, (packed >> 8) & 255), packed & 255).astype(np.uint8)
+    return mask.indices
+
+
 def resize_table(values: np.ndarray, lut: np.ndarray, geom: Geometry, fill: int) -> np.ndarray:
     """`lut[values]` at the output size: Pillow's NEAREST sampling first, then the table (exact);
     padding (--fit contain, crop-or-pad) gets `fill`."""
@@ -183,10 +191,7 @@ class BinarySemantics(IndexSemantics):
     kind = MaskSemantics.BINARY
 
     def values(self, mask: MaskArray) -> np.ndarray:
-        if mask.indices is None:  # colour masks (JPEG RGB): the brightest channel
-            packed = mask.colors()
-            return np.maximum(np.maximum(packed >> 16, (packed >> 8) & 255), packed & 255).astype(np.uint8)
-        return mask.indices
+        return binary_values(mask)
 
     def table(self, size: int, top: int = 255) -> tuple[np.ndarray, np.ndarray]:
         key = size * 2 + (top <= 1)
@@ -227,5 +232,5 @@ def make_semantics(labels: LabelOptions, classes: tuple[ClassInfo, ...], toleran
     return ColourSemantics(classes, tolerance)
 
 
-__all__ = ["AMBIGUOUS", "BINARY_CLASSES", "BinarySemantics", "ColourSemantics", "IndexSemantics", "make_semantics",
+__all__ = ["AMBIGUOUS", "BINARY_CLASSES", "BinarySemantics", "binary_values", "ColourSemantics", "IndexSemantics", "make_semantics",
            "mask_values"]
