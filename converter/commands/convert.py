@@ -103,8 +103,9 @@ def resolve_task(args: argparse.Namespace, spec: SourceSpec) -> Task:
     return detect_task(spec)
 
 
-def source_spec(args: argparse.Namespace) -> SourceSpec:
-    return SourceSpec(root=args.src, images=args.images, masks=args.masks, split=args.split, classes=args.classes,
+def source_spec(args: argparse.Namespace, split: str | None = None) -> SourceSpec:
+    return SourceSpec(root=args.src, images=args.images, masks=args.masks, split=split or args.split,
+                      classes=args.classes,
                       layout=getattr(args, "layout", None), image_suffix=getattr(args, "image_suffix", None),
                       mask_suffix=getattr(args, "mask_suffix", None),
                       split_lists=_split_lists(getattr(args, "split_list", [])))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 import os
 
+import numpy as np
+
 from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.labelmaps import (
     BUILTIN_LABEL_MAPS,
@@ -57,14 +59,28 @@ def has_voc_palette(mask_path: str) -> bool:
     return n >= 2 and pal[: 3 * n] == voc_palette_bytes(n)
 
 
+def is_colour_mask(mask_path: str) -> bool:
+    """True when `mask_path` is an RGB(A) image whose pixels are not all grey (R == G == B)."""
+    from PIL import Image
+
+    try:
+        with Image.open(mask_path) as im:
+            if im.mode not in ("RGB", "RGBA"):
+                return False
+            rgb = np.asarray(im.convert("RGB"))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 1], rgb[..., 2]))
+
+
 def auto_semantics(spec: SourceSpec, found: Discovery) -> MaskSemantics:
     """Semantics when neither options nor the layout say: colour with a colour table, except
     palette masks with the VOC colour map; index without one."""
     if found.defaults.semantics is not None:
         return found.defaults.semantics
-    if colour_table(spec, found) is None:
-        return MaskSemantics.INDEX
     first = next((s.mask for s in found.samples if s.mask), None)
+    if colour_table(spec, found) is None:  # colour masks still need their class_dict.csv (named in the error)
+        return MaskSemantics.COLOUR if first is not None and is_colour_mask(first) else MaskSemantics.INDEX
     return MaskSemantics.INDEX if first is not None and has_voc_palette(first) else MaskSemantics.COLOUR
 
 

@@ -43,7 +43,11 @@ VOC_MASK_DIRS = ("SegmentationClass", "SegmentationClassPNG", "SegmentationClass
 
 
 class LayoutError(ValueError):
-    """The source folder matches no layout, or more than one."""
+    """The source folder matches more than one layout, or not the one --layout names."""
+
+
+class LayoutNotFound(FileNotFoundError):
+    """The source folder matches no layout."""
 
 
 def is_mask_dir_name(name: str) -> bool:
@@ -360,9 +364,9 @@ def detect_layout(root: str, forced: str | None = None) -> Detected:
         choices = "\n".join(f"  --layout {lay.name}: {why}" for lay, why in hits)
         raise LayoutError(f"{root} looks like more than one layout; choose one:\n{choices}\n"
                           "(or name the folders: --images DIR --masks DIR)")
-    raise LayoutError(
+    raise LayoutNotFound(
         f"No split folders found in {root}: it matches no known layout. Expected the CamVid layout ({root}/train/ "
-        f"with images and {root}/train_labels/ with masks), or one of: Pascal VOC (JPEGImages/ + "
+        f"with images, {root}/train_labels/ with masks and {root}/class_dict.csv), or one of: Pascal VOC (JPEGImages/ + "
         "SegmentationClass/), Cityscapes (leftImg8bit/ + gtFine/), ADE20K (images/ + annotations/), mmseg "
         "(img_dir/ + ann_dir/), image/ + label/ (or images/ + masks/). Found folders: "
         f"{subdirs(root)}. For other layouts pass --images DIR --masks DIR.")
