@@ -162,13 +162,19 @@ def make_cityscapes(root: Path, seed: int = 2) -> LayoutDataset:
     return ds
 
 
-def make_ade(root: Path, naming: str = "ade", seed: int = 3, classes: int = 6) -> LayoutDataset:
+def make_ade(root: Path, naming: str = "ade", seed: int = 3, classes: int = 6,
+             reduce: bool | None = None) -> LayoutDataset:
     """ADE20K (images/{training,validation} + annotations/...) or mmseg (img_dir/{train,val} +
-    ann_dir/...): JPEG images, L masks with values 0..classes (0 = "other")."""
+    ann_dir/...): JPEG images, L masks with values 0..classes (0 = "other"). `reduce` (default:
+    ADE naming): the expected mapping is --reduce-zero-label's (0 -> ignore, v -> v-1)."""
     img_dir, ann_dir, splits = (("images", "annotations", ("training", "validation")) if naming == "ade"
                                 else ("img_dir", "ann_dir", ("train", "val")))
-    ds = LayoutDataset(root, naming, num_classes=classes,
-                       expected=lambda v: IGNORE if v == 0 else (v - 1 if v - 1 < classes else IGNORE))
+    reduce = naming == "ade" if reduce is None else reduce
+    if reduce:
+        ds = LayoutDataset(root, naming, num_classes=classes,
+                           expected=lambda v: IGNORE if v == 0 else (v - 1 if v - 1 < classes else IGNORE))
+    else:
+        ds = LayoutDataset(root, naming, num_classes=classes + 1, expected=lambda v: v)
     for j, split in enumerate(splits):
         for n in range(3 - j):
             i = j * 10 + n
