@@ -391,3 +391,47 @@ def test_scan_report_names_layout_and_semantics(tmp_path):
     text = format_report(_scan(SourceSpec(root=str(ds.root))))
     assert "Layout: cityscapes (leftImg8bit/ + gtFine/" in text
     assert "Mask semantics: index" in text and "label map of 19 ids" in text
+
+
+def test_scan_command_converts_camvid_colour_masks(camvid_src, tmp_path):
+    r = _scan(SourceSpec(root=str(camvid_src.root)))
+    assert r.labels["layout"] == "camvid" and r.labels["semantics"] == "colour"
+    assert run_command(r.verdict["command"], tmp_path / "out") == 0
+    records = {rec.key: rec for split in ("train", "val", "test") for rec in readers.open(tmp_path / "out").records(split)}
+    for split, pairs in camvid_src.pairs.items():
+        for image_path, mask_path in pairs:
+            rgb = np.asarray(Image.open(mask_path).convert("RGB").resize((SIZE[1], SIZE[0]), Image.Resampling.NEAREST))
+            ref = np.full(SIZE, 255, np.uint8)
+            for i, (_, color) in enumerate(camvid_src.classes):
+                ref[np.all(rgb == np.array(color, np.uint8), axis=-1)] = i
+            np.testing.assert_array_equal(records[f"{split}/{image_path.name}"].mask, ref)
+
+
+def test_camvid_folders_with_index_masks_and_no_class_table(tmp_path):
+    root = tmp_path / "keras_tutorial"
+    for i in range(3):  # train/ + train_labels/ with grey index masks 0..3 and no class_dict.csv
+        rng = np.random.default_rng(i)
+        (root / "train").mkdir(parents=True, exist_ok=True)
+        (root / "train_labels").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(24, 32, rng)).save(root / "train" / f"{i}.png")
+        Image.fromarray(synth.random_mask(24, 32, 4, rng)).save(root / "train_labels" / f"{i}.png")
+    r = _scan(SourceSpec(root=str(root)))
+    assert r.labels["semantics"] == "index" and r.verdict["flags"] == ["--num-classes", "4"]
+    assert r.verdict["status"] == "needs_flags"  # never OK: convert alone would refuse (no class table)
+    with pytest.raises(ValueError, match="--num-classes"):
+        convert(SourceSpec(root=str(root)), str(tmp_path / "plain"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert run_command(r.verdict["command"], tmp_path / "out") == 0
+    for rec in readers.open(tmp_path / "out").records("train"):
+        ref = Image.open(root / "train_labels" / rec.key.split("/")[1]).resize((SIZE[1], SIZE[0]), Image.Resampling.NEAREST)
+        np.testing.assert_array_equal(rec.mask, np.asarray(ref))
+
+
+def test_split_lists_look_in_every_split_folder_and_name_missing_lines(tmp_path):
+    ds = L.make_ade(tmp_path / "mmseg", "mmseg", reduce=False)
+    lst = tmp_path / "mine.txt"
+    names = [p.key.split("/")[1].rsplit(".", 1)[0] for p in ds.pairs]  # from train/ and val/
+    lst.write_text("\n".join(names[::2] + ["no_such_image"]) + "\n")
+    found = discover(SourceSpec(root=str(ds.root), split_lists=(("picked", str(lst)),)))
+    assert sorted(s.key for s in found.samples) == sorted(f"picked/{n}.jpg" for n in names[::2])
+    assert [(b.kind, b.key) for b in found.bad] == [("missing_image", "picked/no_such_image")]
+    assert str(lst) in found.bad[0].path

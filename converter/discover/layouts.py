@@ -115,22 +115,31 @@ def _suffixes(spec: SourceSpec, images_dir: str, masks_dir: str) -> tuple[str | 
 
 
 def _pair_split(listing: Listing, spec: SourceSpec, images_dir: str, masks_dir: str, split: str,
-                key_prefix: str, **kw) -> None:
+                key_prefix: str, **kw) -> set[str]:
+    """Pair one folder pair into `listing`; the bases that had an image."""
     isuf, msuf, inferred = _suffixes(spec, images_dir, masks_dir)
     if inferred:
         listing.suffixes = (isuf or "", msuf or "")
-    listing.add(pair_by_name(images_dir, masks_dir, split, key_prefix, image_suffix=isuf, mask_suffix=msuf, **kw))
+    p = pair_by_name(images_dir, masks_dir, split, key_prefix, image_suffix=isuf, mask_suffix=msuf, **kw)
+    listing.add(p)
+    return p.images_found
 
 
 def _with_split_lists(listing_splits: dict[str, tuple[str, str]], spec: SourceSpec, lists: dict[str, str],
                       masks_drive: bool = False) -> Listing:
     """Pairs of (split -> (images_dir, masks_dir)) folders; split lists restrict and name splits."""
-    if lists:
-        (images_dir, masks_dir) = next(iter(listing_splits.values()))
+    if lists:  # a listed name is looked up in every folder pair (flat img_dir/, or train/ and val/)
         out = Listing(list(lists))
         for name, path in lists.items():
             only = set(read_split_list(path))
-            _pair_split(out, spec, images_dir, masks_dir, name, f"{name}/", only=only, list_file=path)
+            found: set[str] = set()
+            for images_dir, masks_dir in listing_splits.values():
+                found |= _pair_split(out, spec, images_dir, masks_dir, name, f"{name}/", only=only,
+                                     list_file=path, report_missing=False)
+            first = next(iter(listing_splits.values()), ("", ""))[0]
+            out.bad += [BadInput(path, f"lists {b!r}, but no image/mask pair of that name was found",
+                                 f"add the pair (e.g. below {first}) or remove the line", f"{name}/{b}",
+                                 "missing_image") for b in sorted(only - found)]
         return out
     out = Listing(list(listing_splits))
     for split, (images_dir, masks_dir) in listing_splits.items():

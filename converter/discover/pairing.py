@@ -27,6 +27,7 @@ class Pairing:
     samples: list[SourceSample] = field(default_factory=list)
     bad: list[BadInput] = field(default_factory=list)
     unpaired_images: int = 0  # images without a mask that are not an error (VOC: JPEGImages holds more)
+    images_found: set[str] = field(default_factory=set)  # bases ('<dir>/<base>') that have an image
 
 
 def _split_name(rel: str, suffix: str | None) -> tuple[str, str] | None:
@@ -82,7 +83,7 @@ def infer_suffixes(image_stems: list[str], mask_stems: list[str]) -> tuple[str, 
 def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *,
                  image_suffix: str | None = None, mask_suffix: str | None = None,
                  only: set[str] | None = None, list_file: str | None = None,
-                 masks_drive: bool = False) -> Pairing:
+                 masks_drive: bool = False, report_missing: bool = True) -> Pairing:
     """Pair every image below `images_dir` with its mask below `masks_dir` (see the module docstring).
 
     `only`: bases ('<dir>/<base>') to keep (a split list; a listed name without an image
@@ -116,10 +117,13 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
     for base in wanted:
         rel = images.get(base)
         if rel is None:
+            if not report_missing:
+                continue
             out.bad.append(BadInput(os.path.join(images_dir, base), f"listed in {list_file} but no image found",
                                     f"add the image to {images_dir} or remove the line", f"{key_prefix}{base}",
                                     "missing_image"))
             continue
+        out.images_found.add(base)
         key = f"{key_prefix}{rel}"
         image_path = os.path.join(images_dir, rel)
         mrel = masks.get(base)
