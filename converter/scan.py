@@ -533,6 +533,24 @@ def suggest_tolerance(unknown: Sequence[UnknownColorInfo], at_least: int = 0) ->
     return 0, list(unknown)
 
 
+def _label_problems(r: ScanReport, problems: list[str], flags: list[str], unknown_files: set[str]) -> list[str]:
+    """Problems of index/binary masks (added to `problems`, `flags`, `unknown_files`); the label flags."""
+    labels = r.labels or {}
+    label_flags = list(labels.get("flags", []))
+    if label_flags:
+        problems.append("convert needs " + " ".join(label_flags) + " to read these masks as they are meant ("
+                        + "; ".join(labels.get("notes", []) or ["see the mask values above"]) + ")")
+    unknown_values = labels.get("unknown_values") or []
+    if unknown_values:
+        n_files = sum(1 for s in r.summaries if s.unknown_values)
+        problems.append(f"{len(unknown_values)} mask value(s) have no class (in {n_files} file(s)): "
+                        + ", ".join(str(u["value"]) for u in unknown_values[:10]))
+        unknown_files |= {k for u in unknown_values for k in u["examples"]}
+        if "--unknown-color" not in flags:
+            flags += ["--unknown-color", "ignore"]
+    return label_flags
+
+
 def _verdict(r: ScanReport) -> dict[str, Any]:
     problems: list[str] = []
     warnings: list[str] = []
@@ -548,20 +566,8 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         n_files = sum(1 for s in r.summaries if s.unknown_other_pixels or any(c in colours for c in s.unknown))
         problems.append(f"{len(unmatched)} mask colour(s) match no class (in {n_files} file(s) at "
                         f"--color-tolerance {r.options.color_tolerance})")
-    labels = r.labels or {}
-    label_flags = list(labels.get("flags", []))
+    label_flags = _label_problems(r, problems, flags, unknown_files)
     given = r.options.labels or LabelOptions()
-    if label_flags:
-        problems.append("convert needs " + " ".join(label_flags) + " to read these masks as they are meant ("
-                        + "; ".join(labels.get("notes", []) or ["see the mask values above"]) + ")")
-    unknown_values = labels.get("unknown_values") or []
-    if unknown_values:
-        n_files = len({k for s in r.summaries if s.unknown_values for k in [s.key]})
-        problems.append(f"{len(unknown_values)} mask value(s) have no class (in {n_files} file(s)): "
-                        + ", ".join(str(u["value"]) for u in unknown_values[:10]))
-        unknown_files |= {k for u in unknown_values for k in u["examples"]}
-        if "--unknown-color" not in flags:
-            flags += ["--unknown-color", "ignore"]
     if tol > 0:
         flags += ["--color-tolerance", str(tol)]
     if still_unknown or r.unknown_unlisted["pixels"]:

@@ -208,29 +208,20 @@ def test_split_list_option_names_splits(tmp_path):
     assert readers.open(tmp_path / "out").splits == {"a": 2, "b": 2}
 
 
-def test_label_map_csv_many_to_one_and_unlisted_to_ignore(tmp_path):
+@pytest.mark.parametrize("csv_text, mapping, names", [
+    ("source_id,target_id\n1,0\n2,0\n3,1\n5,2\n", {1: 0, 2: 0, 3: 1, 5: 2}, ["class_0", "class_1", "class_2"]),
+    ("1,road\n2,car\n3,road\n4,tree\n", {1: 0, 2: 1, 3: 0, 4: 2}, ["road", "car", "tree"]),
+], ids=["ids_many_to_one", "names"])
+def test_label_map_csv_maps_many_to_one_and_unlisted_to_ignore(tmp_path, csv_text, mapping, names):
     ds = L.make_ade(tmp_path / "ade", reduce=False)
     cmap = tmp_path / "map.csv"
-    cmap.write_text("source_id,target_id\n1,0\n2,0\n3,1\n5,2\n")
-    mapping = {1: 0, 2: 0, 3: 1, 5: 2}
+    cmap.write_text(csv_text)
     ds.expected = lambda v: mapping.get(v, L.IGNORE)
     code = cli_main(["convert", str(ds.root), str(tmp_path / "out"), "--size", "20x28", "--label-map", str(cmap),
                      "--workers", "1", "-q"])
     assert code == 0
     data = assert_round_trip(ds, tmp_path / "out")
-    assert [n for n, _ in data.classes] == ["class_0", "class_1", "class_2"]
-
-
-def test_label_map_by_name_gives_class_names(tmp_path):
-    ds = L.make_ade(tmp_path / "ade", reduce=False)
-    cmap = tmp_path / "map.csv"
-    cmap.write_text("1,road\n2,car\n3,road\n4,tree\n")
-    mapping = {1: 0, 2: 1, 3: 0, 4: 2}
-    ds.expected = lambda v: mapping.get(v, L.IGNORE)
-    convert(SourceSpec(root=str(ds.root)), str(tmp_path / "out"),
-            OutputOptions(size=SIZE, labels=LabelOptions(label_map_file=str(cmap))), RunOptions(workers=1))
-    data = assert_round_trip(ds, tmp_path / "out")
-    assert [n for n, _ in data.classes] == ["road", "car", "tree"]
+    assert [n for n, _ in data.classes] == names
 
 
 def test_ignore_index_repeatable_and_unknown_values_fail_then_ignore(tmp_path):

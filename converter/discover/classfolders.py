@@ -34,6 +34,7 @@ from converter.discover.layout import (
     list_images,
 )
 from converter.discover.layouts import mask_dirs_below
+from converter.discover.layouts import subdirs as _subdirs
 from converter.options import SourceSpec, Task
 from readers.manifest import ClassInfo
 
@@ -64,14 +65,6 @@ def image_extensions() -> frozenset[str]:
 
 def _is_image(name: str) -> bool:
     return not name.startswith(".") and os.path.splitext(name)[1].lower() in image_extensions()
-
-
-def _subdirs(folder: str) -> list[str]:
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    return sorted(n for n in names if not n.startswith(".") and os.path.isdir(os.path.join(folder, n)))
 
 
 def _direct_images(folder: str) -> list[str]:
