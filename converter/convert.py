@@ -77,6 +77,7 @@ class ConvertResult:
     workers: dict[str, object] = field(default_factory=dict)  # backend, workers, how they were started
     report_path: str | None = None
     published: bool = False
+    source: dict[str, object] = field(default_factory=dict)  # layout, why, mask semantics (segmentation)
 
     @property
     def samples_written(self) -> int:
@@ -195,6 +196,8 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         on_plan(plan)
 
     result = ConvertResult(out_dir, old, plan, bad=list(found.bad))
+    if options.task.value == "segmentation":
+        result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json()}
     ctx = WorkerContext(out_dir, options, classes, spec.base, run.max_pixels,
                         os.path.join(out_dir, MANIFEST_NAME) if old is not None else None,
                         owner_pid=os.getpid() if run.backend == "local" else None)
@@ -407,6 +410,7 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "seconds": round(result.seconds, 3),
         "timings": {k: round(v, 3) for k, v in result.timings.items()},
         "workers": result.workers,
+        "source": result.source,
         "shards": [s.file for s in result.written],
     }
 

@@ -426,3 +426,21 @@ def test_split_lists_look_in_every_split_folder_and_name_missing_lines(tmp_path)
     assert sorted(s.key for s in found.samples) == sorted(f"picked/{n}.jpg" for n in names[::2])
     assert [(b.kind, b.key) for b in found.bad] == [("missing_image", "picked/no_such_image")]
     assert str(lst) in found.bad[0].path
+
+
+def test_scan_counts_files_with_unknown_colours_even_when_they_have_other_problems(camvid_src):
+    image_path, mask_path = camvid_src.pairs["train"][0]
+    rgb = np.asarray(Image.open(mask_path).convert("RGB")).copy()
+    rgb[:4, :4] = (1, 2, 250)  # a colour in no class ...
+    Image.fromarray(rgb).resize((rgb.shape[1] + 2, rgb.shape[0])).save(mask_path)  # ... and the wrong size
+    r = _scan(SourceSpec(root=str(camvid_src.root)))
+    problem = next(p for p in r.verdict["problems"] if "match no class" in p)
+    assert "(in 1 file(s)" in problem
+    assert {b.kind for b in r.bad} == {"size_mismatch"}
+
+
+def test_convert_cli_names_the_layout_and_mask_semantics(tmp_path, capsys):
+    ds = L.make_voc(tmp_path / "voc")
+    assert cli_main(["convert", str(ds.root), str(tmp_path / "out"), "--size", "20x28", "--workers", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "Layout voc (VOCdevkit/VOC2012/JPEGImages/" in err and "masks: index, ignore 255" in err
