@@ -39,6 +39,8 @@ from converter.options import MaskSemantics, SourceSpec
 MASK_DIR_NAMES = frozenset({"label", "labels", "mask", "masks", "ann_dir", "annotations", "annotation", "gt", "gts",
                             "gtfine", "gtcoarse", "groundtruth", "ground_truth", "1st_manual", "segmentations"})
 IMAGE_DIR_NAMES = ("image", "images", "img", "imgs", "input", "inputs", "jpegimages", "img_dir", "leftimg8bit")
+#: Folders looked into per level when searching for mask folders (class-folder datasets have thousands).
+MASK_SEARCH_FOLDERS = 200
 VOC_MASK_DIRS = ("SegmentationClass", "SegmentationClassPNG", "SegmentationClassAug", "SegmentationClassRaw")
 
 
@@ -62,11 +64,12 @@ def _is_image_dir_name(name: str) -> bool:
 
 
 def subdirs(folder: str) -> list[str]:
+    """Sub-folders of `folder` (hidden ones skipped), sorted; directory entries' types, no stat per file."""
     try:
-        names = os.listdir(folder)
+        with os.scandir(folder) as it:
+            return sorted(e.name for e in it if not e.name.startswith(".") and e.is_dir())
     except OSError:
         return []
-    return sorted(n for n in names if not n.startswith(".") and os.path.isdir(os.path.join(folder, n)))
 
 
 def mask_dirs_below(root: str, depth: int = 3) -> list[str]:
@@ -81,7 +84,7 @@ def mask_dirs_below(root: str, depth: int = 3) -> list[str]:
                 if is_mask_dir_name(d):
                     found.append(path)
                 nxt.append(path)
-        level = nxt[:500]
+        level = nxt[:MASK_SEARCH_FOLDERS]
     return found
 
 
