@@ -444,3 +444,43 @@ def test_convert_cli_names_the_layout_and_mask_semantics(tmp_path, capsys):
     assert cli_main(["convert", str(ds.root), str(tmp_path / "out"), "--size", "20x28", "--workers", "1"]) == 0
     err = capsys.readouterr().err
     assert "Layout voc (VOCdevkit/VOC2012/JPEGImages/" in err and "masks: index, ignore 255" in err
+
+
+def _camvid_with_palette_masks(root, palette: bytes):
+    colors = [voc_color(i) for i in range(4)]
+    synth.write_class_dict(root / "class_dict.csv", [(f"c{i}", c) for i, c in enumerate(colors)])
+    for i in range(3):
+        rng = np.random.default_rng(i)
+        (root / "train").mkdir(parents=True, exist_ok=True)
+        (root / "train_labels").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(24, 32, rng)).save(root / "train" / f"{i}.png")
+        m = Image.fromarray(synth.random_mask(24, 32, 4, rng), "P")
+        m.putpalette(palette)
+        m.save(root / "train_labels" / f"{i}.png")
+
+
+def test_palette_masks_with_the_voc_colour_map_are_index_masks_by_default(tmp_path):
+    from converter.discover.labelmaps import voc_palette_bytes
+
+    root = tmp_path / "pal"
+    # index i is drawn with VOC colour i, so both readings agree; only the semantics differs
+    _camvid_with_palette_masks(root, voc_palette_bytes(256))
+    r = _scan(SourceSpec(root=str(root)))
+    assert r.labels["semantics"] == "index" and r.verdict["flags"] == []
+    convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    data = readers.open(tmp_path / "out")
+    assert data.manifest.options["labels"]["semantics"] == "index"
+    assert [n for n, _ in data.classes] == ["c0", "c1", "c2", "c3"]
+    convert(SourceSpec(root=str(root)), str(tmp_path / "colour"),
+            OutputOptions(size=SIZE, labels=LabelOptions(semantics="colour")), RunOptions(workers=1))
+    a = {r.key: r.mask for r in data.records("train")}
+    b = {r.key: r.mask for r in readers.open(tmp_path / "colour").records("train")}
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_palette_masks_with_another_palette_and_a_colour_table_stay_colour(tmp_path):
+    root = tmp_path / "pal"
+    palette = bytes(v for i in range(256) for v in ((i * 40) % 256, 0, 0))
+    _camvid_with_palette_masks(root, palette)
+    r = _scan(SourceSpec(root=str(root)))
+    assert r.labels["semantics"] == "colour"

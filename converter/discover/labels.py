@@ -99,6 +99,9 @@ def _label_map(labels: LabelOptions, found: Discovery, reduce: bool):
 
 
 def _index_names(spec: SourceSpec, labels: LabelOptions, found: Discovery, pairs) -> list[str]:
+    table = colour_table(spec, found)
+    if table is not None:  # index masks with a class_dict.csv (VOC palettes): row i is class i
+        return [c.name for c in load_class_table(table)]
     if spec.classes is not None:
         return load_index_names(spec.classes)
     if found.defaults.names_file is not None:
@@ -144,7 +147,8 @@ def resolve_labels(spec: SourceSpec, labels: LabelOptions | None, found: Discove
         if labels.num_classes is not None and labels.num_classes != len(names):
             raise ValueError(f"--num-classes {labels.num_classes} disagrees with the class table, which names "
                              f"{len(names)} classes. Give one of them.")
-        classes = index_classes(names)
+        table = colour_table(spec, found)
+        classes = load_class_table(table) if table is not None and map_names is None else index_classes(names)
     if pairs is not None:
         beyond = sorted({t for _, t in pairs if t >= len(classes) and t not in _IGNORE_TARGETS})
         if beyond:
