@@ -24,8 +24,15 @@ from converter.discover.labels import auto_semantics, colour_table, resolve_labe
 from converter.discover.layout import BadInput, Discovery
 from converter.options import LabelOptions, MaskSemantics, SourceSpec
 from converter.transform.decode import MaskArray
-from converter.transform.sample import UnknownColorError
-from converter.transform.semantics import BinarySemantics, IndexSemantics, binary_values, make_semantics, mask_values
+from converter.transform.colormap import UnknownColors
+from converter.transform.semantics import (
+    BinarySemantics,
+    IndexSemantics,
+    UnknownColorError,
+    binary_values,
+    make_semantics,
+    mask_values,
+)
 from readers.manifest import ClassInfo
 
 VOID_VALUES = (255, 65535)
@@ -90,7 +97,9 @@ def resolve_for_scan(spec: SourceSpec, labels: LabelOptions, found: Discovery, s
         labels = dataclasses.replace(labels, semantics=MaskSemantics.BINARY)
         flags += ["--mask-semantics", "binary"]
     semantics = labels.semantics or auto_semantics(spec, found)
-    candidates = [v for v in VOID_VALUES if pixels.get(v)]
+    # void values: a thin border always; regions only when no class table says what they are
+    candidates = [v for v in VOID_VALUES if pixels.get(v) and (
+        thin.get(v, 0) >= THIN_SHARE * pixels[v] or (given.num_classes is None and spec.classes is None))]
     if semantics is MaskSemantics.INDEX and candidates and given.ignore_values is None \
             and not set(candidates) <= set(found.defaults.ignore_values) and given.label_map_file is None \
             and found.defaults.label_map is None:
@@ -145,8 +154,6 @@ def apply_labels(info: dict[str, Any], summaries) -> list[BadInput]:
         s.class_pixels = tuple(int(c) for c in counts)
         s.unknown_values = unknown
         if unknown and not s.errors:
-            from converter.transform.colormap import UnknownColors
-
             e = UnknownColorError(s.mask or s.image, UnknownColors(counts=unknown), sem)
             bad.append(BadInput(e.path, e.reason, e.fix, s.key, e.kind))
     return bad

@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from converter import synth
-from converter.discover.labelmaps import CITYSCAPES_LABELS, VOC_CLASSES, voc_palette_bytes
+from converter.discover.labelmaps import CITYSCAPES_LABELS, voc_palette_bytes
 
 IGNORE = 255
 SIZES = [(32, 48), (40, 36)]  # (h, w): the first is the most common

@@ -14,10 +14,9 @@ import numpy as np
 
 from converter.discover.layout import SourceSample
 from converter.options import LabelOptions, MaskEncoding, MaskSemantics, OutputOptions, Task, UnknownColor
-from converter.transform.colormap import UnknownColors
 from converter.transform.decode import DecodeError, MaskArray, decode_image, decode_mask, read_source
 from converter.transform.resize import plan_geometry, resize_image
-from converter.transform.semantics import make_semantics
+from converter.transform.semantics import UnknownColorError, make_semantics
 from readers.manifest import ClassInfo, SampleEntry
 
 
@@ -29,34 +28,6 @@ class Transformed:
     label: int | None
     class_pixels: np.ndarray  # (C,) int64
     ignore_pixels: int
-
-
-class UnknownColorError(DecodeError):
-    """A mask holds colours that are not in the class table."""
-
-    def __init__(self, path: str, unknown: UnknownColors, colormap) -> None:
-        parts = []
-        if unknown.counts and isinstance(next(iter(unknown.counts)), int):  # index masks: values
-            listed = ", ".join(f"{v} x{n} px" for v, n in sorted(unknown.counts.items(), key=lambda kv: -kv[1])[:8])
-            super().__init__(
-                path, "unknown_color", f"mask values with no class: {listed} "
-                f"(classes are 0..{colormap.num_classes - 1})",
-                "give the class table (--classes names.txt / --num-classes K), map them with --ignore-index V or "
-                "--label-map, or use --unknown-color ignore",
-            )
-            self.unknown = unknown
-            return
-        for color, n in sorted(unknown.counts.items(), key=lambda kv: -kv[1])[:8]:
-            name, dist = colormap.nearest(color)
-            parts.append(f"{color} x{n} px (nearest {name!r}, distance {dist})")
-        for color, n in sorted(unknown.ambiguous.items(), key=lambda kv: -kv[1])[:8]:
-            parts.append(f"{color} x{n} px is within --color-tolerance of two classes (ambiguous)")
-        kind = "ambiguous_color" if unknown.ambiguous and not unknown.counts else "unknown_color"
-        super().__init__(
-            path, kind, "unknown mask colours: " + "; ".join(parts),
-            "fix the mask or class_dict.csv, or use --color-tolerance N / --unknown-color ignore",
-        )
-        self.unknown = unknown
 
 
 def relative_key_path(path: str, base: str) -> str:

@@ -23,6 +23,34 @@ from converter.transform.resize import Geometry, nearest_rows_cols, resize_neare
 from readers.manifest import ClassInfo
 
 
+class UnknownColorError(DecodeError):
+    """A mask holds colours that are not in the class table."""
+
+    def __init__(self, path: str, unknown: UnknownColors, colormap) -> None:
+        parts = []
+        if unknown.counts and isinstance(next(iter(unknown.counts)), int):  # index masks: values
+            listed = ", ".join(f"{v} x{n} px" for v, n in sorted(unknown.counts.items(), key=lambda kv: -kv[1])[:8])
+            super().__init__(
+                path, "unknown_color", f"mask values with no class: {listed} "
+                f"(classes are 0..{colormap.num_classes - 1})",
+                "give the class table (--classes names.txt / --num-classes K), map them with --ignore-index V or "
+                "--label-map, or use --unknown-color ignore",
+            )
+            self.unknown = unknown
+            return
+        for color, n in sorted(unknown.counts.items(), key=lambda kv: -kv[1])[:8]:
+            name, dist = colormap.nearest(color)
+            parts.append(f"{color} x{n} px (nearest {name!r}, distance {dist})")
+        for color, n in sorted(unknown.ambiguous.items(), key=lambda kv: -kv[1])[:8]:
+            parts.append(f"{color} x{n} px is within --color-tolerance of two classes (ambiguous)")
+        kind = "ambiguous_color" if unknown.ambiguous and not unknown.counts else "unknown_color"
+        super().__init__(
+            path, kind, "unknown mask colours: " + "; ".join(parts),
+            "fix the mask or class_dict.csv, or use --color-tolerance N / --unknown-color ignore",
+        )
+        self.unknown = unknown
+
+
 def mask_values(mask: MaskArray) -> np.ndarray:
     """(H, W) pixel values of a mask: palette indices (P), grey levels (L, 1), 16-bit values;
     a colour mask only when it is grey (R == G == B), else a `DecodeError`."""
@@ -75,8 +103,6 @@ class ColourSemantics:
         return self.colormap.lookup(mask, stats=stats)
 
     def class_map(self, mask: MaskArray, geom: Geometry, path: str, fail_on_unknown: bool) -> np.ndarray:
-        from converter.transform.sample import UnknownColorError
-
         classes, unknown = self.colormap.lookup(mask, stats=fail_on_unknown)
         if unknown.ambiguous or (unknown.counts and fail_on_unknown):
             raise UnknownColorError(path, unknown, self)
@@ -171,8 +197,6 @@ class IndexSemantics:
         return {int(v): int(hist[v]) for v in bad}
 
     def class_map(self, mask: MaskArray, geom: Geometry, path: str, fail_on_unknown: bool) -> np.ndarray:
-        from converter.transform.sample import UnknownColorError
-
         values = self.values(mask)
         lut, _ = self.table(256 if values.dtype == np.uint8 else 65536)
         if fail_on_unknown:
@@ -232,5 +256,5 @@ def make_semantics(labels: LabelOptions, classes: tuple[ClassInfo, ...], toleran
     return ColourSemantics(classes, tolerance)
 
 
-__all__ = ["AMBIGUOUS", "BINARY_CLASSES", "BinarySemantics", "binary_values", "ColourSemantics", "IndexSemantics", "make_semantics",
-           "mask_values"]
+__all__ = ["AMBIGUOUS", "BINARY_CLASSES", "BinarySemantics", "ColourSemantics", "IndexSemantics", "UnknownColorError",
+           "binary_values", "make_semantics", "mask_values"]
