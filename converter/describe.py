@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from converter.options import LabelOptions
 from readers.manifest import MANIFEST_NAME, Manifest
 
 BAR_WIDTH = 12
@@ -176,7 +177,7 @@ def format_description(d: dict[str, Any], *, color: bool = False) -> str:
                         for sp in splits)
         out.append(f"  {'':>3} {'(ignore)':<{width}}{' ' * 10}{cells}")
     out.append("")
-    out.append("Options: " + ", ".join(f"{k}={v}" for k, v in sorted(d["options"].items())))
+    out.append("Options: " + ", ".join(f"{k}={_option(k, v)}" for k, v in sorted(d["options"].items())))
     out.append(f"History ({len(d['history'])} run(s)):")
     for h in d["history"][-10:]:
         out.append(f"  {h.get('time', '?')}  added {h.get('added', 0)}, replaced {h.get('replaced', 0)}, "
@@ -185,3 +186,13 @@ def format_description(d: dict[str, Any], *, color: bool = False) -> str:
 
 
 __all__ = ["bar", "describe", "format_description"]
+
+
+def _option(name: str, value):
+    """An option as inspect prints it (mask semantics and mapping in one short phrase)."""
+    if name == "labels" and isinstance(value, dict):
+        try:
+            return f"[{LabelOptions.from_json(value).summary()}]"
+        except (TypeError, ValueError):
+            return value
+    return value

@@ -344,6 +344,21 @@ class LabelOptions:
                              "(pixel values), not to colour masks; use --mask-semantics index, or map colours "
                              "with class_dict.csv and --unknown-color ignore.")
 
+    def summary(self) -> str:
+        """One line for people: 'index, ignore 255, label map of 19 ids'."""
+        parts = [self.semantics.value if self.semantics is not None else "default"]
+        if self.ignore_values:
+            parts.append("ignore " + " ".join(map(str, self.ignore_values)))
+        if self.reduce_zero_label:
+            parts.append("reduce-zero-label")
+        if self.label_map is not None:
+            parts.append(f"label map of {len(self.label_map)} ids")
+        if self.num_classes is not None:
+            parts.append(f"{self.num_classes} classes")
+        if self.semantics is MaskSemantics.BINARY:
+            parts.append(f"threshold {self.binary_threshold}")
+        return ", ".join(parts)
+
     @classmethod
     def colour_default(cls) -> "LabelOptions":
         """The resolved options of a colour-mask dataset (also: manifests written before they existed)."""

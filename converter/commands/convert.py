@@ -203,12 +203,8 @@ def summary(result, seconds: float) -> str:
     plan = result.plan
     lines = []
     if result.source:
-        labels = result.source["labels"]
-        extra = [f"ignore {', '.join(map(str, labels['ignore_values']))}" if labels.get("ignore_values") else "",
-                 "reduce-zero-label" if labels.get("reduce_zero_label") else "",
-                 f"label map of {len(labels['label_map'])} ids" if labels.get("label_map") else ""]
-        lines.append(f"Layout {result.source['layout']} ({result.source['why']}); masks: {labels['semantics']}"
-                     + "".join(f", {e}" for e in extra if e))
+        labels = LabelOptions.from_json(result.source["labels"]).summary()
+        lines.append(f"Layout {result.source['layout']} ({result.source['why']}); masks: {labels}")
     if not result.written and not plan.drop_shards:
         lines.append(f"Nothing new: {plan.unchanged} sample(s) already converted in {result.out_dir}; no shard changed.")
         if plan.refreshed and result.published:
