@@ -484,3 +484,16 @@ def test_palette_masks_with_another_palette_and_a_colour_table_stay_colour(tmp_p
     _camvid_with_palette_masks(root, palette)
     r = _scan(SourceSpec(root=str(root)))
     assert r.labels["semantics"] == "colour"
+
+
+def test_dataset_written_before_mask_semantics_existed_is_extended_not_refused(camvid_src, tmp_path):
+    from readers.manifest import Manifest
+
+    spec, out = SourceSpec(root=str(camvid_src.root)), tmp_path / "out"
+    convert(spec, str(out), OutputOptions(size=SIZE), RunOptions(workers=1))
+    m = Manifest.load(str(out))
+    old = json.loads(m.dumps())
+    del old["options"]["labels"]  # as imgshard wrote it before this option existed
+    (out / "imgshard.json").write_text(json.dumps(old))
+    again = convert(spec, str(out), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert not again.written and again.plan.unchanged == sum(len(p) for p in camvid_src.pairs.values())
