@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image, ImageDraw
 
-from converter import synth
+from converter.testing import synth
 from converter.discover.labelmaps import CITYSCAPES_LABELS, voc_palette_bytes
 
 IGNORE = 255

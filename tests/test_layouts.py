@@ -16,16 +16,16 @@ import pytest
 from PIL import Image
 
 import readers
-from converter import synth
+from converter.testing import synth
 from converter.cli import main as cli_main
 from converter.convert import BadInputError, convert
 from converter.discover.classfolders import detect_task
 from converter.discover.labelmaps import VOC_CLASSES, voc_color
 from converter.discover.layouts import LayoutError, LayoutNotFound, detect_layout, discover
 from converter.options import LabelOptions, OutputOptions, RunOptions, SourceSpec, Task
-from converter.plan import PlanError
-from converter.scan import ScanOptions, format_report, scan
-from converter.scan_labels import suggest_size
+from converter.plan.shards import PlanError
+from converter.inspect.scan import ScanOptions, format_report, scan
+from converter.inspect.scan_labels import suggest_size
 from tests import _layouts as L
 
 SIZE = (20, 28)  # (h, w): never a source size, so resampling really happens
@@ -361,7 +361,7 @@ def test_suggested_size_is_the_most_common_or_the_median_aspect():
 
 
 def test_preview_index_masks_use_the_voc_palette(tmp_path):
-    from converter.preview import preview_sources
+    from converter.inspect.preview import preview_sources
 
     ds = L.make_ade(tmp_path / "mmseg", "mmseg", reduce=False)
     sheet = preview_sources(SourceSpec(root=str(ds.root)), tmp_path / "p.png",

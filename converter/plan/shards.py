@@ -30,11 +30,12 @@ import os
 from dataclasses import dataclass, field
 
 from converter.discover.layout import SourceSample
-from converter.fingerprint import content_matches
+from converter.plan.fingerprint import content_matches
 from converter.options import OnChange, OutputOptions, RunOptions
 from converter.transform.colormap import mask_dtype_for
 from readers.formats import SUFFIXES
 from readers.manifest import Manifest, SampleEntry, ShardEntry, SourceFingerprint
+from readers.tasks import task_kind
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +104,8 @@ def order_key(seed: int, key: str) -> str:
 
 def sample_bytes(options: OutputOptions, num_classes: int) -> int:
     h, w = options.size
-    image = h * w * 3
-    if options.task.value == "classification":
-        return image + 8
-    itemsize = mask_dtype_for(num_classes).itemsize
-    mask = h * w * (num_classes if options.mask_encoding.value == "onehot" else itemsize)
-    return image + mask
+    return h * w * 3 + task_kind(options.task).target_bytes(
+        h, w, num_classes, onehot=options.mask_encoding.value == "onehot", itemsize=mask_dtype_for(num_classes).itemsize)
 
 
 def shard_counts(n: int, per_sample: int, shard_size: int) -> list[int]:
@@ -142,25 +139,10 @@ def _compare(path: str | None, fp: SourceFingerprint | None) -> tuple[str, Sourc
     return "changed", None
 
 
-def make_plan(samples: list[SourceSample] | tuple[SourceSample, ...], manifest: Manifest | None,
-              options: OutputOptions, run: RunOptions, num_classes: int,
-              next_index: dict[str, int] | None = None) -> Plan:
-    """Plan the shards of this run. `manifest` is the published one (None: first run or --rebuild)."""
-    plan = Plan()
-    suffix = SUFFIXES[options.format]
-    per_sample = sample_bytes(options, num_classes)
-    next_index = dict(next_index or {})
-    if manifest is not None:
-        for split, entry in manifest.splits.items():
-            next_index[split] = max(next_index.get(split, 0), entry.next_shard_index)
-
-    # Where every converted key lives now.
-    located: dict[str, tuple[str, ShardEntry, int]] = {}
-    if manifest is not None:
-        for split, shard in manifest.iter_shards():
-            for i, s in enumerate(shard.samples):
-                located[s.key] = (split, shard, i)
-
+def _diff_sources(samples, located: dict[str, tuple[str, ShardEntry, int]], run: RunOptions, plan: Plan
+                  ) -> tuple[dict[str, list[SourceSample]], dict[str, dict[int, SourceSample]], set[str]]:
+    """Compare the sources with the records they became: (new samples per split, changed
+    sources to re-convert per shard file and record index, every key seen). Counts go to `plan`."""
     new_by_split: dict[str, list[SourceSample]] = {}
     replace_in: dict[str, dict[int, SourceSample]] = {}  # shard file -> record index -> new source
     seen: set[str] = set()
@@ -194,6 +176,50 @@ def make_plan(samples: list[SourceSample] | tuple[SourceSample, ...], manifest: 
         if "touched" in (img_state, mask_state):
             plan.refreshed[sample.key] = SampleEntry(old.key, img_fp, mask_fp, old.label)  # type: ignore[arg-type]
         plan.unchanged += 1
+    return new_by_split, replace_in, seen
+
+
+def _plan_rewrites(manifest: Manifest, replace_in: dict[str, dict[int, SourceSample]],
+                   prune_in: dict[str, set[int]], next_index: dict[str, int], suffix: str, plan: Plan) -> None:
+    """Rewrites: one new shard per affected old shard, same record order."""
+    for split, shard in manifest.iter_shards():
+        repl = replace_in.get(shard.file, {})
+        pruned = prune_in.get(shard.file, set())
+        if not repl and not pruned:
+            continue
+        plan.drop_shards.add(shard.file)
+        items = []
+        for i, s in enumerate(shard.samples):
+            if i in pruned:
+                continue
+            copy = CopyRecord(shard.file, i, s.key)
+            items.append(ReplaceRecord(repl[i], copy) if i in repl else copy)
+        if items:
+            name = shard_name(split, next_index.get(split, 0), suffix)
+            next_index[split] = next_index.get(split, 0) + 1
+            plan.tasks.append(ShardTask(split, name, tuple(items), (shard.file,)))
+
+
+def make_plan(samples: list[SourceSample] | tuple[SourceSample, ...], manifest: Manifest | None,
+              options: OutputOptions, run: RunOptions, num_classes: int,
+              next_index: dict[str, int] | None = None) -> Plan:
+    """Plan the shards of this run. `manifest` is the published one (None: first run or --rebuild)."""
+    plan = Plan()
+    suffix = SUFFIXES[options.format]
+    per_sample = sample_bytes(options, num_classes)
+    next_index = dict(next_index or {})
+    if manifest is not None:
+        for split, entry in manifest.splits.items():
+            next_index[split] = max(next_index.get(split, 0), entry.next_shard_index)
+
+    # Where every converted key lives now.
+    located: dict[str, tuple[str, ShardEntry, int]] = {}
+    if manifest is not None:
+        for split, shard in manifest.iter_shards():
+            for i, s in enumerate(shard.samples):
+                located[s.key] = (split, shard, i)
+
+    new_by_split, replace_in, seen = _diff_sources(samples, located, run, plan)
 
     prune_in: dict[str, set[int]] = {}
     for key, (split, shard, idx) in sorted(located.items()):
@@ -205,24 +231,8 @@ def make_plan(samples: list[SourceSample] | tuple[SourceSample, ...], manifest: 
         else:
             plan.deleted_kept.append(key)
 
-    # Rewrites: one new shard per affected old shard, same record order.
     if manifest is not None:
-        for split, shard in manifest.iter_shards():
-            repl = replace_in.get(shard.file, {})
-            pruned = prune_in.get(shard.file, set())
-            if not repl and not pruned:
-                continue
-            plan.drop_shards.add(shard.file)
-            items = []
-            for i, s in enumerate(shard.samples):
-                if i in pruned:
-                    continue
-                copy = CopyRecord(shard.file, i, s.key)
-                items.append(ReplaceRecord(repl[i], copy) if i in repl else copy)
-            if items:
-                name = shard_name(split, next_index.get(split, 0), suffix)
-                next_index[split] = next_index.get(split, 0) + 1
-                plan.tasks.append(ShardTask(split, name, tuple(items), (shard.file,)))
+        _plan_rewrites(manifest, replace_in, prune_in, next_index, suffix, plan)
 
     for split in sorted(new_by_split):
         batch = sorted(new_by_split[split], key=lambda s: order_key(options.seed, s.key))
