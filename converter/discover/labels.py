@@ -10,7 +10,6 @@ fully resolved `LabelOptions` (stored in the manifest) and the class table.
 
 from __future__ import annotations
 
-import io
 import os
 
 import numpy as np
@@ -26,7 +25,8 @@ from converter.discover.labelmaps import (
     voc_palette_bytes,
 )
 from converter.discover.layout import Discovery
-from converter.options import LabelOptions, MaskSemantics, SourceSpec
+from converter.options import DEFAULT_MAX_PIXELS, LabelOptions, MaskSemantics, SourceSpec
+from converter.transform.decode import DecodeError, MaskArray, decode_mask, palette_table, read_source
 from readers.manifest import ClassInfo
 
 #: Palette entries compared to decide that a P mask uses the VOC colour map.
@@ -42,35 +42,28 @@ def colour_table(spec: SourceSpec, found: Discovery) -> str | None:
     return None
 
 
-def has_voc_palette(mask_path: str) -> bool:
-    """True when `mask_path` is a palette (P) image whose colours are the VOC colour map."""
-    from PIL import Image
-
+def _peek_mask(mask_path: str) -> MaskArray | None:
+    """The first mask, decoded as convert decodes it (plain PNGs without Pillow); None if unreadable."""
     try:
-        with open(mask_path, "rb") as f:
-            data = f.read()
-        with Image.open(io.BytesIO(data)) as im:
-            if im.mode != "P":
-                return False
-            pal = bytes(im.getpalette("RGB") or b"")
-    except (OSError, SyntaxError, ValueError):
+        return decode_mask(read_source(mask_path, mask_path), DEFAULT_MAX_PIXELS)
+    except DecodeError:
+        return None
+
+
+def has_voc_palette(mask: MaskArray) -> bool:
+    """True when `mask` is a palette mask whose colours are the VOC colour map (grey masks are not)."""
+    if mask.indices is None or mask.table is None:
         return False
-    n = min(len(pal) // 3, VOC_PALETTE_CHECK)
-    return n >= 2 and pal[: 3 * n] == voc_palette_bytes(n)
+    voc = palette_table(voc_palette_bytes(VOC_PALETTE_CHECK))[:VOC_PALETTE_CHECK]
+    return bool(np.array_equal(mask.table[:VOC_PALETTE_CHECK], voc))
 
 
-def is_colour_mask(mask_path: str) -> bool:
-    """True when `mask_path` is an RGB(A) image whose pixels are not all grey (R == G == B)."""
-    from PIL import Image
-
-    try:
-        with Image.open(mask_path) as im:
-            if im.mode not in ("RGB", "RGBA"):
-                return False
-            rgb = np.asarray(im.convert("RGB"))
-    except (OSError, SyntaxError, ValueError):
+def is_colour_mask(mask: MaskArray) -> bool:
+    """True when `mask` holds colours (RGB pixels that are not all grey)."""
+    if mask.indices is not None:
         return False
-    return not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 1], rgb[..., 2]))
+    packed = mask.colors()
+    return not (np.array_equal(packed >> 16, (packed >> 8) & 255) and np.array_equal(packed >> 16, packed & 255))
 
 
 def auto_semantics(spec: SourceSpec, found: Discovery) -> MaskSemantics:
@@ -78,7 +71,8 @@ def auto_semantics(spec: SourceSpec, found: Discovery) -> MaskSemantics:
     palette masks with the VOC colour map; index without one."""
     if found.defaults.semantics is not None:
         return found.defaults.semantics
-    first = next((s.mask for s in found.samples if s.mask), None)
+    path = next((s.mask for s in found.samples if s.mask), None)
+    first = _peek_mask(path) if path is not None else None
     if colour_table(spec, found) is None:  # colour masks still need their class_dict.csv (named in the error)
         return MaskSemantics.COLOUR if first is not None and is_colour_mask(first) else MaskSemantics.INDEX
     return MaskSemantics.INDEX if first is not None and has_voc_palette(first) else MaskSemantics.COLOUR
