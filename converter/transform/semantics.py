@@ -189,12 +189,24 @@ class IndexSemantics:
         return classes, found
 
     def unknown_counts(self, values: np.ndarray) -> dict[int, int]:
-        _, unknown = self.table(256 if values.dtype == np.uint8 else 65536)
-        if not unknown.any():
+        """Pixels of each value with no class, at full resolution.
+
+        Without a label map the unknown values are those from a threshold up (the class
+        count, plus one with --reduce-zero-label) except the ignore values: one max and, only
+        when it reaches the threshold, one comparison pass; the few pixels above it are
+        then counted (VOC's 255 border costs a pass, not a histogram of every pixel)."""
+        if self.labels.label_map is not None or not values.size:
             return {}
-        hist = np.bincount(values.ravel(), minlength=len(unknown))
-        bad = np.nonzero(unknown & (hist > 0))[0]
-        return {int(v): int(hist[v]) for v in bad}
+        threshold = self.num_classes + (1 if self.labels.reduce_zero_label else 0)
+        if int(values.max()) < threshold:
+            return {}
+        high = values[values >= threshold]
+        if self.labels.ignore_values:
+            high = high[~np.isin(high, self.labels.ignore_values)]
+        if not high.size:
+            return {}
+        found, counts = np.unique(high, return_counts=True)
+        return {int(v): int(n) for v, n in zip(found, counts)}
 
     def class_map(self, mask: MaskArray, geom: Geometry, path: str, fail_on_unknown: bool) -> np.ndarray:
         values = self.values(mask)
