@@ -497,3 +497,23 @@ def test_dataset_written_before_mask_semantics_existed_is_extended_not_refused(c
     (out / "imgshard.json").write_text(json.dumps(old))
     again = convert(spec, str(out), OutputOptions(size=SIZE), RunOptions(workers=1))
     assert not again.written and again.plan.unchanged == sum(len(p) for p in camvid_src.pairs.values())
+
+
+@pytest.mark.parametrize("reduce, ignore, dtype", [(False, (), np.uint8), (True, (255,), np.uint8),
+                                                   (False, (7, 300), np.uint16)])
+def test_index_unknown_values_equal_a_histogram_reference(reduce, ignore, dtype):
+    from converter.discover.labelmaps import index_classes
+    from converter.transform.semantics import IndexSemantics
+
+    rng = np.random.default_rng(len(ignore))
+    top = 256 if dtype == np.uint8 else 400
+    values = rng.integers(0, top, (37, 53)).astype(dtype)
+    values[values > 20] //= 7  # mostly known values, a few unknown ones
+    sem = IndexSemantics(index_classes([f"c{i}" for i in range(12)]),
+                         LabelOptions(semantics="index", ignore_values=ignore, reduce_zero_label=reduce))
+    expected = {}
+    for v, n in zip(*np.unique(values, return_counts=True)):
+        t = int(v) - 1 if reduce else int(v)
+        if int(v) not in ignore and not (reduce and v == 0) and t >= 12:
+            expected[int(v)] = int(n)
+    assert expected and sem.unknown_counts(values) == expected
