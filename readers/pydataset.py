@@ -28,6 +28,7 @@ import numpy as np
 
 from readers._lazy import LazyClass
 from readers.formats.base import RandomAccessShard
+from readers.formats.encoding import parallel_for
 from readers.formats.expand import expand_numpy
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import RecordSpec
@@ -124,8 +125,15 @@ def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records
         targets = np.empty((len(shards), *spec.mask_shape), spec.mask_np_dtype.newbyteorder("="))
     else:
         targets = np.empty((len(shards),), np.int64)
-    for j, (i, r) in enumerate(zip(shards, records)):
-        images[j], targets[j] = readers[int(i)].read(int(r))
+
+    def fill(j: int) -> None:
+        images[j], targets[j] = readers[int(shards[j])].read(int(records[j]))
+
+    if spec.encoded:  # decode the batch on the decoder threads (Pillow releases the GIL)
+        parallel_for(len(shards), fill)
+    else:
+        for j in range(len(shards)):
+            fill(j)
     return images, targets
 
 

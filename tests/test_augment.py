@@ -397,3 +397,23 @@ def test_resume_after_interrupted_fit_with_backup_and_restore(small_tfrecord, tm
     model.fit(small_tfrecord.tf_dataset("train", 3, seed=5, augment=aug, epoch=epoch, start_step=step), epochs=4,
               verbose=0, callbacks=[keras.callbacks.BackupAndRestore(backup), Record()])
     assert seen == [2, 3]
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "npz"])
+def test_augmentation_composes_with_png_encoded_shards(tmp_path, fmt):
+    """Encoded shards are decoded first; the augmentation sees the same uint8 batch as
+    from raw shards, so both give the same augmented batches."""
+    from converter.convert import convert
+    from converter.options import OutputOptions, SourceSpec
+    from converter.testing import synth
+
+    src = synth.make_camvid(tmp_path / "src", size=[(40, 44)], seed=2)
+    outs = {}
+    for encoding in ("raw", "png"):
+        out = tmp_path / f"{fmt}-{encoding}"
+        convert(SourceSpec(root=str(src.root)), str(out), OutputOptions(size=(32, 36), format=fmt,
+                                                                        image_encoding=encoding))
+        ds = readers.open(out)
+        outs[encoding] = [(np.asarray(x), np.asarray(y)) for x, y in
+                          ds.tf_dataset("train", 3, seed=1, augment=RECIPE, normalize=False, one_hot=False)]
+    assert len(outs["raw"]) > 1 and _same(outs["raw"], outs["png"])

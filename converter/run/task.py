@@ -26,7 +26,9 @@ from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask
 from converter.transform.decode import DecodeError
 from converter.transform.sample import SampleTransformer, UnknownColorError
 from converter.plan.fingerprint import algorithm_of, digest_file
+from converter.transform.colormap import ignore_index_for
 from converter.write.base import ShardWriter
+from converter.write.encoded import SampleEncoding
 from readers.formats.encoder import SampleArrays
 from readers.formats.registry import encoder_for
 from readers.formats._allocator import tune_allocator
@@ -76,12 +78,13 @@ def warm_up(ctx: WorkerContext) -> None:
     costs next to nothing to build (see `ColorMap.inverted_lut`).
     """
     transform = _transformer(ctx)
-    if transform.colormap is not None:
-        transform.colormap.inverted_lut  # noqa: B018 - built on first access
+    if transform.semantics is not None:
+        transform.semantics.warm_up()
 
 
-def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], ShardEntry]:
-    """Records of an old shard, by index (read once per task)."""
+def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], ShardEntry, Any]:
+    """Records of an old shard as stored (encoded bytes stay encoded), by index (read
+    once per task), its manifest entry and record layout."""
     from readers.formats.spec import RecordSpec, ShardRef
     from readers.formats.registry import get_adapter
 
@@ -96,7 +99,16 @@ def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], S
             "Run `imgshard verify OUT` to see the damage, then re-convert with --rebuild."
         )
     ref = ShardRef(path, entry, 0)
-    return dict(enumerate(get_adapter(manifest.format).iter_shard(ref, spec))), entry
+    return dict(enumerate(get_adapter(manifest.format).iter_stored(ref, spec))), entry, spec
+
+
+def _stored_mask(rec: Any, spec: Any) -> Any:
+    """A copied record's mask as an array (decoded when stored as PNG), for the class counts."""
+    if isinstance(rec.mask, (bytes, bytearray, memoryview)):
+        from readers.formats.encoding import decode_mask
+
+        return decode_mask(rec.mask, spec)
+    return rec.mask
 
 
 def _note_bad(result: ShardResult, e: DecodeError, key: str) -> None:
@@ -115,8 +127,8 @@ def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeE
 
     try:
         mask = decode_mask(read_source(sample.mask, relative_key_path(sample.mask, transform.base)),
-                           transform.max_pixels)
-        if transform.colormap is not None:
+                           transform.max_pixels, wide=transform.wide_masks)
+        if transform.semantics is not None:
             transform.mask_classes(mask, sample.mask)
     except DecodeError as e:
         return e
@@ -151,8 +163,9 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     ignore_pixels = 0
     entries: list[SampleEntry] = []
     result = ShardResult(task.split, None, task.replaces)
-    copies: dict[str, tuple[dict[int, Any], ShardEntry]] = {}
+    copies: dict[str, tuple[dict[int, Any], ShardEntry, Any]] = {}
     encoder = encoder_for(ctx.options.format)
+    encode = SampleEncoding(ctx.options, ignore_index_for(len(ctx.classes)))
     try:
         with ShardWriter(ctx.out_dir, task.file, encoder, compression=ctx.options.compression,  # type: ignore[arg-type]
                          capacity=task.num_samples) as writer:
@@ -172,22 +185,22 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                         if isinstance(item, ReplaceRecord):
                             copy = item.old  # keep the old record: nothing is lost
                     else:
-                        writer.add(SampleArrays(out.entry.key, out.image, out.mask, out.label))
+                        writer.add(encode(SampleArrays(out.entry.key, out.image, out.mask, out.label)))
                         entries.append(out.entry)
                         counts, ignored = out.class_pixels, out.ignore_pixels
                 if copy is not None:
                     if copy.shard not in copies:
                         copies[copy.shard] = _old_records(ctx, copy.shard)
-                    records, old_entry = copies[copy.shard]
+                    records, old_entry, old_spec = copies[copy.shard]
                     rec = records[copy.index]
                     if rec.key != copy.key:
                         raise ValueError(
                             f"{os.path.join(ctx.out_dir, copy.shard)}: record {copy.index} has key {rec.key!r}, "
                             f"the manifest says {copy.key!r}. Run `imgshard verify` and re-convert with --rebuild."
                         )
-                    writer.add(SampleArrays(rec.key, rec.image, rec.mask, rec.label))
+                    writer.add(encode(SampleArrays(rec.key, rec.image, rec.mask, rec.label)))
                     entries.append(old_entry.samples[copy.index])
-                    counts, ignored = transform.count_classes(rec.mask, rec.label)
+                    counts, ignored = transform.count_classes(_stored_mask(rec, old_spec), rec.label)
                 if counts is not None:
                     class_pixels += counts
                     class_images += counts > 0
