@@ -244,11 +244,10 @@ class Dataset:
         Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
         name the shard file: uncompressed TFRecord and all NPZ shards are read by
         loader threads that raise `ShardError` naming the file and record (it surfaces
-        from TensorFlow as an `OpError` whose message holds it); gzip TFRecord shards
-        go through TensorFlow's reader, whose `DataLossError` ("corrupted record at
-        <offset>") does not name the file, so each file is checked to give exactly its
-        manifest record count and an `InvalidArgumentError` names the file otherwise
-        (see `readers.formats.tfrecord.reader._checked_reader`).
+        from TensorFlow as an `OpError` whose message holds it); so are gzip TFRecord
+        shards with a seed (read whole); without one they go through TensorFlow's reader,
+        checked per file so that an `InvalidArgumentError` names a file that gives fewer
+        records than its manifest count (`readers.formats.tfrecord.reader._checked_reader`).
 
         Speed: uncompressed TFRecord shards are memory-mapped and their image/mask bytes
         gathered straight into aligned batches (one copy; see
@@ -258,8 +257,6 @@ class Dataset:
         (`readers.formats.encoding`). The first call tunes glibc malloc for megabyte blocks
         (`readers.formats._allocator.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
         """
-        import tensorflow as tf
-
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), drop_remainder=bool(drop_remainder),
                                   shuffle_buffer=shuffle_buffer, augment=check_augment(augment), epoch=epoch,
