@@ -26,7 +26,8 @@ from converter.plan.shards import Plan, PlanError, make_plan
 from converter.fsutil import remove_files
 from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now, write_report
 from converter.publish.tfds import TFDS_FILES, sync_tfds_metadata
-from converter.transform.colormap import ColorMap, ignore_index_for, mask_dtype_for
+from converter.transform.colormap import ignore_index_for, mask_dtype_for
+from converter.transform.semantics import make_semantics
 from converter.run.task import ShardResult, WorkerContext
 from readers.manifest import (
     HISTORY_LIMIT,
@@ -86,6 +87,7 @@ class ConvertResult:
     workers: dict[str, object] = field(default_factory=dict)  # backend, workers, how they were started
     report_path: str | None = None
     published: bool = False
+    source: dict[str, object] = field(default_factory=dict)  # layout, why, mask semantics (segmentation)
 
     @property
     def samples_written(self) -> int:
@@ -96,10 +98,13 @@ class ConvertResult:
         return sum(s.bytes for s in self.written)
 
 
-def _describe_unknown(unknown: dict[tuple[int, int, int], list[int]], cmap: ColorMap | None, limit: int = 20) -> list[str]:
+def _describe_unknown(unknown: dict, cmap, limit: int = 20) -> list[str]:
     lines = []
     for color, (pixels, files) in sorted(unknown.items(), key=lambda kv: -kv[1][0])[:limit]:
         near = ""
+        if isinstance(color, int):  # an index mask's value
+            lines.append(f"  value {color}: {pixels} px in {files} file(s)")
+            continue
         if cmap is not None:
             name, dist = cmap.nearest(color)
             near = f", nearest class {name!r} at distance {dist}"
@@ -221,7 +226,7 @@ def _take_output_lock(out_dir: str) -> OutputLock:
 
 
 def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
-    found, classes = discover_sources(spec, options)
+    found, classes, options = discover_sources(spec, options)  # options: with the resolved mask semantics
     old = _prepare_output(out_dir, options, run, classes)
     base_manifest = None if run.rebuild else old
     next_index = {s: e.next_shard_index for s, e in old.splits.items()} if old is not None else {}
@@ -237,13 +242,15 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         on_plan(plan)
 
     result = ConvertResult(out_dir, old, plan, bad=list(found.bad))
+    if task_kind(options.task).dense:
+        result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json()}
     results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress)
     _collect(result, results)
     result.seconds = time.perf_counter() - t0
     result.timings = {"discover_and_plan": t_plan - t0, "write_shards": time.perf_counter() - t_plan,
                       "worker_busy": sum(r.seconds for r in results)}
 
-    cmap = ColorMap(classes) if task_kind(options.task).dense else None
+    cmap = make_semantics(options.labels, classes) if task_kind(options.task).dense else None
     report = _report(result, options, run, cmap)
     if len(result.bad) > run.max_bad:
         remove_files(out_dir, [t.file for t in plan.tasks])
@@ -481,7 +488,7 @@ def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], sour
     return entry
 
 
-def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap: ColorMap | None) -> dict:
+def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap) -> dict:
     plan = result.plan
     return {
         "tool_version": __version__,
@@ -497,6 +504,7 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "unknown_colors": [
             {"color": list(c), "pixels": px, "files": files,
              **({"nearest": cmap.nearest(c)[0], "distance": cmap.nearest(c)[1]} if cmap else {})}
+            if not isinstance(c, int) else {"value": c, "pixels": px, "files": files}
             for c, (px, files) in sorted(result.unknown_colors.items(), key=lambda kv: -kv[1][0])
         ],
         "changed_kept": plan.changed_kept,
@@ -504,11 +512,12 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "seconds": round(result.seconds, 3),
         "timings": {k: round(v, 3) for k, v in result.timings.items()},
         "workers": result.workers,
+        "source": result.source,
         "shards": [s.file for s in result.written],
     }
 
 
-def _bad_message(result: ConvertResult, run: RunOptions, cmap: ColorMap | None) -> str:
+def _bad_message(result: ConvertResult, run: RunOptions, cmap) -> str:
     n = len(result.bad)
     lines = [f"{n} bad source file(s) (allowed: --max-bad {run.max_bad}); nothing was published:"]
     for b in result.bad[:50]:

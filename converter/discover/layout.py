@@ -1,10 +1,8 @@
 """Find image/mask pairs and their splits in the source folders.
 
-Supported layouts:
-
-* CamVid / Semantic-Segmentation-Suite: ``SRC/{split}/`` images, ``SRC/{split}_labels/``
-  masks named ``<stem>_L.png`` or ``<stem>.png``, ``SRC/class_dict.csv``.
-* Explicit folders: ``--images DIR --masks DIR [--split NAME] --classes CSV``.
+The layouts themselves (CamVid, VOC, Cityscapes, ADE/mmseg, U-Net, explicit folders)
+live in `converter.discover.layouts`, which detects them in one place; pairing by
+name in `converter.discover.pairing`. This module holds the shared records.
 
 Discovery only lists files; it never decodes. Problems found here (an image without
 a mask, a mask without an image, an empty file) are returned as `BadInput`s so that
@@ -17,9 +15,8 @@ import logging
 import os
 import stat
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from converter.options import SourceSpec
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +63,28 @@ class SourceLayoutError(ValueError):
 
 
 @dataclass(frozen=True)
+class LayoutDefaults:
+    """What a layout's masks mean unless options say otherwise (`converter.discover.layouts`)."""
+
+    semantics: Any = None  # MaskSemantics; None: colour with a colour table, else index
+    ignore_values: tuple[int, ...] = ()
+    reduce_zero_label: bool = False
+    label_map: str | None = None  # a built-in map name ("cityscapes")
+    class_names: tuple[str, ...] | None = None  # built-in names (VOC)
+    names_file: str | None = None  # a names file found in the folder (labelme class_names.txt)
+
+
+@dataclass(frozen=True)
 class Discovery:
     samples: tuple[SourceSample, ...]
     bad: tuple[BadInput, ...]
     splits: tuple[str, ...]
     classes_csv: str | None
+    layout: str = "camvid"  # the layout's name (`converter.discover.layouts.LAYOUTS`)
+    why: str = ""  # the evidence for it
+    defaults: LayoutDefaults = LayoutDefaults()
+    suffixes: tuple[str, str] | None = None  # (image, mask) name suffixes found from the names
+    unpaired_images: int = 0  # images with no mask that are not errors (VOC's JPEGImages)
 
 
 def _is_image_name(name: str) -> bool:
@@ -96,103 +110,19 @@ def list_images(folder: str, accept: Callable[[str], bool] = _is_image_name) -> 
     return out
 
 
-def _mask_index(masks_dir: str) -> dict[str, str]:
-    """Map '<rel dir>/<stem>' -> mask relative path."""
-    return {os.path.splitext(rel)[0]: rel for rel in list_images(masks_dir)} if os.path.isdir(masks_dir) else {}
-
-
-def pair_folder(images_dir: str, masks_dir: str, split: str, key_prefix: str) -> tuple[list[SourceSample], list[BadInput]]:
-    """Pair every image in `images_dir` with its mask in `masks_dir`."""
-    images = list_images(images_dir)
-    _check_masks_folder(masks_dir, images_dir, len(images))
-    masks = _mask_index(masks_dir)
-    used: set[str] = set()
-    samples: list[SourceSample] = []
-    bad: list[BadInput] = []
-    for rel in images:
-        stem = os.path.splitext(rel)[0]
-        key = f"{key_prefix}{rel}"
-        image_path = os.path.join(images_dir, rel)
-        found = None
-        for suffix in MASK_SUFFIXES:
-            if stem + suffix in masks:
-                found = stem + suffix
-                break
-        if found is None:
-            expect = os.path.join(masks_dir, stem + "_L.png")
-            bad.append(BadInput(image_path, "image without mask",
-                                f"expected {expect} or {stem}.png in {masks_dir}", key, "missing_mask"))
-            continue
-        used.add(found)
-        samples.append(SourceSample(split, key, image_path, os.path.join(masks_dir, masks[found])))
-    for stem, rel in sorted(masks.items()):
-        if stem in used:
-            continue
-        bad.append(BadInput(os.path.join(masks_dir, rel), "mask without image",
-                            f"add the image to {images_dir} or remove the mask", None, "missing_image"))
-    return samples, bad
-
-
-def _check_masks_folder(masks_dir: str, images_dir: str, images: int) -> None:
-    """A mask folder that is a file is one named error, not "image without mask" per image."""
-    if os.path.lexists(masks_dir) and not os.path.isdir(masks_dir):
-        raise SourceLayoutError(
-            f"{masks_dir} is a file, not a folder of masks, so none of the {images} image(s) in {images_dir} "
-            f"has a mask. Replace it with a folder holding the masks (<stem>_L.png or <stem>.png).")
-
-
-def discover_camvid(root: str) -> tuple[list[str], list[SourceSample], list[BadInput]]:
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"Source folder not found: {root}. Pass the folder that holds train/, train_labels/ ...")
-    entries = sorted(e for e in os.listdir(root) if os.path.isdir(os.path.join(root, e)) and not e.startswith("."))
-    splits = [
-        e for e in entries
-        if not e.endswith(LABELS_SUFFIX) and (e + LABELS_SUFFIX in entries or e in WELL_KNOWN_SPLITS)
-    ]
-    if not splits:
-        raise FileNotFoundError(
-            f"No split folders found in {root}. Expected the CamVid layout: {root}/train/ with images and "
-            f"{root}/train_labels/ with masks (val and test are optional). Found folders: {entries}. "
-            "For other layouts pass --images DIR --masks DIR --classes CSV."
-        )
-    samples: list[SourceSample] = []
-    bad: list[BadInput] = []
-    for split in splits:
-        s, b = pair_folder(os.path.join(root, split), os.path.join(root, split + LABELS_SUFFIX), split, f"{split}/")
-        samples += s
-        bad += b
-    return splits, samples, bad
-
-
-def discover(spec: SourceSpec) -> Discovery:
-    """List samples and source problems for a `SourceSpec`."""
-    if spec.root is not None:
-        root = os.path.abspath(spec.root)
-        splits, samples, bad = discover_camvid(root)
-        csv_path = spec.classes or os.path.join(root, "class_dict.csv")
-    else:
-        images = os.path.abspath(spec.images)  # type: ignore[arg-type]
-        if not os.path.isdir(images):
-            raise FileNotFoundError(f"--images folder not found: {images}")
-        if spec.masks is None:
-            raise ValueError("--images needs --masks DIR for segmentation.")
-        masks = os.path.abspath(spec.masks)
-        if not os.path.isdir(masks):
-            raise FileNotFoundError(f"--masks folder not found: {masks}")
-        samples, bad = pair_folder(images, masks, spec.split, f"{spec.split}/")
-        splits = [spec.split]
-        csv_path = spec.classes
-        if csv_path is None:
-            raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
+def check_files(samples, bad) -> tuple[list[SourceSample], list[BadInput]]:
+    """Samples whose image and mask `stat` as usable files, and the problems of the others
+    (image and mask both listed when both are bad)."""
+    bad = list(bad)
     kept = []
     for s in samples:
         problems = [p for p in (file_problem(s.image, s.key),
                                 file_problem(s.mask, s.key) if s.mask is not None else None) if p is not None]
         if problems:
-            bad.extend(problems)  # image and mask both listed when both are bad
+            bad.extend(problems)
         else:
             kept.append(s)
-    return Discovery(tuple(kept), tuple(bad), tuple(splits), csv_path)
+    return kept, bad
 
 
 def file_problem(path: str, key: str) -> BadInput | None:
