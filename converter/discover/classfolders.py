@@ -19,6 +19,7 @@ module only lists files; problems are returned as `BadInput`s.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -153,12 +154,14 @@ def _class_samples(class_root: str, classes: list[str], key_prefix: str, split_o
 
 
 def _finish(samples: list[SourceSample], bad: list[BadInput], splits: list[str]) -> Discovery:
+    kept = []
     for s in samples:
-        if os.path.getsize(s.image) == 0:
+        st = os.stat(s.image)  # the one stat per source: incremental runs compare it
+        if st.st_size == 0:
             bad.append(BadInput(s.image, "zero-byte file", "re-copy the file from its origin", s.key, "empty_file"))
-    empty = {b.key for b in bad if b.kind == "empty_file"}
-    kept = tuple(s for s in samples if s.key not in empty)
-    return Discovery(kept, tuple(bad), tuple(splits), None)
+        else:
+            kept.append(dataclasses.replace(s, image_stat=(st.st_size, st.st_mtime_ns)))
+    return Discovery(tuple(kept), tuple(bad), tuple(splits), None)
 
 
 def _check_classes(classes: list[str], where: str) -> tuple[ClassInfo, ...]:

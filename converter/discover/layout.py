@@ -17,7 +17,7 @@ import logging
 import os
 import stat
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from converter.options import SourceSpec
 
@@ -40,6 +40,8 @@ class SourceSample:
     image: str  # absolute path
     mask: str | None = None  # absolute path; None for classification
     label: int | None = None  # classification only
+    image_stat: tuple[int, int] | None = None  # (size, mtime_ns) from discovery's one stat; None: not taken
+    mask_stat: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,43 +92,102 @@ def list_images(folder: str, accept: Callable[[str], bool] = _is_image_name) -> 
     return out
 
 
-def _mask_index(masks_dir: str) -> dict[str, str]:
-    """Map '<rel dir>/<stem>' -> mask relative path."""
-    return {os.path.splitext(rel)[0]: rel for rel in list_images(masks_dir)} if os.path.isdir(masks_dir) else {}
+def _list_dir(path: str) -> tuple[list[os.DirEntry], list[str]]:
+    """(image files, sub-folders) of one folder, sorted by name, hidden names skipped; no stat
+    (`os.scandir` knows the entry types). A folder that cannot be listed holds nothing."""
+    try:
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return [], []
+    files: list[os.DirEntry] = []
+    dirs: list[str] = []
+    for e in entries:
+        if e.name.startswith("."):
+            continue
+        if e.is_dir():
+            if not e.is_symlink():  # as os.walk: a linked folder is not descended into
+                dirs.append(e.name)
+        elif _is_image_name(e.name):
+            files.append(e)
+        else:
+            log.info("skipping %s: not an image file extension", e.path)
+    return files, dirs
+
+
+def _stat_problem(entry: os.DirEntry, key: str | None) -> tuple[tuple[int, int] | None, BadInput | None]:
+    """((size, mtime_ns), None) of a source file (its one `stat`), or (None, the problem)."""
+    try:
+        st = entry.stat()  # follows a symbolic link, as opening the file will
+    except FileNotFoundError:
+        return None, BadInput(entry.path, "unreadable: the file (or the target of its symbolic link) does not exist",
+                              "fix or remove the broken link", key, "unreadable")
+    except OSError as e:
+        return None, BadInput(entry.path, f"unreadable: {e.strerror or e}", "check the file's permissions", key,
+                              "unreadable")
+    if not stat.S_ISREG(st.st_mode):
+        return None, BadInput(entry.path, "unreadable: not a regular file (a FIFO, socket or device)",
+                              "replace it with a real image file", key, "unreadable")
+    if st.st_size == 0:
+        return None, BadInput(entry.path, "zero-byte file", "re-copy the file from its origin", key, "empty_file")
+    return (st.st_size, st.st_mtime_ns), None
+
+
+def _masks_without_images(masks_dir: str, images_dir: str, bad: list[BadInput]) -> None:
+    """Every image file below `masks_dir` (a mask folder with no image folder) is a stray mask."""
+    files, dirs = _list_dir(masks_dir)
+    for e in files:
+        bad.append(BadInput(e.path, "mask without image",
+                            f"add the image to {images_dir} or remove the mask", None, "missing_image"))
+    for d in dirs:
+        _masks_without_images(os.path.join(masks_dir, d), os.path.join(images_dir, d), bad)
+
+
+def iter_pairs(images_dir: str, masks_dir: str, split: str, key_prefix: str, bad: list[BadInput],
+               rel: str = "") -> Iterator[SourceSample]:
+    """Stream the image/mask pairs below `images_dir`, one folder at a time (memory: one
+    folder's listing), with one `stat` per file; problems are appended to `bad`."""
+    img_dir = os.path.join(images_dir, rel) if rel else images_dir
+    msk_dir = os.path.join(masks_dir, rel) if rel else masks_dir
+    images, image_dirs = _list_dir(img_dir)
+    mask_files, mask_dirs = _list_dir(msk_dir)
+    masks = {os.path.splitext(e.name)[0]: e for e in mask_files}
+    used: set[str] = set()
+    for e in images:
+        stem = os.path.splitext(e.name)[0]
+        key = f"{key_prefix}{rel}/{e.name}" if rel else f"{key_prefix}{e.name}"
+        found = next((stem + x for x in MASK_SUFFIXES if stem + x in masks), None)
+        if found is None:
+            expect = os.path.join(msk_dir, stem + "_L.png")
+            bad.append(BadInput(e.path, "image without mask", f"expected {expect} or {stem}.png in {msk_dir}",
+                                key, "missing_mask"))
+            continue
+        used.add(found)
+        (image_stat, p1), (mask_stat, p2) = _stat_problem(e, key), _stat_problem(masks[found], key)
+        if p1 is not None or p2 is not None:
+            bad.extend(p for p in (p1, p2) if p is not None)  # image and mask both listed when both are bad
+            continue
+        yield SourceSample(split, key, e.path, masks[found].path, None, image_stat, mask_stat)
+    for stem, m in sorted(masks.items()):
+        if stem not in used:
+            bad.append(BadInput(m.path, "mask without image", f"add the image to {img_dir} or remove the mask",
+                                None, "missing_image"))
+    for d in sorted(set(image_dirs) | set(mask_dirs)):
+        sub = f"{rel}/{d}" if rel else d
+        if d in image_dirs:
+            yield from iter_pairs(images_dir, masks_dir, split, key_prefix, bad, sub)
+        else:
+            _masks_without_images(os.path.join(msk_dir, d), os.path.join(img_dir, d), bad)
 
 
 def pair_folder(images_dir: str, masks_dir: str, split: str, key_prefix: str) -> tuple[list[SourceSample], list[BadInput]]:
-    """Pair every image in `images_dir` with its mask in `masks_dir`."""
-    images = list_images(images_dir)
-    masks = _mask_index(masks_dir)
-    used: set[str] = set()
-    samples: list[SourceSample] = []
+    """Pair every image in `images_dir` with its mask in `masks_dir` (sorted by key)."""
     bad: list[BadInput] = []
-    for rel in images:
-        stem = os.path.splitext(rel)[0]
-        key = f"{key_prefix}{rel}"
-        image_path = os.path.join(images_dir, rel)
-        found = None
-        for suffix in MASK_SUFFIXES:
-            if stem + suffix in masks:
-                found = stem + suffix
-                break
-        if found is None:
-            expect = os.path.join(masks_dir, stem + "_L.png")
-            bad.append(BadInput(image_path, "image without mask",
-                                f"expected {expect} or {stem}.png in {masks_dir}", key, "missing_mask"))
-            continue
-        used.add(found)
-        samples.append(SourceSample(split, key, image_path, os.path.join(masks_dir, masks[found])))
-    for stem, rel in sorted(masks.items()):
-        if stem in used:
-            continue
-        bad.append(BadInput(os.path.join(masks_dir, rel), "mask without image",
-                            f"add the image to {images_dir} or remove the mask", None, "missing_image"))
+    samples = sorted(iter_pairs(images_dir, masks_dir, split, key_prefix, bad), key=lambda s: s.key)
     return samples, bad
 
 
-def discover_camvid(root: str) -> tuple[list[str], list[SourceSample], list[BadInput]]:
+def camvid_splits(root: str) -> list[str]:
     if not os.path.isdir(root):
         raise FileNotFoundError(f"Source folder not found: {root}. Pass the folder that holds train/, train_labels/ ...")
     entries = sorted(e for e in os.listdir(root) if os.path.isdir(os.path.join(root, e)) and not e.startswith("."))
@@ -140,21 +201,28 @@ def discover_camvid(root: str) -> tuple[list[str], list[SourceSample], list[BadI
             f"{root}/train_labels/ with masks (val and test are optional). Found folders: {entries}. "
             "For other layouts pass --images DIR --masks DIR --classes CSV."
         )
-    samples: list[SourceSample] = []
+    return splits
+
+
+@dataclass
+class DiscoveryStream:
+    """`discover_stream`'s result: `samples` is consumed once; `bad` fills as it is."""
+
+    samples: Iterator[SourceSample]
+    bad: list[BadInput]
+    splits: tuple[str, ...]
+    classes_csv: str | None
+
+
+def discover_stream(spec: SourceSpec) -> DiscoveryStream:
+    """Stream the samples of a `SourceSpec` (segmentation layouts): a folder at a time,
+    one `stat` per file, nothing kept (incremental runs over millions of sources)."""
     bad: list[BadInput] = []
-    for split in splits:
-        s, b = pair_folder(os.path.join(root, split), os.path.join(root, split + LABELS_SUFFIX), split, f"{split}/")
-        samples += s
-        bad += b
-    return splits, samples, bad
-
-
-def discover(spec: SourceSpec) -> Discovery:
-    """List samples and source problems for a `SourceSpec`."""
     if spec.root is not None:
         root = os.path.abspath(spec.root)
-        splits, samples, bad = discover_camvid(root)
+        splits = camvid_splits(root)
         csv_path = spec.classes or os.path.join(root, "class_dict.csv")
+        folders = [(os.path.join(root, s), os.path.join(root, s + LABELS_SUFFIX), s) for s in splits]
     else:
         images = os.path.abspath(spec.images)  # type: ignore[arg-type]
         if not os.path.isdir(images):
@@ -164,34 +232,18 @@ def discover(spec: SourceSpec) -> Discovery:
         masks = os.path.abspath(spec.masks)
         if not os.path.isdir(masks):
             raise FileNotFoundError(f"--masks folder not found: {masks}")
-        samples, bad = pair_folder(images, masks, spec.split, f"{spec.split}/")
         splits = [spec.split]
         csv_path = spec.classes
         if csv_path is None:
             raise ValueError("--images/--masks needs --classes CSV (a class_dict.csv with name,r,g,b).")
-    kept = []
-    for s in samples:
-        problems = [p for p in (_file_problem(s.image, s.key),
-                                _file_problem(s.mask, s.key) if s.mask is not None else None) if p is not None]
-        if problems:
-            bad.extend(problems)  # image and mask both listed when both are bad
-        else:
-            kept.append(s)
-    return Discovery(tuple(kept), tuple(bad), tuple(splits), csv_path)
+        folders = [(images, masks, spec.split)]
+    stream = (s for img, msk, split in folders for s in iter_pairs(img, msk, split, f"{split}/", bad))
+    return DiscoveryStream(stream, bad, tuple(splits), csv_path)
 
 
-def _file_problem(path: str, key: str) -> BadInput | None:
-    """A problem that `stat` alone shows (zero bytes, dangling link, not a regular file), or None."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return BadInput(path, "unreadable: the file (or the target of its symbolic link) does not exist",
-                        "fix or remove the broken link", key, "unreadable")
-    except OSError as e:
-        return BadInput(path, f"unreadable: {e.strerror or e}", "check the file's permissions", key, "unreadable")
-    if not stat.S_ISREG(st.st_mode):
-        return BadInput(path, "unreadable: not a regular file (a FIFO, socket or device)",
-                        "replace it with a real image file", key, "unreadable")
-    if st.st_size == 0:
-        return BadInput(path, "zero-byte file", "re-copy the file from its origin", key, "empty_file")
-    return None
+def discover(spec: SourceSpec) -> Discovery:
+    """List samples (per split, sorted by key) and source problems for a `SourceSpec`."""
+    found = discover_stream(spec)
+    order = {s: i for i, s in enumerate(found.splits)}
+    samples = sorted(found.samples, key=lambda s: (order[s.split], s.key))
+    return Discovery(tuple(samples), tuple(found.bad), found.splits, found.classes_csv)

@@ -1,0 +1,45 @@
+"""Write a shard's index file (`readers.index`) as safely as the shard itself.
+
+Temporary name (``.tmp-<name>-<pid>-<random>``, so two attempts at one task never
+share it), write, flush, fsync, rename. The folder fsync that makes the rename
+durable is the publish's (`converter.publish.publish_manifest`), once per run. The
+name holds the start of the content's digest, so an index never changes under a
+name a manifest lists; an unlisted one is a leftover the next run sweeps.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from converter.write.base import TMP_PREFIX
+from readers.index import encode_index
+from readers.manifest import IndexRef, SampleEntry
+
+
+def write_bytes_atomic(out_dir: str, name: str, data: bytes) -> None:
+    """`data` into `out_dir/name` through a temporary file, fsync and rename (no folder fsync)."""
+    tmp = os.path.join(out_dir, f"{TMP_PREFIX}{name}-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(out_dir, name))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_index(out_dir: str, shard_file: str, samples: Sequence[SampleEntry]) -> IndexRef:
+    """Write the index of `shard_file` (record i = samples[i]); returns the manifest's reference."""
+    ref, data = encode_index(shard_file, samples)
+    write_bytes_atomic(out_dir, ref.file, data)
+    return ref
+
+
+def source_bytes(samples: Sequence[SampleEntry]) -> int:
+    return sum(s.image.size + (s.mask.size if s.mask else 0) for s in samples)
