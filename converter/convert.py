@@ -133,7 +133,7 @@ def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[Clas
         )
 
 
-def _check_shards_present(out_dir: str, old: Manifest) -> None:
+def check_shards_present(out_dir: str, old: Manifest) -> None:
     """Refuse to build on a damaged dataset: every listed shard must exist with its size (a cheap stat)."""
     damaged = []
     for _, shard in old.iter_shards():
@@ -156,7 +156,7 @@ def _migrate(out_dir: str, old: Manifest) -> Manifest:
     try:
         return migrate(out_dir, old)
     except OSError as e:
-        _cleanup_quietly(out_dir, [], old)
+        cleanup_quietly(out_dir, [], old)
         raise OutputWriteError(e.errno, f"Migrating {out_dir} to manifest version 3 failed: {e.strerror or e}. "
                                "The previous dataset is intact; fix the disk and re-run.") from e
 
@@ -195,7 +195,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     wait_for_orphans(out_dir)  # workers of a killed run finish their task or stop first
     sweep_leftovers(out_dir, old)
     if old is not None and not run.rebuild:
-        _check_shards_present(out_dir, old)
+        check_shards_present(out_dir, old)
         if not old.indexed:  # version 1 or 2: per-sample data moves to index files first
             old = _migrate(out_dir, old)
 
@@ -226,7 +226,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     except OSError as e:
         # Source files never raise OSError here (the workers turn their errors into bad
         # inputs): this is the output folder failing (disk full, quota, I/O error...).
-        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         hint = ("Free space (or raise the quota) and re-run." if e.errno in (errno.ENOSPC, errno.EDQUOT)
                 else "Fix the disk or the folder's permissions and re-run.")
         raise OutputWriteError(
@@ -234,7 +234,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
             f"Nothing was published; the previous dataset is intact. {hint}"
         ) from e
     except BaseException:
-        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise
 
     for r in results:
@@ -253,7 +253,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     cmap = ColorMap(classes) if options.task.value == "segmentation" else None
     report = _report(result, options, run, cmap)
     if len(result.bad) > run.max_bad:
-        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         result.report_path = _write_report_safely(out_dir, report | {"published": False})
         raise BadInputError(_bad_message(result, run, cmap), result.bad, result.report_path)
 
@@ -264,7 +264,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     try:
         refreshed = refresh_indexes(out_dir, old, plan) if not run.rebuild else {}
     except OSError as e:
-        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise OutputWriteError(e.errno, f"Writing an index file in {out_dir} failed: {e.strerror or e}. "
                                "Nothing was published; the previous dataset is intact.") from e
     manifest = _assemble(old, result, options, classes, plan, spec.base, refreshed, rebuild=run.rebuild)
@@ -278,7 +278,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
                 f"{e.strerror or e}. Check the disk, then run `imgshard verify OUT`."
             ) from e
         _restore_tfds_metadata(out_dir, old)
-        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise OutputWriteError(
             e.errno, f"Publishing {MANIFEST_NAME} in {out_dir} failed: {e.strerror or e}. "
             "The previous dataset is intact; fix the disk and re-run."
@@ -299,7 +299,7 @@ def _is_published(out_dir: str, manifest: Manifest) -> bool:
         return False
 
 
-def _cleanup_quietly(out_dir: str, files: list[str], old: Manifest | None) -> None:
+def cleanup_quietly(out_dir: str, files: list[str], old: Manifest | None) -> None:
     """Remove this run's shards after a write failure; a failure here only leaves
     leftovers (unlisted, swept by the next run) and must not hide the first error."""
     try:
