@@ -173,12 +173,10 @@ def _batches(samples: Iterable[SourceSample]) -> Iterator[list[SourceSample]]:
 
 def _stats(batch: list[SourceSample]) -> np.ndarray:
     """(n, 4) int64: image size, mtime, mask size, mtime (-1, 0 without a mask); stat where discovery did not."""
-    out = np.empty((len(batch), 4), np.int64)
-    for i, s in enumerate(batch):
-        image = s.image_stat or _stat_or_missing(s.image)
-        mask = (s.mask_stat or _stat_or_missing(s.mask)) if s.mask is not None else (-1, 0)
-        out[i] = (image[0], image[1], mask[0], mask[1])
-    return out
+    no_mask = (-1, 0)
+    rows = [(s.image_stat or _stat_or_missing(s.image))
+            + (no_mask if s.mask is None else (s.mask_stat or _stat_or_missing(s.mask))) for s in batch]
+    return np.array(rows, np.int64).reshape(len(batch), 4)
 
 
 def _stat_or_missing(path: str) -> tuple[int, int]:

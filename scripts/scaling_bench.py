@@ -56,7 +56,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--manifest-samples", type=int, default=200_000,
                    help="scale the manifest up to this many samples to time loading it (default 200000)")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--many", metavar="N[,N...]",
+                   help="instead: per-sample overhead at N tiny 8x8 pairs (build, no-op, 1%% append, open; "
+                        "see scripts/many_bench.py), e.g. --many 10000,50000,200000")
     args = p.parse_args(argv)
+    if args.many:
+        try:
+            args.many = [int(x) for x in args.many.split(",")]
+        except ValueError:
+            p.error(f"--many takes sample counts such as 10000,50000. Received: {args.many!r}")
+        if min(args.many) < 100:
+            p.error(f"--many counts must be >= 100. Received: {args.many}")
     unknown = set(args.configs.split(",")) - set(CONFIGS)
     if unknown:
         p.error(f"--configs must be a subset of {CONFIGS}. Received: {sorted(unknown)}")
@@ -300,4 +310,11 @@ def _print_table(res: dict, configs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    _args = parse_args()
+    if _args.many:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from many_bench import main_many
+
+        main_many(_args.many, _args.repeats, _args.json)
+    else:
+        main(_args)

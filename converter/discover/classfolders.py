@@ -19,7 +19,6 @@ module only lists files; problems are returned as `BadInput`s.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import logging
@@ -160,7 +159,7 @@ def _finish(samples: list[SourceSample], bad: list[BadInput], splits: list[str])
         if st.st_size == 0:
             bad.append(BadInput(s.image, "zero-byte file", "re-copy the file from its origin", s.key, "empty_file"))
         else:
-            kept.append(dataclasses.replace(s, image_stat=(st.st_size, st.st_mtime_ns)))
+            kept.append(s._replace(image_stat=(st.st_size, st.st_mtime_ns)))
     return Discovery(tuple(kept), tuple(bad), tuple(splits), None)
 
 

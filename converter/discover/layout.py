@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from stat import S_ISREG
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from converter.options import SourceSpec
 
@@ -31,9 +32,11 @@ LABELS_SUFFIX = "_labels"
 WELL_KNOWN_SPLITS = ("train", "val", "valid", "validation", "test")
 
 
-@dataclass(frozen=True)
-class SourceSample:
-    """One sample to convert: its key (stable identity), split and files."""
+class SourceSample(NamedTuple):
+    """One sample to convert: its key (stable identity), split and files.
+
+    A NamedTuple, not a frozen dataclass: discovery makes one per source pair on every
+    run (millions on large datasets), and a tuple is built 5x faster."""
 
     split: str
     key: str
@@ -92,26 +95,34 @@ def list_images(folder: str, accept: Callable[[str], bool] = _is_image_name) -> 
     return out
 
 
+def _ext(name: str) -> str:
+    """The lower-case extension as `os.path.splitext` finds it (leading dots do not count)."""
+    i = name.rfind(".")
+    return name[i:].lower() if i > 0 and name[:i].strip(".") else ""
+
+
 def _list_dir(path: str) -> tuple[list[os.DirEntry], list[str]]:
-    """(image files, sub-folders) of one folder, sorted by name, hidden names skipped; no stat
-    (`os.scandir` knows the entry types). A folder that cannot be listed holds nothing."""
+    """(image files, sub-folders) of one folder in directory order, hidden names skipped;
+    no stat (`os.scandir` knows the entry types). A folder that cannot be listed holds nothing."""
     try:
         with os.scandir(path) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            entries = list(it)
     except OSError:
         return [], []
     files: list[os.DirEntry] = []
     dirs: list[str] = []
     for e in entries:
-        if e.name.startswith("."):
+        name = e.name
+        if name[0] == ".":
             continue
-        if e.is_dir():
-            if not e.is_symlink():  # as os.walk: a linked folder is not descended into
-                dirs.append(e.name)
-        elif _is_image_name(e.name):
+        if _ext(name) in IMAGE_EXTENSIONS and not e.is_dir():
             files.append(e)
+        elif e.is_dir():
+            if not e.is_symlink():  # as os.walk: a linked folder is not descended into
+                dirs.append(name)
         else:
             log.info("skipping %s: not an image file extension", e.path)
+    dirs.sort()
     return files, dirs
 
 
@@ -125,12 +136,12 @@ def _stat_problem(entry: os.DirEntry, key: str | None) -> tuple[tuple[int, int] 
     except OSError as e:
         return None, BadInput(entry.path, f"unreadable: {e.strerror or e}", "check the file's permissions", key,
                               "unreadable")
+    if st.st_size and stat.S_ISREG(st.st_mode):
+        return (st.st_size, st.st_mtime_ns), None
     if not stat.S_ISREG(st.st_mode):
         return None, BadInput(entry.path, "unreadable: not a regular file (a FIFO, socket or device)",
                               "replace it with a real image file", key, "unreadable")
-    if st.st_size == 0:
-        return None, BadInput(entry.path, "zero-byte file", "re-copy the file from its origin", key, "empty_file")
-    return (st.st_size, st.st_mtime_ns), None
+    return None, BadInput(entry.path, "zero-byte file", "re-copy the file from its origin", key, "empty_file")
 
 
 def _masks_without_images(masks_dir: str, images_dir: str, bad: list[BadInput]) -> None:
@@ -151,23 +162,36 @@ def iter_pairs(images_dir: str, masks_dir: str, split: str, key_prefix: str, bad
     msk_dir = os.path.join(masks_dir, rel) if rel else masks_dir
     images, image_dirs = _list_dir(img_dir)
     mask_files, mask_dirs = _list_dir(msk_dir)
-    masks = {os.path.splitext(e.name)[0]: e for e in mask_files}
+    masks = {e.name[:e.name.rfind(".")]: e for e in mask_files}
     used: set[str] = set()
+    prefix = f"{key_prefix}{rel}/" if rel else key_prefix
     for e in images:
-        stem = os.path.splitext(e.name)[0]
-        key = f"{key_prefix}{rel}/{e.name}" if rel else f"{key_prefix}{e.name}"
-        found = next((stem + x for x in MASK_SUFFIXES if stem + x in masks), None)
-        if found is None:
+        name = e.name
+        stem = name[:name.rfind(".")]
+        mask = masks.get(stem + "_L")
+        found = stem + "_L"
+        if mask is None:
+            mask, found = masks.get(stem), stem
+        if mask is None:
             expect = os.path.join(msk_dir, stem + "_L.png")
             bad.append(BadInput(e.path, "image without mask", f"expected {expect} or {stem}.png in {msk_dir}",
-                                key, "missing_mask"))
+                                prefix + name, "missing_mask"))
             continue
         used.add(found)
-        (image_stat, p1), (mask_stat, p2) = _stat_problem(e, key), _stat_problem(masks[found], key)
+        key = prefix + name
+        try:  # the common case, inline (millions of times per run): two regular, non-empty files
+            st, mst = e.stat(), mask.stat()  # one stat each (follows links, as opening will)
+            if st.st_size and mst.st_size and S_ISREG(st.st_mode) and S_ISREG(mst.st_mode):
+                yield SourceSample(split, key, e.path, mask.path, None, (st.st_size, st.st_mtime_ns),
+                                   (mst.st_size, mst.st_mtime_ns))
+                continue
+        except OSError:
+            pass
+        (image_stat, p1), (mask_stat, p2) = _stat_problem(e, key), _stat_problem(mask, key)
         if p1 is not None or p2 is not None:
             bad.extend(p for p in (p1, p2) if p is not None)  # image and mask both listed when both are bad
             continue
-        yield SourceSample(split, key, e.path, masks[found].path, None, image_stat, mask_stat)
+        yield SourceSample(split, key, e.path, mask.path, None, image_stat, mask_stat)
     for stem, m in sorted(masks.items()):
         if stem not in used:
             bad.append(BadInput(m.path, "mask without image", f"add the image to {img_dir} or remove the mask",
