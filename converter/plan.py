@@ -157,7 +157,7 @@ def _compare(path: str | None, stat: tuple[int, int] | None,
 
 
 #: Discovered samples looked up in the fingerprint table per batch.
-LOOKUP_BATCH = 1 << 16
+LOOKUP_BATCH = 1 << 13
 
 
 def _batches(samples: Iterable[SourceSample]) -> Iterator[list[SourceSample]]:

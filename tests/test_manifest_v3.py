@@ -246,3 +246,24 @@ def test_verify_finds_a_key_listed_in_two_shards(camvid_src, tmp_path):
     report = verify(out)
     assert any("duplicated sample" in p.problem and p.file == b.file for p in report.errors), \
         [str(p) for p in report.errors]
+
+
+@pytest.mark.slow
+def test_a_no_op_run_on_200k_samples_stays_in_bounded_memory(tmp_path):
+    """The driver of a run that finds nothing new holds a compact table, not the samples."""
+    from tests._many import make_many
+
+    n = 200_000
+    src, out = make_many(tmp_path, n)
+    indexes, manifest = _index_files(out), manifest_bytes(out)
+    cmd = [sys.executable, "-m", "converter.cli", "convert", str(src), str(out), "--size", "8x8", "--workers", "1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert os.waitstatus_to_exitcode(status) == 0, err
+    assert f"Nothing new: {n} sample(s) already converted" in err
+    peak_mb = usage.ru_maxrss / 1024
+    assert peak_mb < 300, f"no-op run peaked at {peak_mb:.0f} MB for {n} samples"
+    assert _index_files(out) == indexes and manifest_bytes(out) == manifest
+    print(f"\nno-op run over {n} samples: peak RSS {peak_mb:.0f} MB")

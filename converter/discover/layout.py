@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from stat import S_ISREG
 from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple
@@ -95,53 +94,52 @@ def list_images(folder: str, accept: Callable[[str], bool] = _is_image_name) -> 
     return out
 
 
-def _ext(name: str) -> str:
-    """The lower-case extension as `os.path.splitext` finds it (leading dots do not count)."""
-    i = name.rfind(".")
-    return name[i:].lower() if i > 0 and name[:i].strip(".") else ""
+def _scan_dir(path: str, dirs: list[str]) -> Iterator[os.DirEntry]:
+    """Yield the image files of one folder as `os.scandir` lists them (nothing kept: a folder of
+    millions of files is never held in memory), hidden names skipped, no stat (scandir knows
+    the entry types); sub-folders are appended to `dirs`. A folder that cannot be listed is empty."""
+    try:
+        it = os.scandir(path)
+    except OSError:
+        return
+    with it:
+        for e in it:
+            name = e.name
+            if name[0] == ".":
+                continue
+            dot = name.rfind(".")  # as os.path.splitext (a leading dot was skipped above)
+            if dot > 0 and name[dot:].lower() in IMAGE_EXTENSIONS and not e.is_dir():
+                yield e
+            elif e.is_dir():
+                if not e.is_symlink():  # as os.walk: a linked folder is not descended into
+                    dirs.append(name)
+            else:
+                log.info("skipping %s: not an image file extension", e.path)
 
 
 def _list_dir(path: str) -> tuple[list[os.DirEntry], list[str]]:
-    """(image files, sub-folders) of one folder in directory order, hidden names skipped;
-    no stat (`os.scandir` knows the entry types). A folder that cannot be listed holds nothing."""
-    try:
-        with os.scandir(path) as it:
-            entries = list(it)
-    except OSError:
-        return [], []
-    files: list[os.DirEntry] = []
+    """(image files, sorted sub-folders) of one folder."""
     dirs: list[str] = []
-    for e in entries:
-        name = e.name
-        if name[0] == ".":
-            continue
-        if _ext(name) in IMAGE_EXTENSIONS and not e.is_dir():
-            files.append(e)
-        elif e.is_dir():
-            if not e.is_symlink():  # as os.walk: a linked folder is not descended into
-                dirs.append(name)
-        else:
-            log.info("skipping %s: not an image file extension", e.path)
+    files = list(_scan_dir(path, dirs))
     dirs.sort()
     return files, dirs
 
 
-def _stat_problem(entry: os.DirEntry, key: str | None) -> tuple[tuple[int, int] | None, BadInput | None]:
-    """((size, mtime_ns), None) of a source file (its one `stat`), or (None, the problem)."""
+def _stat_problem(path: str, key: str | None) -> BadInput | None:
+    """What `stat` shows is wrong with a source file (missing, not a regular file, empty), or None."""
     try:
-        st = entry.stat()  # follows a symbolic link, as opening the file will
+        st = os.stat(path)  # follows a symbolic link, as opening the file will
     except FileNotFoundError:
-        return None, BadInput(entry.path, "unreadable: the file (or the target of its symbolic link) does not exist",
-                              "fix or remove the broken link", key, "unreadable")
+        return BadInput(path, "unreadable: the file (or the target of its symbolic link) does not exist",
+                        "fix or remove the broken link", key, "unreadable")
     except OSError as e:
-        return None, BadInput(entry.path, f"unreadable: {e.strerror or e}", "check the file's permissions", key,
-                              "unreadable")
-    if st.st_size and stat.S_ISREG(st.st_mode):
-        return (st.st_size, st.st_mtime_ns), None
-    if not stat.S_ISREG(st.st_mode):
-        return None, BadInput(entry.path, "unreadable: not a regular file (a FIFO, socket or device)",
-                              "replace it with a real image file", key, "unreadable")
-    return None, BadInput(entry.path, "zero-byte file", "re-copy the file from its origin", key, "empty_file")
+        return BadInput(path, f"unreadable: {e.strerror or e}", "check the file's permissions", key, "unreadable")
+    if not S_ISREG(st.st_mode):
+        return BadInput(path, "unreadable: not a regular file (a FIFO, socket or device)",
+                        "replace it with a real image file", key, "unreadable")
+    if st.st_size == 0:
+        return BadInput(path, "zero-byte file", "re-copy the file from its origin", key, "empty_file")
+    return None
 
 
 def _masks_without_images(masks_dir: str, images_dir: str, bad: list[BadInput]) -> None:
@@ -154,48 +152,52 @@ def _masks_without_images(masks_dir: str, images_dir: str, bad: list[BadInput]) 
         _masks_without_images(os.path.join(masks_dir, d), os.path.join(images_dir, d), bad)
 
 
+def _mask_names(msk_dir: str, dirs: list[str]) -> dict[str, str]:
+    """Mask stem -> file name in one folder (names only: about 200 bytes per mask)."""
+    return {e.name[:e.name.rfind(".")]: e.name for e in _scan_dir(msk_dir, dirs)}
+
+
 def iter_pairs(images_dir: str, masks_dir: str, split: str, key_prefix: str, bad: list[BadInput],
                rel: str = "") -> Iterator[SourceSample]:
-    """Stream the image/mask pairs below `images_dir`, one folder at a time (memory: one
-    folder's listing), with one `stat` per file; problems are appended to `bad`."""
+    """Stream the image/mask pairs below `images_dir`, one folder at a time, with one `stat` per
+    file; problems are appended to `bad`. Memory: the mask names of one folder, nothing per image."""
     img_dir = os.path.join(images_dir, rel) if rel else images_dir
     msk_dir = os.path.join(masks_dir, rel) if rel else masks_dir
-    images, image_dirs = _list_dir(img_dir)
-    mask_files, mask_dirs = _list_dir(msk_dir)
-    masks = {e.name[:e.name.rfind(".")]: e for e in mask_files}
-    used: set[str] = set()
+    image_dirs: list[str] = []
+    mask_dirs: list[str] = []
+    masks = _mask_names(msk_dir, mask_dirs)
+    claimed: dict[str, str] = {}  # masks whose image was seen move here (two images may share one)
     prefix = f"{key_prefix}{rel}/" if rel else key_prefix
-    for e in images:
+    for e in _scan_dir(img_dir, image_dirs):
         name = e.name
         stem = name[:name.rfind(".")]
-        mask = masks.get(stem + "_L")
-        found = stem + "_L"
-        if mask is None:
-            mask, found = masks.get(stem), stem
-        if mask is None:
+        mask_name = None
+        for found in (stem + "_L", stem):  # MASK_SUFFIXES
+            mask_name = masks.pop(found, None) or claimed.get(found)
+            if mask_name is not None:
+                claimed[found] = mask_name
+                break
+        if mask_name is None:
             expect = os.path.join(msk_dir, stem + "_L.png")
             bad.append(BadInput(e.path, "image without mask", f"expected {expect} or {stem}.png in {msk_dir}",
                                 prefix + name, "missing_mask"))
             continue
-        used.add(found)
         key = prefix + name
+        mask_path = msk_dir + os.sep + mask_name
         try:  # the common case, inline (millions of times per run): two regular, non-empty files
-            st, mst = e.stat(), mask.stat()  # one stat each (follows links, as opening will)
+            st, mst = e.stat(), os.stat(mask_path)  # one stat each (follows links, as opening will)
             if st.st_size and mst.st_size and S_ISREG(st.st_mode) and S_ISREG(mst.st_mode):
-                yield SourceSample(split, key, e.path, mask.path, None, (st.st_size, st.st_mtime_ns),
+                yield SourceSample(split, key, e.path, mask_path, None, (st.st_size, st.st_mtime_ns),
                                    (mst.st_size, mst.st_mtime_ns))
                 continue
         except OSError:
             pass
-        (image_stat, p1), (mask_stat, p2) = _stat_problem(e, key), _stat_problem(mask, key)
-        if p1 is not None or p2 is not None:
-            bad.extend(p for p in (p1, p2) if p is not None)  # image and mask both listed when both are bad
-            continue
-        yield SourceSample(split, key, e.path, mask.path, None, image_stat, mask_stat)
-    for stem, m in sorted(masks.items()):
-        if stem not in used:
-            bad.append(BadInput(m.path, "mask without image", f"add the image to {img_dir} or remove the mask",
-                                None, "missing_image"))
+        p1, p2 = _stat_problem(e.path, key), _stat_problem(mask_path, key)
+        bad.extend(p for p in (p1, p2) if p is not None)  # image and mask both listed when both are bad
+    for stem in sorted(masks):  # never claimed
+        bad.append(BadInput(os.path.join(msk_dir, masks[stem]), "mask without image",
+                            f"add the image to {img_dir} or remove the mask", None, "missing_image"))
+    del masks, claimed
     for d in sorted(set(image_dirs) | set(mask_dirs)):
         sub = f"{rel}/{d}" if rel else d
         if d in image_dirs:
