@@ -30,9 +30,9 @@ from converter.plan import Plan, PlanError, make_plan
 from converter.publish import publish_manifest, remove_files, sweep_leftovers, utc_now, write_report
 from converter.tfds_meta import TFDS_FILES, sync_tfds_metadata
 from converter.transform.colormap import ColorMap, ignore_index_for, mask_dtype_for
-from converter.write.index import write_index
+from converter.write.index import write_refreshed_index
 from converter.write.task import ShardResult, WorkerContext, content_changed
-from readers.index import shard_samples
+from readers.index import table_samples
 from readers.manifest import (
     HISTORY_LIMIT,
     MANIFEST_NAME,
@@ -261,13 +261,20 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True})
         return result
 
+    _publish_run(out_dir, old, result, options, classes, plan, spec.base, run, report)
+    return result
+
+
+def _publish_run(out_dir: str, old: Manifest | None, result: ConvertResult, options: OutputOptions,
+                 classes: tuple[ClassInfo, ...], plan: Plan, source_base: str, run: RunOptions, report: dict) -> None:
+    """Refreshed index files, the new manifest (TFDS files first), then drop what it no longer lists."""
     try:
         refreshed = refresh_indexes(out_dir, old, plan) if not run.rebuild else {}
     except OSError as e:
         cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise OutputWriteError(e.errno, f"Writing an index file in {out_dir} failed: {e.strerror or e}. "
                                "Nothing was published; the previous dataset is intact.") from e
-    manifest = _assemble(old, result, options, classes, plan, spec.base, refreshed, rebuild=run.rebuild)
+    manifest = _assemble(old, result, options, classes, plan, source_base, refreshed, rebuild=run.rebuild)
     try:
         sync_tfds_metadata(out_dir, manifest)  # before the manifest: the manifest is published last
         publish_manifest(out_dir, manifest)
@@ -288,7 +295,6 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     result.published = True
     report["history"] = manifest.history[-1]
     result.report_path = _write_report_safely(out_dir, report | {"published": True})
-    return result
 
 
 def _is_published(out_dir: str, manifest: Manifest) -> bool:
@@ -340,10 +346,7 @@ def refresh_indexes(out_dir: str, old: Manifest | None, plan: Plan) -> dict[str,
         rows = plan.refreshed.get(shard.file)
         if not rows or shard.file in plan.drop_shards:
             continue
-        samples = shard_samples(out_dir, shard)
-        for i, entry in rows.items():
-            samples[i] = entry
-        out[shard.file] = dataclasses.replace(shard, index=write_index(out_dir, shard.file, samples))
+        out[shard.file] = dataclasses.replace(shard, index=write_refreshed_index(out_dir, shard, rows))
     return out
 
 
@@ -417,13 +420,13 @@ def rebuild_counts(previous: Manifest | None, out_dir: str, splits: dict[str, Sp
     _, i_old, i_new = np.intersect1d(old.key_hash, new.key_hash, assume_unique=True, return_indices=True)
     moved = np.flatnonzero(old.stat_hash[i_old] != new.stat_hash[i_new])
     replaced = 0
-    rows: dict[tuple[int, int], list[SampleEntry]] = {}  # (table, shard id) -> samples, loaded on demand
+    rows: dict[tuple[int, int], np.ndarray] = {}  # (table, shard id) -> its index rows, loaded on demand
 
     def sample(table: fptable.FingerprintTable, which: int, row: int) -> SampleEntry:
         sid = int(table.shard[row])
         if (which, sid) not in rows:
-            rows[(which, sid)] = shard_samples(out_dir, table.shards[sid][1])
-        return rows[(which, sid)][int(table.record[row])]
+            rows[(which, sid)] = fptable.shard_table(out_dir, table.shards[sid][1])
+        return table_samples(rows[(which, sid)][[int(table.record[row])]])[0]
 
     for j in moved:
         a, b = sample(new, 1, i_new[j]), sample(old, 0, i_old[j])

@@ -237,9 +237,9 @@ def _judge_suspects(sorting: _Sorting, table: FingerprintTable, root: str | None
     """Samples whose stats differ: exact comparison against their shard's index, one shard at a time."""
     for sid in sorted(sorting.suspects):
         split, shard = table.shards[sid]
-        rows = table_samples(shard_table(root, shard))
-        for record, sample in sorting.suspects[sid]:
-            old = rows[record]
+        suspects = sorting.suspects[sid]
+        rows = table_samples(shard_table(root, shard)[np.array([r for r, _ in suspects], np.int64)])  # these only
+        for (record, sample), old in zip(suspects, rows):
             img_state, img_fp = _compare(sample.image, sample.image_stat, old.image)
             mask_state, mask_fp = _compare(sample.mask, sample.mask_stat, old.mask)
             if "changed" in (img_state, mask_state):

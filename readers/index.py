@@ -109,11 +109,16 @@ def encode_table(table: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def index_ref(shard_file: str, data: bytes) -> IndexRef:
+    """The manifest's reference to the index file of `shard_file` holding `data`."""
+    digest = _digest(data)
+    return IndexRef(index_name(shard_file, digest), len(data), digest)
+
+
 def encode_index(shard_file: str, samples: Sequence[SampleEntry]) -> tuple[IndexRef, bytes]:
     """(the manifest's reference, the file's bytes) of the index of `samples`."""
     data = encode_table(build_table(samples))
-    digest = _digest(data)
-    return IndexRef(index_name(shard_file, digest), len(data), digest), data
+    return index_ref(shard_file, data), data
 
 
 def decode_index(data: bytes, where: str, records: int | None = None) -> np.ndarray:
@@ -195,4 +200,5 @@ def shard_keys(root: str, entry: ShardEntry) -> list[str]:
 
 
 __all__ = ["FIELDS", "INDEX_SUFFIX", "IndexFileError", "build_table", "decode_index", "encode_index", "index_name",
+           "index_ref", "encode_table",
            "is_index_name", "read_index", "shard_keys", "shard_samples", "table_samples"]

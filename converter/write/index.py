@@ -13,8 +13,8 @@ import os
 from typing import Sequence
 
 from converter.write.base import TMP_PREFIX
-from readers.index import encode_index
-from readers.manifest import IndexRef, SampleEntry
+from readers.index import encode_index, encode_table, index_ref, read_index, table_samples
+from readers.manifest import IndexRef, SampleEntry, ShardEntry
 
 
 def write_bytes_atomic(out_dir: str, name: str, data: bytes) -> None:
@@ -37,6 +37,26 @@ def write_bytes_atomic(out_dir: str, name: str, data: bytes) -> None:
 def write_index(out_dir: str, shard_file: str, samples: Sequence[SampleEntry]) -> IndexRef:
     """Write the index of `shard_file` (record i = samples[i]); returns the manifest's reference."""
     ref, data = encode_index(shard_file, samples)
+    write_bytes_atomic(out_dir, ref.file, data)
+    return ref
+
+
+def write_refreshed_index(out_dir: str, shard: ShardEntry, rows: dict[int, SampleEntry]) -> IndexRef:
+    """A new index for `shard` whose records `rows` have new fingerprints (touched sources),
+    patched in the loaded table: no per-sample objects for the rest of the shard."""
+    table = read_index(out_dir, shard)
+    for i, entry in rows.items():
+        for side, fp in (("image", entry.image), ("mask", entry.mask)):
+            path, digest = (fp.path, fp.digest) if fp is not None else ("", "")
+            if (table[f"{side}_path"][i].decode("utf-8"), table[f"{side}_digest"][i].decode("utf-8")) != (path, digest):
+                samples = table_samples(table)  # a path or digest changed (never for a touched file): rebuild
+                for j, e in rows.items():
+                    samples[j] = e
+                return write_index(out_dir, shard.file, samples)
+            table[f"{side}_size"][i] = fp.size if fp is not None else -1
+            table[f"{side}_mtime_ns"][i] = fp.mtime_ns if fp is not None else 0
+    data = encode_table(table)
+    ref = index_ref(shard.file, data)
     write_bytes_atomic(out_dir, ref.file, data)
     return ref
 
