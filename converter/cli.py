@@ -16,7 +16,7 @@ import sys
 
 # The converter never multiplies matrices: keep OpenBLAS (loaded with NumPy) from
 # starting a thread pool, so `convert` runs single-threaded and may fork its workers,
-# which then start in milliseconds (`converter.execute_fork`). Set before NumPy loads.
+# which then start in milliseconds (`converter.run.fork`). Set before NumPy loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from converter import __version__  # noqa: E402 - after the environment is set

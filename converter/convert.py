@@ -18,20 +18,20 @@ from typing import Callable
 import numpy as np
 
 from converter import __version__
-from converter.discover.classes import class_table_path, load_class_table
-from converter.discover.classfolders import discover_classification
-from converter import fptable
-from converter.discover.layout import BadInput, discover_stream
-from converter.execute import local_start, run_tasks
-from converter.migrate import migrate
-from converter.lock import OutputLock, wait_for_orphans
+from converter.discover.layout import BadInput
+from converter.discover.sources import discover_sources
+from converter.run.execute import local_start, run_tasks
+from converter.plan import fptable
+from converter.run.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.plan import Plan, PlanError, make_plan
-from converter.publish import publish_manifest, remove_files, sweep_leftovers, utc_now, write_report
-from converter.tfds_meta import TFDS_FILES, sync_tfds_metadata
+from converter.plan.shards import Plan, PlanError, make_plan
+from converter.fsutil import remove_files
+from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now, write_report
+from converter.publish.migrate import migrate
+from converter.publish.tfds import TFDS_FILES, sync_tfds_metadata
 from converter.transform.colormap import ColorMap, ignore_index_for, mask_dtype_for
+from converter.run.task import ShardResult, WorkerContext, content_changed
 from converter.write.index import write_refreshed_index
-from converter.write.task import ShardResult, WorkerContext, content_changed
 from readers.index import table_samples
 from readers.manifest import (
     HISTORY_LIMIT,
@@ -42,6 +42,7 @@ from readers.manifest import (
     ShardEntry,
     SplitEntry,
 )
+from readers.tasks import task_kind
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[Clas
     if tuple(old.classes) != tuple(classes):
         line = "classes: the class table differs from the one the dataset was built with"
         old_names, new_names = [c.name for c in old.classes], [c.name for c in classes]
-        if options.task.value == "classification" and old_names != new_names:
+        if not task_kind(options.task).dense and old_names != new_names:  # class folders
             added = [n for n in new_names if n not in old_names]
             removed = [n for n in old_names if n not in new_names]
             line += f" (class folders added: {added}, removed: {removed}; the labels would change)"
@@ -152,17 +153,8 @@ def check_shards_present(out_dir: str, old: Manifest) -> None:
         )
 
 
-def _migrate(out_dir: str, old: Manifest) -> Manifest:
-    try:
-        return migrate(out_dir, old)
-    except OSError as e:
-        cleanup_quietly(out_dir, [], old)
-        raise OutputWriteError(e.errno, f"Migrating {out_dir} to manifest version 3 failed: {e.strerror or e}. "
-                               "The previous dataset is intact; fix the disk and re-run.") from e
-
-
 def _mask_spec(options: OutputOptions, classes: tuple[ClassInfo, ...]) -> dict | None:
-    if options.task.value != "segmentation":
+    if not task_kind(options.task).dense:
         return None
     n = len(classes)
     return {"dtype": mask_dtype_for(n).name if n <= 255 else "uint16", "encoding": options.mask_encoding.value,
@@ -182,23 +174,8 @@ def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOpti
 
 
 def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
-    if options.task.value == "segmentation":
-        classes = load_class_table(class_table_path(spec))
-        found = discover_stream(spec)  # consumed by the planner: one folder listing in memory at a time
-    else:
-        found, classes = discover_classification(spec, options.val_fraction)
-    old = Manifest.load(out_dir) if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) else None
-    if old is not None:  # TFDS files in step with the published manifest (a run may have died in between)
-        sync_tfds_metadata(out_dir, old)
-    if old is not None and not run.rebuild:
-        _check_compatible(old, options, classes)
-    wait_for_orphans(out_dir)  # workers of a killed run finish their task or stop first
-    sweep_leftovers(out_dir, old)
-    if old is not None and not run.rebuild:
-        check_shards_present(out_dir, old)
-        if not old.indexed:  # version 1 or 2: per-sample data moves to index files first
-            old = _migrate(out_dir, old)
-
+    found, classes = discover_sources(spec, options)
+    old = _prepare_output(out_dir, options, run, classes)
     base_manifest = None if run.rebuild else old
     next_index = {s: e.next_shard_index for s, e in old.splits.items()} if old is not None else {}
     plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index, root=out_dir)
@@ -213,6 +190,56 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         on_plan(plan)
 
     result = ConvertResult(out_dir, old, plan, bad=list(found.bad))  # after the plan consumed the stream
+    results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress)
+    _collect(result, results)
+    result.seconds = time.perf_counter() - t0
+    result.timings = {"discover_and_plan": t_plan - t0, "write_shards": time.perf_counter() - t_plan,
+                      "worker_busy": sum(r.seconds for r in results)}
+
+    cmap = ColorMap(classes) if task_kind(options.task).dense else None
+    report = _report(result, options, run, cmap)
+    if len(result.bad) > run.max_bad:
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
+        result.report_path = _write_report_safely(out_dir, report | {"published": False})
+        raise BadInputError(_bad_message(result, run, cmap), result.bad, result.report_path)
+
+    if not (result.written or plan.drop_shards or plan.refreshed):  # nothing new (or every new sample bad)
+        result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True})
+        return result
+    return _publish(spec, out_dir, options, run, classes, old, result, report)
+
+
+def _prepare_output(out_dir: str, options: OutputOptions, run: RunOptions,
+                    classes: tuple[ClassInfo, ...]) -> Manifest | None:
+    """The published manifest (None: a new dataset), after checking that this run may add
+    to it, and once the leftovers of crashed runs are gone."""
+    old = Manifest.load(out_dir) if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) else None
+    if old is not None:  # TFDS files in step with the published manifest (a run may have died in between)
+        sync_tfds_metadata(out_dir, old)
+    if old is not None and not run.rebuild:
+        _check_compatible(old, options, classes)
+    wait_for_orphans(out_dir)  # workers of a killed run finish their task or stop first
+    sweep_leftovers(out_dir, old)
+    if old is not None and not run.rebuild:
+        check_shards_present(out_dir, old)
+        if not old.indexed:  # version 1 or 2: per-sample data moves to index files first
+            old = _migrate(out_dir, old)
+    return old
+
+
+def _migrate(out_dir: str, old: Manifest) -> Manifest:
+    try:
+        return migrate(out_dir, old)
+    except OSError as e:
+        cleanup_quietly(out_dir, [], old)
+        raise OutputWriteError(e.errno, f"Migrating {out_dir} to manifest version 3 failed: {e.strerror or e}. "
+                               "The previous dataset is intact; fix the disk and re-run.") from e
+
+
+def _write_shards(spec, out_dir, options, run, classes, old: Manifest | None, result: ConvertResult,
+                  on_progress) -> list[ShardResult]:
+    """Run the plan's shard tasks; an output failure removes what they wrote and says so."""
+    plan = result.plan
     ctx = WorkerContext(out_dir, options, classes, spec.base, run.max_pixels,
                         os.path.join(out_dir, MANIFEST_NAME) if old is not None else None,
                         owner_pid=os.getpid() if run.backend == "local" else None)
@@ -236,7 +263,11 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     except BaseException:
         cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise
+    return results
 
+
+def _collect(result: ConvertResult, results: list[ShardResult]) -> None:
+    """The workers' bad inputs, unknown colours and written shards, in a stable order."""
     for r in results:
         result.bad.extend(r.bad)
         for color, (px, files) in r.unknown_colors.items():
@@ -246,35 +277,20 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     result.bad.sort(key=lambda b: (b.path, b.reason))
     result.written = sorted((r.entry for r in results if r.entry is not None), key=lambda e: e.file)
     result.results = results
-    result.seconds = time.perf_counter() - t0
-    result.timings = {"discover_and_plan": t_plan - t0, "write_shards": time.perf_counter() - t_plan,
-                      "worker_busy": sum(r.seconds for r in results)}
-
-    cmap = ColorMap(classes) if options.task.value == "segmentation" else None
-    report = _report(result, options, run, cmap)
-    if len(result.bad) > run.max_bad:
-        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
-        result.report_path = _write_report_safely(out_dir, report | {"published": False})
-        raise BadInputError(_bad_message(result, run, cmap), result.bad, result.report_path)
-
-    if not (result.written or plan.drop_shards or plan.refreshed):  # nothing new (or every new sample bad)
-        result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True})
-        return result
-
-    _publish_run(out_dir, old, result, options, classes, plan, spec.base, run, report)
-    return result
 
 
-def _publish_run(out_dir: str, old: Manifest | None, result: ConvertResult, options: OutputOptions,
-                 classes: tuple[ClassInfo, ...], plan: Plan, source_base: str, run: RunOptions, report: dict) -> None:
-    """Refreshed index files, the new manifest (TFDS files first), then drop what it no longer lists."""
+def _publish(spec, out_dir, options, run, classes, old: Manifest | None, result: ConvertResult,
+             report: dict) -> ConvertResult:
+    """Refreshed index files, TFDS files, then the manifest (last); then the shards and index
+    files it no longer lists go."""
+    plan = result.plan
     try:
         refreshed = refresh_indexes(out_dir, old, plan) if not run.rebuild else {}
     except OSError as e:
         cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise OutputWriteError(e.errno, f"Writing an index file in {out_dir} failed: {e.strerror or e}. "
                                "Nothing was published; the previous dataset is intact.") from e
-    manifest = _assemble(old, result, options, classes, plan, source_base, refreshed, rebuild=run.rebuild)
+    manifest = _assemble(old, result, options, classes, plan, spec.base, refreshed, rebuild=run.rebuild)
     try:
         sync_tfds_metadata(out_dir, manifest)  # before the manifest: the manifest is published last
         publish_manifest(out_dir, manifest)
@@ -295,6 +311,7 @@ def _publish_run(out_dir: str, old: Manifest | None, result: ConvertResult, opti
     result.published = True
     report["history"] = manifest.history[-1]
     result.report_path = _write_report_safely(out_dir, report | {"published": True})
+    return result
 
 
 def _is_published(out_dir: str, manifest: Manifest) -> bool:

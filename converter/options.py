@@ -14,36 +14,19 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from readers.choice import Choice
 from readers.formats import FileFormat, check_compression
+from readers.tasks import Task
 
 
-class _Choice(str, enum.Enum):
-    """A string enum whose parse errors list the valid values."""
-
-    @classmethod
-    def parse(cls, value: Any, argument: str):
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            raise ValueError(
-                f"{argument} must be one of {[m.value for m in cls]}. Received: {value!r}"
-            ) from None
-
-    @classmethod
-    def values(cls) -> list[str]:
-        return [m.value for m in cls]
-
-
-class Fit(_Choice):
+class Fit(Choice):
     STRETCH = "stretch"
     COVER = "cover"
     CONTAIN = "contain"
     CROP_OR_PAD = "crop-or-pad"
 
 
-class ImageFilter(_Choice):
+class ImageFilter(Choice):
     NEAREST = "nearest"
     BILINEAR = "bilinear"
     BICUBIC = "bicubic"
@@ -51,31 +34,39 @@ class ImageFilter(_Choice):
     BOX = "box"
 
 
-class MaskEncoding(_Choice):
+class MaskEncoding(Choice):
     CLASS_MAP = "class_map"
     ONEHOT = "onehot"
 
 
-class UnknownColor(_Choice):
+class UnknownColor(Choice):
     FAIL = "fail"
     IGNORE = "ignore"
 
 
-class OnChange(_Choice):
+class OnChange(Choice):
     KEEP = "keep"
     REPLACE = "replace"
     FAIL = "fail"
-
-
-class Task(_Choice):
-    SEGMENTATION = "segmentation"
-    CLASSIFICATION = "classification"
 
 
 MAX_SIDE_PX = 65535
 DEFAULT_SHARD_SIZE_BYTES = 128 * 1024 * 1024
 #: Pillow's own decompression-bomb limit; we keep Pillow's guard and add ours on top.
 DEFAULT_MAX_PIXELS = 178_956_970
+
+
+def check_val_fraction(value: Any, task: Task | None) -> float | None:
+    """`--val-fraction` checked once for convert, scan and preview: None, or a number
+    strictly between 0 and 1 for a classification task (None: the task is not known yet)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) < 1.0:
+        raise ValueError(f"--val-fraction must be a number strictly between 0 and 1. Received: {value!r}")
+    if task is not None and Task.parse(task, "task") is not Task.CLASSIFICATION:
+        raise ValueError("--val-fraction applies to classification datasets in the flat layout "
+                         f"SRC/<class>/*. Received: --val-fraction {value} with task {Task.parse(task).value!r}")
+    return float(value)
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -140,16 +131,7 @@ class OutputOptions:
             raise ValueError(f"--color-tolerance must be an integer in 0..255. Received: {self.color_tolerance!r}")
         if not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int. Received: {self.seed!r}")
-        if self.val_fraction is not None:
-            if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, (int, float)) \
-                    or not 0.0 < float(self.val_fraction) < 1.0:
-                raise ValueError(f"--val-fraction must be a number strictly between 0 and 1. "
-                                 f"Received: {self.val_fraction!r}")
-            if self.task is not Task.CLASSIFICATION:
-                raise ValueError("--val-fraction applies to classification datasets in the flat layout "
-                                 f"SRC/<class>/*. Received: --val-fraction {self.val_fraction} with task "
-                                 f"{self.task.value!r}")
-            object.__setattr__(self, "val_fraction", float(self.val_fraction))
+        object.__setattr__(self, "val_fraction", check_val_fraction(self.val_fraction, self.task))
 
     @property
     def height(self) -> int:

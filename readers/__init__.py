@@ -29,7 +29,7 @@ __all__ = ["Dataset", "Manifest", "ManifestError", "Record", "ShardError", "devi
 # Imported on first use: the converter imports `readers.manifest` and `readers.formats`
 # and should not pay for the reading engine (tens of ms per run).
 _LAZY = {"Dataset": ("readers.dataset", "Dataset"), "open": ("readers.dataset", "open"),
-         "Record": ("readers.formats.base", "Record"), "device": ("readers.device", None)}
+         "Record": ("readers.formats.spec", "Record"), "device": ("readers.device", None)}
 
 
 def __getattr__(name: str) -> Any:

@@ -23,7 +23,9 @@ import numpy as np
 
 from readers.errors import FIX_HINT, ShardError, shard_error
 from readers.formats import FileFormat, check_compression
-from readers.formats.base import PipelineOptions, Record, RecordSpec, ShardRef, tune_allocator
+from readers.formats._allocator import tune_allocator
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
 
@@ -271,7 +273,7 @@ class Dataset:
                 fewer shards than pipelines a warning is given and every pipeline reads
                 all files and keeps every num_input_pipelines-th record instead.
             shuffle_buffer: records in the shuffle buffer. Default: as many as fit in
-                256 MB (`readers.formats.base.SHUFFLE_BUFFER_BYTES`) at the shards'
+                256 MB (`readers.formats.pipeline.SHUFFLE_BUFFER_BYTES`) at the shards'
                 average record size, at least one batch, at most the whole split.
 
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
@@ -282,14 +284,14 @@ class Dataset:
         go through TensorFlow's reader, whose `DataLossError` ("corrupted record at
         <offset>") does not name the file, so each file is checked to give exactly its
         manifest record count and an `InvalidArgumentError` names the file otherwise
-        (see `readers.formats.tfrecord._checked_reader`).
+        (see `readers.formats.tfrecord.reader._checked_reader`).
 
         Speed: uncompressed TFRecord shards are memory-mapped and their image/mask bytes
         gathered straight into aligned batches (one copy; see
-        `readers.formats.tfrecord.load_mapped` and `readers.formats.batching`); NPZ
+        `readers.formats.tfrecord.reader.load_mapped` and `readers.formats.batching`); NPZ
         shards are inflated by loader threads; casting and one-hot encoding run in a
         parallel `tf.data` map. The first call tunes glibc malloc for megabyte blocks
-        (`readers.formats.base.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
+        (`readers.formats._allocator.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
         """
         import tensorflow as tf
 
@@ -300,22 +302,7 @@ class Dataset:
         shards = self.shards(split)
         total = sum(s.records for s in shards)
         if input_context is not None:
-            num = int(input_context.num_input_pipelines)
-            index = int(input_context.input_pipeline_id)
-            _check_sharding(num, index, "input_context.num_input_pipelines", "input_context.input_pipeline_id")
-            if len(shards) >= num:
-                shards = [s for s in shards if s.position % num == index]
-                total = sum(s.records for s in shards)
-            else:
-                message = (
-                    f"Split {split!r} of {self._path} has {len(shards)} shard files for {num} input pipelines; "
-                    "every pipeline will read all files and keep every "
-                    f"{num}-th record (slower). Re-convert with more shards for file-level sharding."
-                )
-                logger.warning(message)
-                warnings.warn(message, stacklevel=2)
-                options = PipelineOptions(**{**_fields(options), "record_shard": (num, index)})
-                total = len(range(index, total, num))
+            shards, options, total = self._pipeline_share(split, shards, options, input_context)
         ds = self._adapter.tf_dataset(shards, self._spec, options)
         batches = total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
         ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
@@ -328,6 +315,28 @@ class Dataset:
         if input_context is not None:
             tf_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return ds.with_options(tf_options)
+
+    def _pipeline_share(self, split: str, shards: list[ShardRef], options: PipelineOptions,
+                        input_context: "tf.distribute.InputContext") -> tuple[list[ShardRef], PipelineOptions, int]:
+        """What one input pipeline of `input_context` reads: (its shards, its options, its records)."""
+        total = sum(s.records for s in shards)
+        num = int(input_context.num_input_pipelines)
+        index = int(input_context.input_pipeline_id)
+        _check_sharding(num, index, "input_context.num_input_pipelines", "input_context.input_pipeline_id")
+        if len(shards) >= num:
+            shards = [s for s in shards if s.position % num == index]
+            total = sum(s.records for s in shards)
+        else:
+            message = (
+                f"Split {split!r} of {self._path} has {len(shards)} shard files for {num} input pipelines; "
+                "every pipeline will read all files and keep every "
+                f"{num}-th record (slower). Re-convert with more shards for file-level sharding."
+            )
+            logger.warning(message)
+            warnings.warn(message, stacklevel=3)
+            options = PipelineOptions(**{**_fields(options), "record_shard": (num, index)})
+            total = len(range(index, total, num))
+        return shards, options, total
 
     # -- Keras PyDataset ------------------------------------------------------------------------
     def keras_dataset(

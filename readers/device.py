@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from readers._lazy import LazyClass
-
+from readers.formats.expand import KERAS, expand
 
 
 def expand_batch(x: Any, y: Any = None, num_classes: int | None = None, *, normalize: bool = True,
@@ -51,19 +51,11 @@ def expand_batch(x: Any, y: Any = None, num_classes: int | None = None, *, norma
     Returns:
         (x, y) expanded.
     """
-    from keras import ops
-
-    if normalize:
-        x = ops.multiply(ops.cast(x, "float32"), 1.0 / 255.0)
-    if y is not None and one_hot:
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"num_classes must be a positive int to one-hot encode y. Received: {num_classes!r}")
-        labels = ops.expand_dims(ops.cast(y, "int32"), -1)
-        hot = ops.equal(labels, ops.arange(num_classes, dtype="int32"))
-        if ignore_index is not None and 0 <= ignore_index < num_classes:
-            hot = ops.logical_and(hot, ops.not_equal(labels, ignore_index))
-        y = ops.cast(hot, "float32")
-    return x, y
+    if y is not None and one_hot and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                      or num_classes < 1):
+        raise ValueError(f"num_classes must be a positive int to one-hot encode y. Received: {num_classes!r}")
+    return expand(x, y, KERAS, num_classes=num_classes or 0, stored_onehot=False, ignore_index=ignore_index,
+                  one_hot=one_hot, normalize=normalize)
 
 
 def _build_class() -> type:

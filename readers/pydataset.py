@@ -27,7 +27,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from readers._lazy import LazyClass
-from readers.formats.base import PipelineOptions, RandomAccessShard, RecordSpec, expand_numpy
+from readers.formats.base import RandomAccessShard
+from readers.formats.expand import expand_numpy
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import RecordSpec
 
 
 

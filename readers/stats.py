@@ -37,6 +37,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from readers.tasks import task_kind
+
 SCHEMES = ("inverse-frequency", "median-frequency")
 
 
@@ -93,7 +95,7 @@ def manifest_class_weights(manifest: Any, split: str, scheme: str = "median-freq
     c = manifest.num_classes
     pixels = np.asarray(entry.class_pixels(c), np.int64)
     present_pixels = None
-    if scheme == "median-frequency" and manifest.task == "segmentation":
+    if scheme == "median-frequency" and task_kind(manifest.task).dense:
         images = entry.class_images(c)
         if images is None:
             message = (f"split {split!r}: the manifest has no per-class image counts (written by an older "

@@ -20,7 +20,7 @@ def run(cmd: list[str]) -> None:
 
 
 def main(work: str) -> int:
-    from converter import synth
+    from converter.testing import synth
 
     src = os.path.join(work, "camvid")
     out = os.path.join(work, "shards")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How conversion time grows with workers and machines: the numbers behind docs/SCALING.md.
 
-On N generated 1920x1080 PNG pairs (`converter.synth.make_bench_dataset`, photo-like
+On N generated 1920x1080 PNG pairs (`converter.testing.synth.make_bench_dataset`, photo-like
 texture, colour masks) converted to --size (default 512x512), it measures in one run:
 
 * the decode floor: reading, hashing and decoding every source once in one process
@@ -207,7 +207,7 @@ def manifest_cost(out: str, target_samples: int) -> dict:
 
 
 def main(args: argparse.Namespace) -> dict:
-    from converter import synth
+    from converter.testing import synth
 
     configs = args.configs.split(",")
     print(f"generating/reusing {args.n} 1920x1080 pairs in {args.data} ...", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Helpers for the cron-safety tests: source folders that grow, CLI runs, dataset checks.
 
-Sources come from `converter.synth`; a "growing" source folder is a CamVid tree whose
+Sources come from `converter.testing.synth`; a "growing" source folder is a CamVid tree whose
 files are hard links into a fully generated one, so adding samples costs nothing.
 """
 
@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import readers
-from converter import cli, synth
-from converter.verify import verify
+from converter import cli
+from converter.testing import synth
+from converter.inspect.verify import verify
 from readers.manifest import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parent.parent

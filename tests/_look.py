@@ -12,9 +12,10 @@ from PIL import Image
 from converter import __version__
 from converter.convert import convert
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.publish import publish_manifest
-from converter.write.base import SampleArrays, ShardWriter
-from converter.write.registry import encoder_for
+from converter.publish.manifest import publish_manifest
+from converter.write.base import ShardWriter
+from readers.formats.encoder import SampleArrays
+from readers.formats.registry import encoder_for
 from readers.manifest import ClassInfo, Manifest, SampleEntry, ShardEntry, SourceFingerprint, SplitEntry
 
 SIZE = (32, 48)

@@ -21,11 +21,12 @@ from converter import __version__
 from converter.discover.classes import load_class_table
 from converter.discover.layout import SourceSample
 from converter.options import OutputOptions
-from converter.publish import publish_manifest
+from converter.publish.manifest import publish_manifest
 from converter.transform.sample import SampleTransformer
-from converter.write.base import SampleArrays, ShardWriter
+from converter.write.base import ShardWriter
+from readers.formats.encoder import SampleArrays
 from converter.write.index import source_bytes, write_index
-from converter.write.registry import encoder_for
+from readers.formats.registry import encoder_for
 from readers.manifest import Manifest, SampleEntry, ShardEntry, SourceFingerprint, SplitEntry
 
 ROOT = Path(__file__).resolve().parent.parent

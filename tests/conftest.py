@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny but realistic datasets generated in `tmp_path` by `converter.synth`.
+"""Shared fixtures: tiny but realistic datasets generated in `tmp_path` by `converter.testing.synth`.
 
 Every fixture writes into its own sub-folder of the test's `tmp_path`, so a test can
 use several of them at once. Datasets hold about ten samples of at most 64x96 pixels,
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from converter import synth
+from converter.testing import synth
 
 # (height, width) of the samples in the tiny datasets; the second size varies the
 # shape across pairs (each pair keeps one size for its image and its mask).

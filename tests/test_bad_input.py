@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from converter import synth
-from converter.verify import verify
+from converter.testing import synth
+from converter.inspect.verify import verify
 from readers.manifest import Manifest
 from tests._cron import all_pairs, assert_whole, convert_args, link_samples, manifest_bytes, run_cli, shard_hashes
 

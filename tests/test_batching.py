@@ -1,6 +1,6 @@
 """Tests of the generator pipeline's parts: the per-iterator batch source
 (`readers.formats.batching.python_batches`), the shared loader pool, and the NPZ layout
-remembered after a shard is verified (`readers.formats.npz`)."""
+remembered after a shard is verified (`readers.formats.npz.reader`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ import _shards  # noqa: E402
 
 import readers  # noqa: E402
 from readers.errors import ShardError  # noqa: E402
-from readers.formats import batching, npz  # noqa: E402
-from readers.formats.base import RecordSpec  # noqa: E402
+from readers.formats import batching
+from readers.formats.npz import reader as npz  # noqa: E402
+from readers.formats.spec import RecordSpec  # noqa: E402
 
 tf = pytest.importorskip("tensorflow")
 

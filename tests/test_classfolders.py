@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from converter import synth
+from converter.testing import synth
 from converter.discover.classfolders import (
     assign_split,
     classification_layout,

@@ -10,11 +10,12 @@ import pytest
 from PIL import Image, ImageOps
 
 import readers
-from converter import cli, synth
+from converter import cli
+from converter.testing import synth
 from converter.convert import BadInputError, convert
 from converter.discover.classfolders import val_hash_fraction
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.plan import PlanError
+from converter.plan.shards import PlanError
 from readers.index import shard_samples
 from readers.manifest import Manifest
 
@@ -154,7 +155,7 @@ def test_flat_val_fraction_keeps_assignments_across_incremental_runs(classificat
     listed = {s.file: s.digest for _, s in after_ds.manifest.iter_shards()}
     assert {f: listed[f] for f in shards_before} == shards_before  # old shards untouched
     for name, digest in shards_before.items():
-        from converter.fingerprint import digest_file
+        from converter.plan.fingerprint import digest_file
 
         assert digest_file(str(out / name)) == digest
 

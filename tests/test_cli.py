@@ -58,7 +58,7 @@ def test_convert_does_not_import_the_other_commands():
         "args = build_parser(only='convert').parse_args(['convert', 'SRC', 'OUT', '--size', '64x64'])\n"
         "assert args.command == 'convert'\n"
         "loaded = sorted(m for m in sys.modules if m.startswith('converter.commands.'))\n"
-        "heavy = sorted(m for m in ('PIL.ImageDraw', 'tensorflow', 'converter.preview', 'converter.scan', 'multiprocessing')"
+        "heavy = sorted(m for m in ('PIL.ImageDraw', 'tensorflow', 'converter.inspect.preview', 'converter.inspect.scan', 'multiprocessing')"
         " if m in sys.modules)\n"
         "print(loaded, heavy)\n"
     )

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import readers
-from converter import synth
-from converter.compact import plan_groups
+from converter.testing import synth
+from converter.run.compact import plan_groups
 from readers.manifest import Manifest, ShardEntry
 from tests._cron import (
     ROOT,

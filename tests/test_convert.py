@@ -23,7 +23,7 @@ from converter.cli import main as cli_main
 from converter.convert import BadInputError, convert
 from converter.discover.classes import ClassTableError, load_class_table
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter import synth
+from converter.testing import synth
 
 OUT_SIZE = (40, 56)  # (h, w): not a multiple of the sources, so resampling really happens
 

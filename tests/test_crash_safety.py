@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from converter import synth
-from converter.verify import verify
+from converter.testing import synth
+from converter.inspect.verify import verify
 from readers.index import shard_keys
 from readers.manifest import MANIFEST_NAME, Manifest
 from tests._cron import (
@@ -346,7 +346,7 @@ def test_real_full_disk_on_a_tiny_tmpfs_exits_74_with_the_previous_dataset_intac
 
 def test_folder_fsync_failing_after_the_manifest_rename_keeps_the_new_dataset(camvid_src, tmp_path, monkeypatch,
                                                                               capsys):
-    import converter.publish as publish
+    import converter.fsutil as publish
 
     out = tmp_path / "out"
     real = publish.fsync_dir
@@ -381,8 +381,8 @@ import sys
 from converter.discover.classes import load_class_table
 from converter.discover.layout import discover
 from converter.options import OutputOptions, SourceSpec
-from converter.plan import ShardTask
-from converter.write.task import WorkerContext, run_shard_task
+from converter.plan.shards import ShardTask
+from converter.run.task import WorkerContext, run_shard_task
 
 out, src, guard, owner = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 spec = SourceSpec(root=src)

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from converter import synth
+from converter.testing import synth
 from converter.convert import BadInputError, convert
-from converter.execute_dask import DaskBackendError, ProgressTracker
+from converter.run.dask_runner import DaskBackendError, ProgressTracker
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.plan import ShardTask
+from converter.plan.shards import ShardTask
 from readers.manifest import MANIFEST_NAME
 
 distributed = pytest.importorskip("distributed")
@@ -301,7 +301,7 @@ def test_missing_dask_extra_names_the_extra(sources, tmp_path):
 def test_unreachable_scheduler_fails_and_publishes_nothing(sources, tmp_path, monkeypatch):
     import socket
 
-    from converter import execute_dask
+    from converter.run import dask_runner as execute_dask
 
     monkeypatch.setattr(execute_dask, "CONNECT_TIMEOUT_S", 2)
     with socket.socket() as s:  # a loopback port nobody listens on

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from converter import synth
+from converter.testing import synth
 from converter.convert import convert
-from converter.execute import local_start, run_local
-from converter.execute_fork import fork_is_safe
+from converter.run.execute import local_start, run_local
+from converter.run.fork import fork_is_safe
 from converter.options import OutputOptions, RunOptions, SourceSpec, parse_bytes
 from readers.manifest import MANIFEST_NAME
 from tests._cron import ROOT, assert_whole, child_env, cli_command, convert_args, shard_hashes, source_keys
@@ -76,7 +76,7 @@ def test_fork_is_used_only_from_a_single_threaded_process() -> None:
         stop.set()
         t.join()
     code = ("import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; import numpy, PIL.Image; "
-            "from converter.execute_fork import fork_is_safe; print(fork_is_safe())")
+            "from converter.run.fork import fork_is_safe; print(fork_is_safe())")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(), capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == "True", out.stderr
@@ -176,7 +176,7 @@ def test_forked_workers_die_with_a_killed_run(sources, tmp_path):
 FORK_MAP_SCRIPT = r"""
 import os, sys, time
 os.environ["OPENBLAS_NUM_THREADS"] = "1"  # as the CLI does: NumPy then starts no thread pool
-from converter.execute_fork import fork_is_safe, fork_map
+from converter.run.fork import fork_is_safe, fork_map
 assert fork_is_safe(), "the child must be single-threaded"
 base = 1000  # a closure: forked workers inherit it, nothing is pickled on the way in
 seen = []
@@ -210,7 +210,7 @@ for bad, want in ((list(range(8)), (KeyError,)), ([9] * 6, (Odd, RuntimeError)))
         print(type(e).__name__ if not isinstance(e, Odd) else "RuntimeError", str(e).splitlines()[0])
     else:
         sys.exit(f"no {want} for {bad}")
-from converter.execute_fork import _portable
+from converter.run.fork import _portable
 sent = _portable(Odd(1, 2))
 assert isinstance(sent, RuntimeError) and "a worker failed with Odd: 1/2" in str(sent), sent
 print("ok")
@@ -227,7 +227,7 @@ def test_fork_map_spreads_a_closure_over_workers_and_returns_results_progress_an
 
 
 def test_cli_scan_with_forked_workers_reports_what_an_in_process_scan_reports(sources, tmp_path):
-    from converter.scan import ScanOptions, scan
+    from converter.inspect.scan import ScanOptions, scan
 
     done = subprocess.run(cli_command(["scan", str(sources), "--json", "--workers", "2"]), cwd=ROOT,
                           env=child_env(), capture_output=True, text=True, timeout=300)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import readers
-from converter import synth
+from converter.testing import synth
 from converter.convert import convert
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from readers.index import shard_keys, shard_samples
@@ -282,7 +282,7 @@ def test_version_1_manifests_are_read_compared_with_sha256_and_migrated_to_versi
     assert {s.image.algorithm for _, sh in old.iter_shards() for s in sh.samples} == {"sha256"}
     assert {sh.digest.split(":")[0] for _, sh in old.iter_shards()} == {"sha256"}
     assert readers.open(out).splits == {"train": 3, "val": 3}
-    from converter.verify import verify
+    from converter.inspect.verify import verify
 
     assert verify(out, deep=True).ok  # shard digests checked with sha256
 

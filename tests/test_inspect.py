@@ -10,7 +10,7 @@ import pytest
 
 import readers
 from converter.cli import main as cli_main
-from converter.describe import bar, describe, format_description
+from converter.inspect.describe import bar, describe, format_description
 from tests._look import add_unused_class, convert_tiny, write_classification
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from converter.lock import LOCK_NAME, EX_TEMPFAIL, OutputLock, WorkerGuard, wait_for_orphans
+from converter.run.lock import LOCK_NAME, EX_TEMPFAIL, OutputLock, WorkerGuard, wait_for_orphans
 from tests._cron import ROOT, assert_whole, child_env, cli_command, convert_args, run_cli, source_keys, startup_seconds
 
 HOLD = """
 import os, sys, time
-from converter.lock import OutputLock
+from converter.run.lock import OutputLock
 lock = OutputLock(sys.argv[1]).__enter__()
 if len(sys.argv) > 2:  # fork a child that outlives us, as multiprocessing's Manager does
     child = os.fork()

@@ -12,9 +12,9 @@ from PIL import Image, ImageOps
 import readers
 from converter.cli import main as cli_main
 from converter.convert import convert
-from converter.describe import describe, format_description
+from converter.inspect.describe import describe, format_description
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.preview import ERROR_TEXT, PreviewOptions, preview_dataset, preview_sources
+from converter.inspect.preview import ERROR_TEXT, PreviewOptions, preview_dataset, preview_sources
 
 
 def _png(path) -> np.ndarray:

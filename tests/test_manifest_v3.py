@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import readers
-from converter import synth
-from converter.verify import verify
+from converter.testing import synth
+from converter.inspect.verify import verify
 from readers.index import FIELDS, IndexFileError, encode_table, shard_keys
 from readers.manifest import MANIFEST_NAME, Manifest
 from tests._cron import (

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import readers
-from converter import synth
+from converter.testing import synth
 from converter.convert import convert
 from converter.options import OutputOptions, RunOptions, SourceSpec
 

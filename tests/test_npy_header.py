@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from readers.formats.npz import _npy_header
+from readers.formats.npz.reader import _npy_header
 
 
 def _header_text(arr: np.ndarray) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from converter import synth
+from converter.testing import synth
 from converter.transform import decode, png
 from converter.transform.colormap import AMBIGUOUS, UNKNOWN, ColorMap
 from converter.transform.decode import DecodeError, SourceFile, decode_image, decode_mask

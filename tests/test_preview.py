@@ -7,10 +7,10 @@ import pytest
 from PIL import Image
 
 import readers
-from converter import preview as pv
+from converter.inspect import preview as pv
 from converter.cli import main as cli_main
 from converter.options import SourceSpec
-from converter.preview import PreviewOptions, preview_dataset, preview_sources
+from converter.inspect.preview import PreviewOptions, preview_dataset, preview_sources
 from tests._look import convert_tiny, write_classification
 
 

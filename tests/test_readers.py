@@ -435,7 +435,7 @@ def test_tf_dataset_tfrecord_damage_names_file(tmp_path, compression, shuffle):
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_tf_reader_engine_damage_names_file_and_counts(tmp_path, monkeypatch, compression, shuffle):
-    import readers.formats.tfrecord as tfrecord_adapter
+    import readers.formats.tfrecord.reader as tfrecord_adapter
 
     monkeypatch.setattr(tfrecord_adapter, "ENGINE", "tf")
     root, _, _ = _write(tmp_path, "tfrecord", compression)
@@ -448,7 +448,7 @@ def test_tf_reader_engine_damage_names_file_and_counts(tmp_path, monkeypatch, co
 
 @pytest.mark.parametrize("engine", ["mapped", "tf"])
 def test_tf_dataset_tfrecord_shard_deleted_after_open_names_file(tmp_path, monkeypatch, engine):
-    import readers.formats.tfrecord as tfrecord_adapter
+    import readers.formats.tfrecord.reader as tfrecord_adapter
 
     monkeypatch.setattr(tfrecord_adapter, "ENGINE", engine)
     root, _, _ = _write(tmp_path, "tfrecord", "none")
@@ -460,7 +460,7 @@ def test_tf_dataset_tfrecord_shard_deleted_after_open_names_file(tmp_path, monke
 
 @pytest.mark.parametrize("engine", ["mapped", "tf"])
 def test_tfrecord_engines_give_the_same_batches(tmp_path, monkeypatch, engine):
-    import readers.formats.tfrecord as tfrecord_adapter
+    import readers.formats.tfrecord.reader as tfrecord_adapter
 
     root, _, samples = _write(tmp_path, "tfrecord", "none")
     ds = readers.open(root)
@@ -624,7 +624,7 @@ def test_import_does_not_import_tensorflow():
 
 def test_allocator_tuning_can_be_turned_off():
     code = (
-        "import readers.formats.base as b\n"
+        "import readers.formats._allocator as b\n"
         "assert b.tune_allocator() is False\n"
     )
     env = {**os.environ, "IMGSHARD_TUNE_MALLOC": "0",

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from converter import synth
+from converter.testing import synth
 from converter.options import Fit, ImageFilter
 from converter.transform import resize
 from converter.transform.resize import plan_geometry, resize_image

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converter import synth
+from converter.testing import synth
 from converter.cli import main as cli_main
 from converter.convert import BadInputError, convert
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.scan import ScanOptions, UnknownColorInfo, format_report, scan, suggest_tolerance
+from converter.inspect.scan import ScanOptions, UnknownColorInfo, format_report, scan, suggest_tolerance
 from tests._look import add_unused_class, copy_pair
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,13 +16,13 @@ import pytest
 from PIL import Image
 
 import readers
-from converter import synth
+from converter.testing import synth
 from converter.cli import main as cli_main
 from converter.convert import BadInputError, convert
 from converter.discover.classfolders import discover_classification
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.scan import ScanOptions, format_report, scan
-from converter.scan_classification import ClassScanReport, exif_info
+from converter.inspect.scan import ScanOptions, format_report, scan
+from converter.inspect.scan_classification import ClassScanReport, exif_info
 
 REPO = Path(__file__).resolve().parents[1]
 

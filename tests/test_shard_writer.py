@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converter import synth
-from converter.write.base import SampleArrays, ShardWriter
-from converter.write.npz import NpzEncoder
-from converter.write.tfrecord import TFRecordEncoder
+from converter.testing import synth
+from converter.write.base import ShardWriter
+from readers.formats.encoder import SampleArrays
+from readers.formats.npz.writer import NpzEncoder
+from readers.formats.tfrecord.writer import TFRecordEncoder
 
 
 def _samples(n: int) -> list[SampleArrays]:

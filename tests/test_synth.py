@@ -1,4 +1,4 @@
-"""Tests of `converter.synth`: the synthetic datasets the other tests stand on."""
+"""Tests of `converter.testing.synth`: the synthetic datasets the other tests stand on."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from converter import synth
+from converter.testing import synth
 
 
 def _tree_digest(root: Path) -> dict[str, str]:

@@ -14,10 +14,10 @@ import pytest
 from PIL import Image
 
 import readers
-from converter import synth
+from converter.testing import synth
 from converter.convert import convert
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.tfds_meta import (
+from converter.publish.tfds import (
     DATASET_INFO_NAME,
     FEATURES_NAME,
     LABELS_FILE_NAME,

@@ -1,4 +1,4 @@
-"""Tests for `readers.formats.tfrecord_wire`: bytes identical to TensorFlow's, both ways."""
+"""Tests for `readers.formats.tfrecord.wire`: bytes identical to TensorFlow's, both ways."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from readers.formats import tfrecord_wire as wire
-from readers.formats.tfrecord_wire import (
+from readers.formats.tfrecord import wire
+from readers.formats.tfrecord.wire import (
     BYTES_LIST,
     FLOAT_LIST,
     INT64_LIST,

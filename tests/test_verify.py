@@ -12,11 +12,12 @@ import pytest
 
 import readers
 from converter.cli import main as cli_main
-from converter.verify import verify
-from converter.write.base import SampleArrays, ShardWriter
-from converter.write.registry import encoder_for
+from converter.inspect.verify import verify
+from converter.write.base import ShardWriter
+from readers.formats.encoder import SampleArrays
+from readers.formats.registry import encoder_for
 from readers.errors import ShardError
-from readers.formats.tfrecord_wire import iter_records
+from readers.formats.tfrecord.wire import iter_records
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
 from tests._cron import convert_args, run_cli
 

@@ -10,7 +10,7 @@ split and prints one JSON line with wall and CPU seconds of:
   nearest resize of the class map; no hashing, writing, planning or processes.
 
 It runs in its own process, with the allocator tuned as in a worker
-(`readers.formats.base.tune_allocator`), so that `imgshard convert --workers 1` differs from it only
+(`readers.formats._allocator.tune_allocator`), so that `imgshard convert --workers 1` differs from it only
 by what the tool adds.
 """
 
@@ -45,7 +45,7 @@ def measure(root: str, size: tuple[int, int]) -> dict[str, object]:
     from converter.transform.colormap import ColorMap
     from converter.transform.decode import decode_image, decode_mask
     from converter.transform.resize import plan_geometry, resize_image, resize_nearest
-    from readers.formats.base import tune_allocator
+    from readers.formats._allocator import tune_allocator
 
     tune_allocator()
     found = discover(SourceSpec(root=root))

@@ -102,20 +102,43 @@ __getattr__ = _LAZY.module_getattr()
 
 
 class PyDatasetEpochs:
-    """Iterate a PyDataset epoch by epoch the way `model.fit` does (Keras' own
-    enqueuer with its worker pool), without a model."""
+    """Iterate a PyDataset epoch by epoch the way `model.fit` feeds it with
+    ``use_multiprocessing=True``: `workers` processes call `__getitem__`, batches come back
+    in order with at most `max_queue_size` in flight, `on_epoch_end` runs after each epoch.
+    Public API only (Keras' own enqueuer is private, `keras.src`)."""
 
     def __init__(self, py_dataset: Any):
-        from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
-
-        self.adapter = PyDatasetAdapter(py_dataset, shuffle=False)
+        self.py_dataset = py_dataset
 
     def epoch(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        self.adapter.on_epoch_begin()
-        try:
-            yield from self.adapter.get_numpy_iterator()
-        finally:
-            self.adapter.on_epoch_end()
+        import multiprocessing
+
+        ds = self.py_dataset
+        ds.on_epoch_begin()
+        workers = max(1, int(getattr(ds, "workers", 1) or 1))
+        ahead = max(1, int(getattr(ds, "max_queue_size", 10) or 10))
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+        with multiprocessing.get_context(method).Pool(workers, _set_pydataset, (ds,)) as pool:
+            pending = []
+            for index in range(len(ds)):
+                pending.append(pool.apply_async(_pydataset_item, (index,)))
+                if len(pending) >= ahead:
+                    yield pending.pop(0).get()
+            for job in pending:
+                yield job.get()
+        ds.on_epoch_end()
+
+
+_WORKER_PYDATASET: Any = None
+
+
+def _set_pydataset(ds: Any) -> None:
+    global _WORKER_PYDATASET
+    _WORKER_PYDATASET = ds
+
+
+def _pydataset_item(index: int) -> tuple[np.ndarray, np.ndarray]:
+    return _WORKER_PYDATASET[index]
 
 
 # -- pipeline 3 -------------------------------------------------------------------------------------

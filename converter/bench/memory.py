@@ -17,7 +17,7 @@ RSS (``VmHWM``, the kernel's high-water mark) and the documented bound of what t
   (measured on 2 cores: about 6.5 float32 batches at the peak);
 * plus `RUNTIME_SLACK_BYTES` for what TensorFlow itself allocates on first use (traced
   functions, thread stacks, allocator caches), which does not grow with the data;
-* plus, when the reader tuned glibc's malloc (`readers.formats.base.tune_allocator`,
+* plus, when the reader tuned glibc's malloc (`readers.formats._allocator.tune_allocator`,
   on by default), the freed memory malloc keeps for reuse instead of returning it:
   up to ``MALLOC_TRIM_THRESHOLD_BYTES`` (256 MB). ``IMGSHARD_TUNE_MALLOC=0`` turns the
   tuning off, and this term with it.
@@ -54,7 +54,7 @@ def reader_bound_bytes(ds, *, batch_size: int, shuffle_buffer: int, one_hot: boo
         held = shuffle_buffer * record
     retained = 0
     if allocator_tuned:
-        from readers.formats.base import MALLOC_TRIM_THRESHOLD_BYTES
+        from readers.formats._allocator import MALLOC_TRIM_THRESHOLD_BYTES
 
         retained = MALLOC_TRIM_THRESHOLD_BYTES
     return held + (2 * cores + 2) * batch + RUNTIME_SLACK_BYTES + retained
@@ -64,7 +64,7 @@ def _generator_engine(ds) -> bool:
     """Whether `ds` is read by the shared whole-shard generator pipeline (NPZ, mapped TFRecord)."""
     if ds.format == "npz":
         return True
-    from readers.formats import tfrecord
+    from readers.formats.tfrecord import reader as tfrecord
 
     return ds.manifest.compression == "none" and tfrecord.ENGINE == "mapped"
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         for x, _y in pipeline:
             n += int(x.shape[0])
     peak = high_water_rss()
-    from readers.formats import base as formats_base
+    from readers.formats import _allocator as formats_base
 
     tuned = formats_base.tune_allocator()  # what the pipeline's own call decided (cached)
     bound = reader_bound_bytes(ds, batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer, one_hot=one_hot,

@@ -128,5 +128,5 @@ def write_json(result: "BenchResult", path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(result.to_json(), f, indent=1, default=str)
+        json.dump({**result.to_json(), "targets": [t.to_json() for t in targets(result)]}, f, indent=1, default=str)
     os.replace(tmp, path)

@@ -33,7 +33,7 @@ def prepare_sources(opts: BenchOptions, *, samples: int | None = None, source_si
     root = opts.src
     generated = root is None
     if generated:
-        from converter import synth
+        from converter.testing import synth
 
         n = samples or opts.samples
         h, w = source_size or opts.source_size

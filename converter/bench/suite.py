@@ -76,12 +76,10 @@ class BenchResult:
         return (row.cpu if cpu else row.timing).median
 
     def to_json(self) -> dict:
-        from converter.bench.report import targets
-
+        """The run's JSON without its targets (`converter.bench.report.write_json` adds them)."""
         opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options.__dict__.items()}
         return {"options": opts, "machine": self.machine, "sources": self.sources, "seconds": round(self.seconds, 1),
-                "rows": [r.to_json() for r in self.rows.values()], "memory": self.memory,
-                "targets": [t.to_json() for t in targets(self)]}
+                "rows": [r.to_json() for r in self.rows.values()], "memory": self.memory}
 
 
 def machine_info() -> dict[str, Any]:

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from converter.compact import compact
+    from converter.run.compact import compact
     from converter.options import parse_bytes
 
     if args.workers < 0:

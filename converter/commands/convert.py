@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from converter.commands import progress_bar
+from converter.commands import add_source_arguments, add_task_arguments, progress_bar, resolve_task, source_spec
 from converter.options import (
     DEFAULT_MAX_PIXELS,
     Fit,
@@ -15,45 +15,10 @@ from converter.options import (
     OnChange,
     OutputOptions,
     RunOptions,
-    SourceSpec,
-    Task,
     UnknownColor,
     parse_bytes,
 )
-from converter.discover.classfolders import detect_task
 from readers.formats import FileFormat
-
-
-def add_source_arguments(p: argparse.ArgumentParser) -> None:
-    """Source selection shared by `convert`, `scan` and `preview`."""
-    p.add_argument("src", nargs="?", help="source folder (CamVid layout: train/, train_labels/, class_dict.csv)")
-    p.add_argument("--images", help="explicit images folder (instead of SRC)")
-    p.add_argument("--masks", help="explicit masks folder (with --images)")
-    p.add_argument("--split", default="train", help="split name for --images/--masks (default: train)")
-    p.add_argument("--classes", help="class table CSV (default: SRC/class_dict.csv)")
-
-
-def add_task_arguments(p: argparse.ArgumentParser) -> None:
-    """Task selection (segmentation or class folders), for commands that read SRC like `convert`."""
-    p.add_argument("--task", choices=Task.values(), default=None,
-                   help="segmentation (image + mask folders) or classification (class folders, Keras layout "
-                        "SRC/{train,val}/<class>/* or flat SRC/<class>/*); default: detected from SRC")
-    p.add_argument("--val-fraction", type=float, default=None, metavar="F",
-                   help="classification, flat layout SRC/<class>/*: put a stable share F of the samples "
-                        "(chosen by hashing their keys) in split 'val'; the rest go to 'train'")
-
-
-def resolve_task(args: argparse.Namespace, spec: SourceSpec) -> Task:
-    """--task as given, else detected from the sources (--val-fraction implies classification)."""
-    if args.task is not None:
-        return Task.parse(args.task, "--task")
-    if getattr(args, "val_fraction", None) is not None:
-        return Task.CLASSIFICATION
-    return detect_task(spec)
-
-
-def source_spec(args: argparse.Namespace) -> SourceSpec:
-    return SourceSpec(root=args.src, images=args.images, masks=args.masks, split=args.split, classes=args.classes)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from converter.describe import describe, format_description
+    from converter.inspect.describe import describe, format_description
 
     d = describe(args.out)
     if args.json:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from converter.commands.convert import add_source_arguments, add_task_arguments, resolve_task
+from converter.commands import add_source_arguments, add_task_arguments, resolve_task
 from converter.options import DEFAULT_MAX_PIXELS, SourceSpec
 
 
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from converter.preview import PreviewOptions, is_dataset, preview_dataset, preview_sources
+    from converter.inspect.preview import PreviewOptions, is_dataset, preview_dataset, preview_sources
 
     options = PreviewOptions(split=args.split, n=args.n, seed=args.seed, keys=tuple(args.key),
                              color_tolerance=args.color_tolerance)

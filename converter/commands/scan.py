@@ -15,8 +15,9 @@ import json
 import sys
 
 from converter.commands import progress_bar
-from converter.commands.convert import add_source_arguments, add_task_arguments, resolve_task, source_spec
-from converter.options import DEFAULT_MAX_PIXELS, Task
+from converter.commands import add_source_arguments, add_task_arguments, resolve_task, source_spec
+from converter.options import DEFAULT_MAX_PIXELS
+from readers.tasks import task_kind
 
 EX_DATAERR = 65
 
@@ -36,13 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from converter.scan import ScanOptions, format_report, format_verdict, scan
+    from converter.inspect.scan import ScanOptions, format_report, format_verdict, scan
 
     spec = source_spec(args)
     task = resolve_task(args, spec)
     options = ScanOptions(color_tolerance=args.color_tolerance, max_pixels=args.max_pixels, workers=args.workers,
                           task=task, val_fraction=args.val_fraction)
-    unit = "image" if task is Task.CLASSIFICATION else "pair"
+    unit = task_kind(task).source_unit
     if args.task is None and not args.quiet and not args.json:
         print(f"imgshard scan: task {task.value} (detected from the sources; --task overrides)", file=sys.stderr)
     bar = None

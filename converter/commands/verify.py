@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from converter.verify import format_report, verify
+    from converter.inspect.verify import format_report, verify
 
     report = verify(args.out, deep=args.deep)
     if args.json:

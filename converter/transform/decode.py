@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from converter.fingerprint import digest_bytes
+from converter.plan.fingerprint import digest_bytes
 from converter.transform import png
 from readers.manifest import SourceFingerprint
 

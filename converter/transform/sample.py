@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from converter.discover.layout import SourceSample
-from converter.options import MaskEncoding, OutputOptions, Task, UnknownColor
+from converter.options import MaskEncoding, OutputOptions, UnknownColor
 from converter.transform.colormap import ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, MaskArray, decode_image, decode_mask, read_source
 from converter.transform.resize import plan_geometry, resize_image, resize_nearest
 from readers.manifest import ClassInfo, SampleEntry
+from readers.tasks import task_kind
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class SampleTransformer:
         self.classes = classes
         self.base = source_base
         self.max_pixels = max_pixels
-        self.segmentation = options.task is Task.SEGMENTATION
+        self.kind = task_kind(options.task)
+        self.segmentation = self.kind.dense
         self.colormap = ColorMap(classes, options.color_tolerance) if self.segmentation else None
         self.num_classes = len(classes)
 
@@ -111,7 +113,7 @@ class SampleTransformer:
         opts = self.options
         img_src = read_source(sample.image, relative_key_path(sample.image, self.base))
         mask_src = read_source(sample.mask, relative_key_path(sample.mask, self.base)) if sample.mask else None
-        image = decode_image(img_src, self.max_pixels, exif_transpose=not self.segmentation)
+        image = decode_image(img_src, self.max_pixels, exif_transpose=self.kind.exif_transpose)
         geom = plan_geometry(image.shape[:2], opts.size, opts.fit)
         out_image = resize_image(image, geom, opts.image_filter)
         entry = SampleEntry(sample.key, img_src.fingerprint, mask_src.fingerprint if mask_src else None, sample.label)

@@ -9,70 +9,25 @@ that makes a shard safe on disk lives here:
   on different machines of a cluster with the same pid (a retried Dask task);
 * on a clean exit of the ``with`` block the encoder finishes, the file is flushed
   and fsynced, and renamed to its final name; its digest (xxh3-128,
-  `converter.fingerprint`) is computed as the bytes are written (formats that write
+  `converter.plan.fingerprint`) is computed as the bytes are written (formats that write
   front to back, like TFRecord), or by reading the file back when the encoder went
   back to patch bytes it had written (zip headers);
 * on an exception the temporary file is removed and nothing is renamed (a writer that
   publishes on failure is the classic way to ship half a dataset).
 
-Publishing the manifest is `converter.publish`'s job; the directory fsync that makes
+Publishing the manifest is `converter.publish.manifest`'s job; the directory fsync that makes
 the renames durable happens there, once per run.
 """
 
 from __future__ import annotations
 
-import abc
 import os
 from dataclasses import dataclass
 from typing import IO, Any
 
-import numpy as np
-
-from converter.fingerprint import DEFAULT_ALGORITHM, digest_file, new_hasher
-
-TMP_PREFIX = ".tmp-"
-
-
-@dataclass(frozen=True)
-class SampleArrays:
-    """What an encoder receives for one sample."""
-
-    key: str
-    image: np.ndarray  # (H, W, 3) uint8
-    mask: np.ndarray | None  # class map or one-hot planes
-    label: int | None
-
-
-class ShardEncoder(abc.ABC):
-    """Turns samples into one shard's bytes. Subclasses: one per format."""
-
-    suffix: str = ""
-
-    def __init__(self, fileobj: IO[bytes], *, compression: str, capacity: int) -> None:
-        self.fileobj = fileobj
-        self.compression = compression
-        self.capacity = capacity  # planned number of samples (an upper bound)
-
-    @abc.abstractmethod
-    def add(self, sample: SampleArrays) -> None:
-        """Encode one sample."""
-
-    @abc.abstractmethod
-    def finish(self) -> None:
-        """Write whatever is buffered; do not close `fileobj`."""
-
-
-def fsync_dir(path: str) -> None:
-    """Make renames in `path` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
+from converter.plan.fingerprint import DEFAULT_ALGORITHM, digest_file, new_hasher
+from converter.fsutil import TMP_PREFIX
+from readers.formats.encoder import SampleArrays, ShardEncoder
 
 @dataclass(frozen=True)
 class WrittenShard:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from converter.write.base import TMP_PREFIX
+from converter.fsutil import TMP_PREFIX
 from readers.index import encode_index, encode_table, index_ref, read_index, table_samples
 from readers.manifest import IndexRef, SampleEntry, ShardEntry
 

@@ -19,23 +19,16 @@ or ``labels`` (N,) int64, and ``keys`` (N,) unicode; never pickled objects.
 
 from __future__ import annotations
 
-import enum
+from readers.choice import Choice
 
 
-class FileFormat(str, enum.Enum):
+class FileFormat(Choice):
     TFRECORD = "tfrecord"
     NPZ = "npz"
 
     @classmethod
-    def parse(cls, value: "str | FileFormat") -> "FileFormat":
-        if isinstance(value, FileFormat):
-            return value
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            raise ValueError(
-                f"Unknown format. Expected one of {[f.value for f in cls]}. Received: {value!r}"
-            ) from None
+    def _argument(cls) -> str:
+        return "format"
 
 
 #: Allowed compressions per format; the first is the default.

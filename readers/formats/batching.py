@@ -35,7 +35,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from readers.errors import describe
-from readers.formats.base import PipelineOptions, RecordSpec, ShardRef, make_expand_tf, y_signature
+from readers.formats.expand import make_expand_tf
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import RecordSpec, ShardRef, y_signature
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf

@@ -3,8 +3,8 @@
 Same discovery (`converter.discover.classfolders.discover_classification`, with
 ``--val-fraction``) and the same decoding as `convert` for classification (EXIF
 orientation applied, every mode to RGB), so what this scan calls bad is what convert
-would refuse, with the same `DecodeError` kinds. Workers (as for `converter.scan`:
-`converter.execute.map_unordered`) decode each image once and send back an `ImageSummary`: size as
+would refuse, with the same `DecodeError` kinds. Workers (as for `converter.inspect.scan`:
+`converter.run.execute.map_unordered`) decode each image once and send back an `ImageSummary`: size as
 displayed, mode, format, file and pixel hashes, EXIF orientation and EXIF trouble.
 The parent then reports:
 
@@ -15,7 +15,7 @@ The parent then reports:
   cannot be applied);
 * EXIF: images that convert rotates or flips, and images whose EXIF is corrupt or
   whose orientation tag is invalid (convert then uses the pixels as stored: a warning);
-* exact duplicates by decoded-pixel hash (`converter.scan.pixel_hash`) within and across
+* exact duplicates by decoded-pixel hash (`converter.inspect.scan.pixel_hash`) within and across
   splits with counts per pair of splits, and duplicates filed under different classes;
 * image size / mode / format distribution;
 * a verdict with the exact `imgshard convert` command (``--task``, ``--val-fraction``,
@@ -39,18 +39,19 @@ from typing import Any, Callable, Sequence
 from converter.discover.classfolders import FLAT_SPLIT, detect_task, discover_classification
 from converter.discover.layout import WELL_KNOWN_SPLITS, BadInput, SourceSample
 from converter.options import SourceSpec, Task
-from converter.scan import (
-    format_bad_inputs,
+from converter.inspect.scan_core import (
     EXAMPLES,
     FileSummary,
     ScanOptions,
-    _bad,
-    _duplicates,
-    _header,
-    _image_stats,
-    _share,
+    bad_input,
+    find_duplicates,
+    file_header,
+    format_bad_inputs,
+    format_verdict,
+    image_stats,
     pixel_hash,
     run_batched,
+    share,
 )
 from converter.transform import png
 from converter.transform.decode import DecodeError, decode_image, read_source
@@ -102,12 +103,12 @@ def scan_image(sample: SourceSample, base: str, max_pixels: int) -> ImageSummary
     try:
         src = read_source(sample.image, relative_key_path(sample.image, base))
         s.image_digest = src.fingerprint.digest
-        s.image_mode, s.image_format = _header(src.data)
+        s.image_mode, s.image_format = file_header(src.data)
         with warnings.catch_warnings():  # Pillow's "Corrupt EXIF data" (no file name): reported below, by file
             warnings.filterwarnings("ignore", message=".*EXIF", category=UserWarning)
             image = decode_image(src, max_pixels, exif_transpose=True)
     except DecodeError as e:
-        s.errors.append(_bad(e, sample.key))
+        s.errors.append(bad_input(e, sample.key))
         return s
     s.image_size = (int(image.shape[1]), int(image.shape[0]))
     s.pixel_hash = pixel_hash(image)
@@ -215,8 +216,8 @@ def build_classification_report(spec: SourceSpec, options: ScanOptions, classes:
         table.append({
             "index": i, "name": c.name,
             "images": {sp: counts[sp][i] for sp in split_names},
-            "share": {sp: _share(counts[sp][i], usable[sp]) for sp in split_names},
-            "total": n, "total_share": _share(n, total_usable),
+            "share": {sp: share(counts[sp][i], usable[sp]) for sp in split_names},
+            "total": n, "total_share": share(n, total_usable),
         })
     never = [c["name"] for c in table if c["total"] == 0]
     missing = {sp: [c["name"] for c in table if c["images"][sp] == 0 and c["name"] not in never]
@@ -236,7 +237,7 @@ def build_classification_report(spec: SourceSpec, options: ScanOptions, classes:
                      for s in summaries if s.exif_problem],
     }
 
-    duplicates = _duplicates(summaries, split_names)
+    duplicates = find_duplicates(summaries, split_names)
     name_of = {s.key: classes[s.label].name for s in summaries if 0 <= s.label < len(classes)}
     conflicts = 0
     for g in duplicates["groups"]:
@@ -244,7 +245,7 @@ def build_classification_report(spec: SourceSpec, options: ScanOptions, classes:
         g["conflicting_classes"] = len(g["classes"]) > 1
         conflicts += g["conflicting_classes"]
     duplicates["groups_with_conflicting_classes"] = conflicts
-    images = _image_stats(summaries)
+    images = image_stats(summaries)
     images.pop("mask_modes", None)
 
     report = ClassScanReport(
@@ -353,8 +354,6 @@ def _verdict(r: ClassScanReport) -> dict[str, Any]:
 
 def format_classification_report(r: ClassScanReport, *, limit: int = 20) -> str:
     """The human-readable report (what `imgshard scan` prints for class folders)."""
-    from converter.scan import format_verdict
-
     out: list[str] = []
     total = sum(r.splits.values())
     n_bad_images = total - sum(r.usable.values())

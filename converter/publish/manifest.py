@@ -14,9 +14,9 @@ import logging
 import os
 import re
 import time
-from typing import Any, Iterable
+from typing import Any
 
-from converter.write.base import TMP_PREFIX, fsync_dir
+from converter.fsutil import TMP_PREFIX, fsync_dir, write_atomic
 from readers.formats import SUFFIXES
 from readers.index import is_index_name
 from readers.manifest import MANIFEST_NAME, REPORTS_DIR, Manifest
@@ -31,25 +31,6 @@ def utc_now() -> str:
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     t = time.gmtime(int(epoch)) if epoch and epoch.isdigit() else time.gmtime()
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", t)
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Temporary file, fsync, rename, fsync of the folder."""
-    folder = os.path.dirname(path) or "."
-    tmp = os.path.join(folder, f"{TMP_PREFIX}{os.path.basename(path)}-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    fsync_dir(folder)
 
 
 def publish_manifest(out_dir: str, manifest: Manifest) -> None:
@@ -95,14 +76,6 @@ def find_leftovers(out_dir: str, manifest: Manifest | None) -> tuple[list[str], 
         elif (is_shard_name(name) or is_index_name(name)) and name not in listed:
             unlisted.append(name)
     return temps, unlisted
-
-
-def remove_files(out_dir: str, names: Iterable[str]) -> None:
-    for name in names:
-        try:
-            os.unlink(os.path.join(out_dir, name))
-        except FileNotFoundError:
-            pass
 
 
 def write_report(out_dir: str, report: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import IO
 
-from converter.write.base import SampleArrays, ShardEncoder
+from readers.formats.encoder import SampleArrays, ShardEncoder
 from readers.formats import (
     FEATURE_HEIGHT,
     FEATURE_IMAGE,
@@ -20,7 +20,7 @@ from readers.formats import (
     SUFFIXES,
     FileFormat,
 )
-from readers.formats.tfrecord_wire import TFRecordWriter, encode_example
+from readers.formats.tfrecord.wire import TFRecordWriter, encode_example
 
 
 class TFRecordEncoder(ShardEncoder):

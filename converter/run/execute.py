@@ -1,12 +1,12 @@
 """Run planned shard tasks on workers and stream their results back.
 
 `local` (default): with one worker the tasks run in this process. With more, forked
-worker processes (`converter.execute_fork`: they start in milliseconds) where fork is
+worker processes (`converter.run.fork`: they start in milliseconds) where fork is
 safe (Linux, a single-threaded run), else joblib's loky pool (fresh interpreters that
 import NumPy, Pillow and the converter, never TensorFlow). Progress (samples done)
 flows back through a queue that a thread drains, so the bar moves per sample, not per
 shard; a worker that dies ends the run with an error instead of leaving the bar
-waiting. `dask`: `converter.execute_dask`.
+waiting. `dask`: `converter.run.dask_runner`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from converter.execute_fork import ProgressFn, R, T, drain_progress, fork_is_safe, fork_map
+from converter.run.fork import ProgressFn, R, T, drain_progress, fork_is_safe, fork_map
 
 if TYPE_CHECKING:  # pragma: no cover - `scan` maps its own batches and never loads the shard writers
-    from converter.plan import ShardTask
-    from converter.write.task import ShardResult, WorkerContext
+    from converter.plan.shards import ShardTask
+    from converter.run.task import ShardResult, WorkerContext
 
 
 class _QueueProgress:
@@ -60,7 +60,7 @@ def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
 
     `start`: one of START_METHODS; default `local_start(workers, len(tasks))`.
     """
-    from converter.write.task import run_shard_task, warm_up
+    from converter.run.task import run_shard_task, warm_up
 
     start = local_start(workers, len(tasks)) if start is None else start
     if start == "in-process":
@@ -79,7 +79,7 @@ def _run_loky(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
               on_progress: ProgressFn | None) -> Iterator[ShardResult]:
     from joblib import Parallel, delayed
 
-    from converter.write.task import run_shard_task
+    from converter.run.task import run_shard_task
 
     manager = None
     if on_progress is not None:
@@ -132,7 +132,7 @@ def run_tasks(tasks: Sequence[ShardTask], ctx: WorkerContext, *, workers: int, b
     if backend == "local":
         return run_local(tasks, ctx, workers, on_progress, start=start)
     if backend == "dask":
-        from converter.execute_dask import run_dask
+        from converter.run.dask_runner import run_dask
 
         return run_dask(tasks, ctx, workers=workers, scheduler=scheduler, on_progress=on_progress)
     raise ValueError(f"backend must be one of ['local', 'dask']. Received: {backend!r}")

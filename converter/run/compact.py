@@ -31,14 +31,15 @@ from typing import Callable
 
 from converter import __version__
 from converter.convert import OutputWriteError, check_shards_present, cleanup_quietly
-from converter.execute import local_start, run_tasks
-from converter.lock import OutputLock, wait_for_orphans
-from converter.migrate import migrate
+from converter.fsutil import remove_files
 from converter.options import DEFAULT_MAX_PIXELS, DEFAULT_SHARD_SIZE_BYTES, OutputOptions
-from converter.plan import CopyRecord, ShardTask, sample_bytes, shard_name
-from converter.publish import publish_manifest, remove_files, sweep_leftovers, utc_now
-from converter.tfds_meta import sync_tfds_metadata
-from converter.write.task import ShardResult, WorkerContext
+from converter.plan.shards import CopyRecord, ShardTask, sample_bytes, shard_name
+from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now
+from converter.publish.migrate import migrate
+from converter.publish.tfds import sync_tfds_metadata
+from converter.run.execute import local_start, run_tasks
+from converter.run.lock import OutputLock, wait_for_orphans
+from converter.run.task import ShardResult, WorkerContext
 from readers.formats import SUFFIXES, FileFormat
 from readers.index import shard_keys
 from readers.manifest import HISTORY_LIMIT, MANIFEST_NAME, Manifest, ShardEntry, SplitEntry

@@ -31,7 +31,7 @@ What the generators imitate:
 
 Example::
 
-    from converter import synth
+    from converter.testing import synth
 
     ds = synth.make_camvid("/tmp/camvid", splits={"train": 4, "val": 2},
                            image_modes=("RGB", "P"), mask_modes=("RGB", "P"))
@@ -750,7 +750,7 @@ def make_bench_dataset(
                         unknown_colors=0, workers=workers)
     files = [csv_path] + [p for s in samples for p in (s.image_path, s.mask_path)]
     stamp = {
-        "generator": "converter.synth.make_bench_dataset",
+        "generator": "converter.testing.synth.make_bench_dataset",
         "stamp_version": _BENCH_STAMP_VERSION,
         "params": params,
         "files": {p.relative_to(root).as_posix(): p.stat().st_size for p in files},
@@ -1005,6 +1005,42 @@ _EXIF_ORIENTATION_TAG = 0x0112
 _EXIF_ROTATE_90 = 6  # "rotate 90 CW to display": width and height swap
 
 
+def _check_class_names(classes: Sequence[str]) -> list[str]:
+    """`classes` as a list of unique, non-empty folder names (else a ValueError)."""
+    if isinstance(classes, str) or not isinstance(classes, Sequence) or not classes:
+        raise ValueError(
+            f"`classes` must be a non-empty sequence of names. Received: classes={classes!r}"
+        )
+    names = list(classes)
+    for name in names:
+        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+            raise ValueError(
+                "`classes` must hold non-empty folder names without '/' or a leading '.'. "
+                f"Received: classes={classes!r}"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError(f"`classes` must be unique. Received: classes={classes!r}")
+    return names
+
+
+def _class_counts(per_class: Mapping[str, int] | int, flat: bool) -> dict[str, int]:
+    """Split -> files per class ({"": n} for the flat layout), checked."""
+    if flat:
+        if isinstance(per_class, int) and not isinstance(per_class, bool):
+            total = per_class
+        else:
+            total = sum(_check_splits(per_class, name="per_class").values())
+        if total < 0:
+            raise ValueError(f"`per_class` must be >= 0. Received: per_class={per_class!r}")
+        return {"": total}
+    if not isinstance(per_class, Mapping):
+        raise TypeError(
+            "`per_class` must be a mapping split -> count unless `flat=True`. "
+            f"Received: per_class={per_class!r}"
+        )
+    return _check_splits(per_class, name="per_class")
+
+
 def make_classification(
     root: PathLike,
     classes: Sequence[str] = ("cat", "dog", "bird"),
@@ -1030,38 +1066,11 @@ def make_classification(
         seed: Non-negative seed; same arguments -> byte-identical files.
     """
     root = Path(root)
-    if isinstance(classes, str) or not isinstance(classes, Sequence) or not classes:
-        raise ValueError(
-            f"`classes` must be a non-empty sequence of names. Received: classes={classes!r}"
-        )
-    names = list(classes)
-    for name in names:
-        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-            raise ValueError(
-                "`classes` must hold non-empty folder names without '/' or a leading '.'. "
-                f"Received: classes={classes!r}"
-            )
-    if len(set(names)) != len(names):
-        raise ValueError(f"`classes` must be unique. Received: classes={classes!r}")
+    names = _check_class_names(classes)
     if not isinstance(flat, bool):
         raise TypeError(f"`flat` must be a bool. Received: flat={flat!r}")
     _check_seed(seed)
-    if flat:
-        if isinstance(per_class, int) and not isinstance(per_class, bool):
-            total = per_class
-        else:
-            total = sum(_check_splits(per_class, name="per_class").values())
-        if total < 0:
-            raise ValueError(f"`per_class` must be >= 0. Received: per_class={per_class!r}")
-        counts = {"": total}
-    else:
-        if not isinstance(per_class, Mapping):
-            raise TypeError(
-                "`per_class` must be a mapping split -> count unless `flat=True`. "
-                f"Received: per_class={per_class!r}"
-            )
-        counts = _check_splits(per_class, name="per_class")
-
+    counts = _class_counts(per_class, flat)
     planned: list[tuple[str, str, int, Path]] = []  # split, class, label, path
     label_of = {name: i for i, name in enumerate(sorted(names))}
     for split, count in counts.items():

@@ -40,18 +40,10 @@ except ImportError:  # pragma: no cover - exercised only without isal
     _inflater = zlib
 
 from readers.errors import ShardError, shard_error
-from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat
-from readers.formats.base import (
-    FileAdapter,
-    PipelineOptions,
-    RandomAccessShard,
-    Record,
-    RecordSpec,
-    ShardRef,
-    crc_due,
-    mark_verified,
-    naming_shard,
-)
+from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, FileFormat
+from readers.formats.base import CountError, FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.batching import ShardArrays, generator_dataset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -347,7 +339,7 @@ def _read_parsed(f: Any, path: str, names: Sequence[str], check_crc: bool
 def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = True) -> NpzShard:
     """Read and check one shard against the manifest."""
     path = shard.path
-    target_name = NPZ_MASKS if spec.segmentation else NPZ_LABELS
+    target_name = spec.kind.npz_member
     arrays = read_npz(path, [NPZ_IMAGES, target_name, NPZ_KEYS], check_crc=check_crc)
     images, targets, keys = arrays[NPZ_IMAGES], arrays[target_name], arrays[NPZ_KEYS]
     n = shard.records
@@ -373,6 +365,38 @@ def _load_for_training(shard: ShardRef, spec: RecordSpec) -> NpzShard:
     return load_shard(shard, spec, check_crc="once")
 
 
+def count_npz_records(path: str, spec: RecordSpec) -> int:
+    """Records of an NPZ shard from its members' .npy headers (no data read, nothing unpickled)."""
+    target = spec.kind.npz_member
+    want = {NPZ_IMAGES: (spec.image_shape, np.dtype(np.uint8)), NPZ_KEYS: ((), None),
+            target: ((spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else ((), None))}
+    counts = {}
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+        for member, (shape, dtype) in want.items():
+            if member + ".npy" not in names:
+                raise CountError(f"member {member}.npy is missing; it holds {sorted(names)}")
+            with zf.open(member + ".npy") as f:
+                version = np.lib.format.read_magic(f)
+                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                          else np.lib.format.read_array_header_2_0)
+                got_shape, _, got_dtype = header(f)
+            if got_dtype.hasobject:
+                raise CountError(f"member {member}.npy holds Python objects ({got_dtype}); "
+                             "pickled data is never loaded")
+            if got_shape[1:] != tuple(shape) or (dtype is not None and got_dtype != dtype):
+                raise CountError(f"member {member}.npy is {got_shape} {got_dtype}, the manifest implies "
+                             f"(N, {', '.join(map(str, shape))}) {dtype if dtype is not None else ''}")
+            if member == NPZ_KEYS and got_dtype.kind not in "US":
+                raise CountError(f"member {member}.npy holds {got_dtype}, expected strings")
+            if member == NPZ_LABELS and got_dtype.kind not in "iu":
+                raise CountError(f"member {member}.npy holds {got_dtype}, expected integers")
+            counts[member] = got_shape[0] if got_shape else 0
+    if len(set(counts.values())) != 1:
+        raise CountError(f"members disagree on the number of records: {counts}")
+    return counts[NPZ_IMAGES]
+
+
 class NpzAdapter(FileAdapter):
     file_format = FileFormat.NPZ
 
@@ -396,6 +420,9 @@ class NpzAdapter(FileAdapter):
         threads).
         """
         return generator_dataset(shards, spec, options, _load_for_training)
+
+    def count_records(self, path: str, spec: RecordSpec, *, check_crc: bool = False) -> int:
+        return count_npz_records(path, spec)
 
     def random_access(self, shard: ShardRef, spec: RecordSpec) -> "NpzRandomAccess":
         return NpzRandomAccess(shard, spec)

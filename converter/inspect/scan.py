@@ -3,7 +3,7 @@
 Same discovery, decoding and colour rules as `convert` (`converter.discover`,
 `converter.transform.decode`, `converter.transform.colormap`), so what scan calls bad
 is what convert would refuse, with the same `DecodeError` kinds. Workers (forked where
-safe, else loky: `converter.execute.map_unordered`) decode each pair once and send back a small `FileSummary`: sizes, modes,
+safe, else loky: `converter.run.execute.map_unordered`) decode each pair once and send back a small `FileSummary`: sizes, modes,
 hashes, per-class pixel counts and the colours that matched no class. No pixel array
 crosses a process boundary. The parent then:
 
@@ -22,109 +22,45 @@ Everything is deterministic: summaries are sorted by key before they are aggrega
 from __future__ import annotations
 
 import functools
-import hashlib
-import io
-import math
-import os
 import shlex
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from converter.discover.classes import class_table_path, load_class_table
-from converter.discover.classfolders import detect_task
 from converter.discover.layout import BadInput, SourceSample, discover
-from converter.execute import map_unordered
-from converter.options import DEFAULT_MAX_PIXELS, SourceSpec, Task
+from converter.run.execute import map_unordered
+from converter.options import SourceSpec, Task
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
 from converter.transform.sample import UnknownColorError, relative_key_path
+from converter.inspect.scan_core import (
+    EXAMPLES,
+    MAX_UNKNOWN_COLORS_PER_FILE,
+    Color,
+    FileSummary,
+    ScanOptions,
+    bad_input,
+    find_duplicates,
+    file_header,
+    format_bad_inputs,
+    format_verdict,
+    image_stats,
+    pixel_hash,
+    run_batched,
+    share,
+)
 from readers.manifest import ClassInfo
+from readers.tasks import task_kind
 
 if TYPE_CHECKING:
-    from converter.scan_classification import ClassScanReport
+    from converter.inspect.scan_classification import ClassScanReport
 
-#: Unknown colours kept per file (the most frequent); the rest are summed as "other".
-MAX_UNKNOWN_COLORS_PER_FILE = 4096
 #: The verdict suggests snapping only colours at most this far (per channel) from a class;
 #: farther colours are more likely a class missing from the CSV than compression damage.
 SNAP_LIMIT = 10
-#: Files named per unknown colour / duplicate group in the report.
-EXAMPLES = 5
-
-Color = tuple[int, int, int]
-
-
-@dataclass(frozen=True)
-class ScanOptions:
-    """Options of a scan; `color_tolerance`, `max_pixels`, `task` and `val_fraction` mean what
-    they mean for convert (`task` None: detected from the sources, as convert does)."""
-
-    color_tolerance: int = 0
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    workers: int = 0  # 0 -> all cores
-    task: Task | None = None
-    val_fraction: float | None = None  # classification, flat layout
-
-    def __post_init__(self) -> None:
-        if self.task is not None:
-            object.__setattr__(self, "task", Task.parse(self.task, "--task"))
-        if self.val_fraction is not None:
-            if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, (int, float)) \
-                    or not 0.0 < float(self.val_fraction) < 1.0:
-                raise ValueError(f"--val-fraction must be a number strictly between 0 and 1. "
-                                 f"Received: {self.val_fraction!r}")
-            if self.task is Task.SEGMENTATION:
-                raise ValueError("--val-fraction applies to classification datasets in the flat layout "
-                                 f"SRC/<class>/*. Received: --val-fraction {self.val_fraction} with --task segmentation")
-            object.__setattr__(self, "val_fraction", float(self.val_fraction))
-        if isinstance(self.color_tolerance, bool) or not isinstance(self.color_tolerance, int) \
-                or not 0 <= self.color_tolerance <= 255:
-            raise ValueError(f"--color-tolerance must be an integer in 0..255. Received: {self.color_tolerance!r}")
-        if isinstance(self.max_pixels, bool) or not isinstance(self.max_pixels, int) or self.max_pixels < 1:
-            raise ValueError(f"--max-pixels must be a positive integer. Received: {self.max_pixels!r}")
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 0:
-            raise ValueError(f"--workers must be an integer >= 0 (0 = all cores). Received: {self.workers!r}")
-
-    @property
-    def effective_workers(self) -> int:
-        return self.workers or (os.cpu_count() or 1)
-
-    def resolve_task(self, spec: SourceSpec) -> Task:
-        """`task` as given, else classification with `val_fraction`, else detected (as convert)."""
-        if self.task is not None:
-            return self.task
-        if self.val_fraction is not None:
-            return Task.CLASSIFICATION
-        return detect_task(spec)
-
-
-@dataclass
-class FileSummary:
-    """What a worker learns about one pair; small and picklable."""
-
-    split: str
-    key: str
-    image: str
-    mask: str | None
-    image_size: tuple[int, int] | None = None  # (width, height)
-    image_mode: str | None = None
-    image_format: str | None = None
-    mask_size: tuple[int, int] | None = None
-    mask_mode: str | None = None
-    image_digest: str | None = None  # file bytes
-    pixel_hash: str | None = None  # decoded pixels
-    class_pixels: tuple[int, ...] | None = None  # exact colour matches per class
-    unknown: dict[Color, int] = field(default_factory=dict)  # colour -> pixels (at most MAX_UNKNOWN_COLORS_PER_FILE)
-    unknown_other_pixels: int = 0  # pixels of the unknown colours not listed
-    unknown_other_colors: int = 0
-    errors: list[BadInput] = field(default_factory=list)  # decode / size problems (not colours)
-
-    @property
-    def mask_pixels(self) -> int:
-        return self.mask_size[0] * self.mask_size[1] if self.mask_size else 0
 
 
 # -- worker side ---------------------------------------------------------------------------------
@@ -140,28 +76,6 @@ def _colormap(classes: tuple[ClassInfo, ...]) -> ColorMap:
     return cmap
 
 
-def _header(data: bytes) -> tuple[str | None, str | None]:
-    """(mode, format) from the file header; None when Pillow cannot identify it."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            return im.mode, im.format
-    except (OSError, SyntaxError, ValueError):
-        return None, None
-
-
-def _bad(e: DecodeError, key: str) -> BadInput:
-    return BadInput(e.path, e.reason, e.fix, key, e.kind)
-
-
-def pixel_hash(image: np.ndarray) -> str:
-    """sha256 of decoded pixels (with shape and dtype): equal for the same picture in other files."""
-    h = hashlib.sha256(f"{image.shape}|{image.dtype}".encode())
-    h.update(np.ascontiguousarray(image).data)
-    return h.hexdigest()
-
-
 def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str, max_pixels: int) -> FileSummary:
     """Decode one pair the way convert would and summarise it (never raises DecodeError)."""
     s = FileSummary(sample.split, sample.key, sample.image, sample.mask)
@@ -169,20 +83,20 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
     try:
         src = read_source(sample.image, relative_key_path(sample.image, base))
         s.image_digest = src.fingerprint.digest
-        s.image_mode, s.image_format = _header(src.data)
+        s.image_mode, s.image_format = file_header(src.data)
         image = decode_image(src, max_pixels)
         s.image_size = (int(image.shape[1]), int(image.shape[0]))
         s.pixel_hash = pixel_hash(image)
     except DecodeError as e:
-        s.errors.append(_bad(e, sample.key))
+        s.errors.append(bad_input(e, sample.key))
     if sample.mask is None:
         return s
     try:
         msrc = read_source(sample.mask, relative_key_path(sample.mask, base))
-        s.mask_mode, _ = _header(msrc.data)
+        s.mask_mode, _ = file_header(msrc.data)
         mask = decode_mask(msrc, max_pixels)
     except DecodeError as e:
-        s.errors.append(_bad(e, sample.key))
+        s.errors.append(bad_input(e, sample.key))
         return s
     s.mask_size = (mask.width, mask.height)
     if image is not None and (mask.height, mask.width) != image.shape[:2]:
@@ -205,24 +119,6 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
 def scan_batch(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str,
                max_pixels: int) -> list[FileSummary]:
     return [scan_sample(s, classes, base, max_pixels) for s in samples]
-
-
-def _batches(samples: Sequence[SourceSample], workers: int) -> list[list[SourceSample]]:
-    size = max(1, min(64, math.ceil(len(samples) / max(1, workers * 4))))
-    return [list(samples[i:i + size]) for i in range(0, len(samples), size)]
-
-
-def run_batched(scan_some: Callable[[Sequence[SourceSample]], list], samples: Sequence[SourceSample],
-                workers: int, on_progress: Callable[[int], None] | None = None) -> list:
-    """`scan_some` over batches of `samples` (worker processes when workers > 1); every
-    summary, sorted by key. `scan_some` must be picklable (a partial of a module function)."""
-    out: list = []
-    for result in map_unordered(scan_some, _batches(samples, workers), workers):
-        out += result
-        if on_progress is not None:
-            on_progress(len(result))
-    out.sort(key=lambda s: s.key)
-    return out
 
 
 def run_scan_workers(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str, max_pixels: int,
@@ -315,11 +211,11 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
     """Scan the sources of `spec`. `on_start(total)` is called once the pairs are known.
 
     Class-folder sources (task classification, given or detected as convert does) get a
-    `converter.scan_classification.ClassScanReport` instead.
+    `converter.inspect.scan_classification.ClassScanReport` instead.
     """
     options = options or ScanOptions()
-    if options.resolve_task(spec) is Task.CLASSIFICATION:
-        from converter.scan_classification import scan_classification
+    if not task_kind(options.resolve_task(spec)).dense:  # class folders
+        from converter.inspect.scan_classification import scan_classification
 
         return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
     found = discover(spec)  # first: a missing source folder is named as such
@@ -329,6 +225,60 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
     summaries = run_scan_workers(found.samples, classes, spec.base, options.max_pixels, options.effective_workers,
                                  on_progress)
     return build_report(spec, options, classes, found.splits, found.bad, summaries)
+
+
+def _unknown_colors(summaries: list[FileSummary], classes: tuple[ClassInfo, ...], tol: int, total_mask: int
+                    ) -> tuple[list[UnknownColorInfo], dict[str, int]]:
+    """Colours that matched no class, with their nearest class and what --color-tolerance
+    `tol` does to them, most pixels first; and the pixels/colours of those not listed."""
+    agg: dict[Color, list] = {}
+    unlisted = {"pixels": 0, "colors": 0}
+    for s in summaries:
+        for color, n in s.unknown.items():
+            a = agg.setdefault(color, [0, 0, []])
+            a[0] += n
+            a[1] += 1
+            if len(a[2]) < EXAMPLES:
+                a[2].append(s.key)
+        unlisted["pixels"] += s.unknown_other_pixels
+        unlisted["colors"] += s.unknown_other_colors
+    unknown: list[UnknownColorInfo] = []
+    for color, (n, nfiles, examples) in agg.items():
+        d = _chebyshev(classes, color)
+        order = np.argsort(d, kind="stable")
+        d1 = int(d[order[0]])
+        d2 = int(d[order[1]]) if len(order) > 1 else 256
+        unknown.append(UnknownColorInfo(
+            color, n, nfiles, share(n, total_mask), classes[int(order[0])].name, d1, d2 == d1, d2,
+            _status(d1, d2, tol), tuple(examples)))
+    unknown.sort(key=lambda u: (-u.pixels, u.color))
+    return unknown, unlisted
+
+
+def _bad_inputs(discovery_bad: Sequence[BadInput], summaries: list[FileSummary], unknown: list[UnknownColorInfo],
+                classes: tuple[ClassInfo, ...], tol: int) -> list[BadInput]:
+    """Bad inputs as convert would name them (colour problems at the scan's tolerance)."""
+    bad = list(discovery_bad)
+    status = {u.color: u for u in unknown}
+    cmap = ColorMap(classes, tol)
+    for s in summaries:
+        bad += s.errors
+        if s.errors:
+            continue  # convert stops at a sample's first problem
+        if s.unknown or s.unknown_other_pixels:
+            uc = UnknownColors()
+            for color, n in s.unknown.items():
+                st = status[color].status
+                if st == "unknown":
+                    uc.counts[color] = n
+                elif st == "ambiguous":
+                    uc.ambiguous[color] = n
+            if uc or s.unknown_other_pixels:
+                e = UnknownColorError(s.mask or s.image, uc, cmap)
+                reason = e.reason if uc else "unknown mask colours (many; not listed)"
+                bad.append(BadInput(e.path, reason, e.fix, s.key, e.kind))
+    bad.sort(key=lambda b: (b.path, b.kind, b.reason))
+    return bad
 
 
 def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInfo, ...], splits: Sequence[str],
@@ -353,29 +303,8 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
     total_mask = sum(mask_pixels.values())
     overall = sum(pixels.values(), np.zeros(c, np.int64))
 
-    # -- unknown colours
-    agg: dict[Color, list] = {}
-    unlisted = {"pixels": 0, "colors": 0}
-    for s in summaries:
-        for color, n in s.unknown.items():
-            a = agg.setdefault(color, [0, 0, []])
-            a[0] += n
-            a[1] += 1
-            if len(a[2]) < EXAMPLES:
-                a[2].append(s.key)
-        unlisted["pixels"] += s.unknown_other_pixels
-        unlisted["colors"] += s.unknown_other_colors
     tol = options.color_tolerance
-    unknown: list[UnknownColorInfo] = []
-    for color, (n, nfiles, examples) in agg.items():
-        d = _chebyshev(classes, color)
-        order = np.argsort(d, kind="stable")
-        d1 = int(d[order[0]])
-        d2 = int(d[order[1]]) if len(order) > 1 else 256
-        unknown.append(UnknownColorInfo(
-            color, n, nfiles, _share(n, total_mask), classes[int(order[0])].name, d1, d2 == d1, d2,
-            _status(d1, d2, tol), tuple(examples)))
-    unknown.sort(key=lambda u: (-u.pixels, u.color))
+    unknown, unlisted = _unknown_colors(summaries, classes, tol, total_mask)
 
     # snapped colours count for their class in the table, as convert would count them
     snapped: dict[str, int] = Counter()
@@ -387,39 +316,19 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
         classes_table.append({
             "index": i, "name": ci.name, "color": list(ci.color) if ci.color else None,
             "hex": _hex(ci.color) if ci.color else None,
-            "pixels": int(overall[i]), "share": _share(int(overall[i]), total_mask), "files": int(files[i]),
+            "pixels": int(overall[i]), "share": share(int(overall[i]), total_mask), "files": int(files[i]),
             "snapped_pixels": int(snapped.get(ci.name, 0)),
-            "share_per_split": {sp: _share(int(pixels[sp][i]), mask_pixels[sp]) for sp in split_names},
+            "share_per_split": {sp: share(int(pixels[sp][i]), mask_pixels[sp]) for sp in split_names},
         })
     never = [ci.name for i, ci in enumerate(classes) if overall[i] == 0 and snapped.get(ci.name, 0) == 0]
     missing = {sp: [ci.name for i, ci in enumerate(classes) if pixels[sp][i] == 0 and ci.name not in never]
                for sp in split_names if pairs.get(sp)}
     missing = {sp: names for sp, names in missing.items() if names}
 
-    # -- bad inputs as convert would name them (colour problems at the scan's tolerance)
-    bad = list(discovery_bad)
-    status = {u.color: u for u in unknown}
-    cmap = ColorMap(classes, tol)
-    for s in summaries:
-        bad += s.errors
-        if s.errors:
-            continue  # convert stops at a sample's first problem
-        if s.unknown or s.unknown_other_pixels:
-            uc = UnknownColors()
-            for color, n in s.unknown.items():
-                st = status[color].status
-                if st == "unknown":
-                    uc.counts[color] = n
-                elif st == "ambiguous":
-                    uc.ambiguous[color] = n
-            if uc or s.unknown_other_pixels:
-                e = UnknownColorError(s.mask or s.image, uc, cmap)
-                reason = e.reason if uc else "unknown mask colours (many; not listed)"
-                bad.append(BadInput(e.path, reason, e.fix, s.key, e.kind))
-    bad.sort(key=lambda b: (b.path, b.kind, b.reason))
+    bad = _bad_inputs(discovery_bad, summaries, unknown, classes, tol)
 
-    duplicates = _duplicates(summaries, split_names)
-    images = _image_stats(summaries)
+    duplicates = find_duplicates(summaries, split_names)
+    images = image_stats(summaries)
     report = ScanReport(
         source=spec.root or spec.images or "", spec=spec, options=options, classes=classes, splits=pairs,
         summaries=summaries, bad=bad, classes_table=classes_table, unknown_colors=unknown, unknown_unlisted=unlisted,
@@ -427,48 +336,6 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
     )
     report.verdict = _verdict(report)
     return report
-
-
-def _share(n: int, total: int) -> float:
-    return round(100.0 * n / total, 4) if total else 0.0
-
-
-def _duplicates(summaries: list[FileSummary], split_names: list[str]) -> dict[str, Any]:
-    groups: dict[str, list[FileSummary]] = {}
-    for s in summaries:
-        if s.pixel_hash is not None:
-            groups.setdefault(s.pixel_hash, []).append(s)
-    dup_groups = []
-    pairs: Counter = Counter()
-    for h, members in sorted(groups.items(), key=lambda kv: kv[1][0].key):
-        if len(members) < 2:
-            continue
-        per_split = Counter(m.split for m in members)
-        names = sorted(per_split)
-        for i, a in enumerate(names):
-            pairs[f"{a}/{a}"] += per_split[a] * (per_split[a] - 1) // 2
-            for b in names[i + 1:]:
-                pairs[f"{a}/{b}"] += per_split[a] * per_split[b]
-        dup_groups.append({
-            "pixel_sha256": h, "keys": [m.key for m in members], "splits": names,
-            "identical_files": len({m.image_digest for m in members}) == 1,
-        })
-    cross = sum(n for k, n in pairs.items() if k.split("/")[0] != k.split("/")[1])
-    within = sum(n for k, n in pairs.items() if k.split("/")[0] == k.split("/")[1])
-    return {"groups": dup_groups, "pairs_per_split_pair": {k: v for k, v in sorted(pairs.items()) if v},
-            "within_split_pairs": within, "cross_split_pairs": cross,
-            "duplicate_images": sum(len(g["keys"]) for g in dup_groups)}
-
-
-def _image_stats(summaries: list[FileSummary]) -> dict[str, Any]:
-    sizes = Counter(f"{s.image_size[0]}x{s.image_size[1]}" for s in summaries if s.image_size)
-    return {
-        "sizes_wxh": dict(sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "image_modes": dict(sorted(Counter(s.image_mode or "?" for s in summaries).items())),
-        "image_formats": dict(sorted(Counter(s.image_format or "?" for s in summaries).items())),
-        "mask_modes": dict(sorted(Counter(s.mask_mode or "?" for s in summaries if s.mask).items())),
-        "largest_pixels": max((s.image_size[0] * s.image_size[1] for s in summaries if s.image_size), default=0),
-    }
 
 
 # -- verdict --------------------------------------------------------------------------------------
@@ -569,7 +436,7 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
 def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     """The human-readable report (what `imgshard scan` prints)."""
     if not isinstance(r, ScanReport):  # classification
-        from converter.scan_classification import format_classification_report
+        from converter.inspect.scan_classification import format_classification_report
 
         return format_classification_report(r, limit=limit)
     out: list[str] = []
@@ -620,34 +487,6 @@ def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     out.append("")
     out += format_verdict(r)
     return "\n".join(out)
-
-
-def format_bad_inputs(bad: list, limit: int) -> list[str]:
-    """The 'Bad inputs' block of a scan report (empty when there are none)."""
-    if not bad:
-        return []
-    out = ["", f"Bad inputs ({len(bad)}), as convert would report them:"]
-    out += [f"  [{b.kind}] {b}" for b in bad[:limit]]
-    if len(bad) > limit:
-        out.append(f"  ... and {len(bad) - limit} more (see --json)")
-    return out
-
-
-def format_verdict(r: ScanReport | ClassScanReport) -> list[str]:
-    v = r.verdict
-    headline = {
-        "ok": "OK: convert will succeed.",
-        "warnings": "OK with warnings: convert will succeed, but look at the warnings.",
-        "needs_flags": "convert would FAIL without the flags below; with them it succeeds.",
-        "no_data": "Nothing to convert.",
-    }[v["status"]]
-    out = [f"Verdict: {headline}"]
-    out += [f"  problem: {p}" for p in v["problems"]]
-    out += [f"  warning: {w}" for w in v["warnings"]]
-    if v["status"] != "no_data":
-        out.append(f"  run: {v['command']}")
-    out += [f"  hint: {h}" for h in v["hints"]]
-    return out
 
 
 __all__ = ["FileSummary", "ScanOptions", "ScanReport", "UnknownColorInfo", "build_report", "format_report",

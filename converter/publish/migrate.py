@@ -22,7 +22,7 @@ import dataclasses
 import logging
 
 from converter import __version__
-from converter.publish import publish_manifest, utc_now
+from converter.publish.manifest import publish_manifest, utc_now
 from converter.write.index import source_bytes, write_index
 from readers.manifest import HISTORY_LIMIT, MANIFEST_VERSION, Manifest, SplitEntry
 

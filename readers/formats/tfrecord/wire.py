@@ -52,7 +52,7 @@ from typing import IO, Any, BinaryIO, Union
 
 import google_crc32c
 
-from . import COMPRESSIONS, FileFormat
+from readers.formats import COMPRESSIONS, FileFormat
 
 # `google_crc32c.implementation` is "c" when its C extension (hardware CRC32C) loaded
 # and "python" when it fell back to a pure-Python table loop, orders of magnitude
@@ -820,7 +820,7 @@ def count_records(
 
 if __name__ == "__main__":
     # Throughput of encode_example + write_record on 1 MB images, the converter's hot path:
-    #   python -m readers.formats.tfrecord_wire
+    #   python -m readers.formats.tfrecord.wire
     import time
 
     image = os.urandom(1 << 20)

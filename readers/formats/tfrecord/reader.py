@@ -1,7 +1,7 @@
 """TFRecord shards: the reader side (NumPy records, `tf.data` pipeline, random access).
 
 NumPy reading and random access use the pure-Python codec in
-`readers.formats.tfrecord_wire` (no TensorFlow); the `tf.data` pipeline uses
+`readers.formats.tfrecord.wire` (no TensorFlow); the `tf.data` pipeline uses
 TensorFlow's own reader and parses whole batches at once.
 """
 
@@ -26,18 +26,10 @@ from readers.formats import (
     FEATURE_WIDTH,
     FileFormat,
 )
-from readers.formats.base import (
-    FileAdapter,
-    PipelineOptions,
-    RandomAccessShard,
-    Record,
-    RecordSpec,
-    ShardRef,
-    crc_due,
-    make_expand_tf,
-    mark_verified,
-    naming_shard,
-)
+from readers.formats.base import CountError, FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
+from readers.formats.expand import make_expand_tf
+from readers.formats.pipeline import PipelineOptions
+from readers.formats.spec import Record, RecordSpec, ShardRef
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -110,7 +102,7 @@ class TFRecordAdapter(FileAdapter):
 
     # -- NumPy records -------------------------------------------------------------------------
     def iter_shard(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
-        from readers.formats import tfrecord_wire
+        from readers.formats.tfrecord import wire as tfrecord_wire
 
         index = 0
         records = tfrecord_wire.iter_records(shard.path, compression=spec.compression, check_crc=True)
@@ -191,6 +183,14 @@ class TFRecordAdapter(FileAdapter):
         return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
 
     # -- random access ----------------------------------------------------------------------------
+    def count_records(self, path: str, spec: RecordSpec, *, check_crc: bool = False) -> int:
+        from readers.formats.tfrecord import wire
+
+        try:
+            return wire.count_records(path, compression=spec.compression, check_crc=check_crc)
+        except wire.TFRecordCorruptError as e:
+            raise CountError(str(e).replace(f"Corrupt TFRecord file {path!r}: ", ""), e.record) from e
+
     def random_access(self, shard: ShardRef, spec: RecordSpec) -> "TFRecordRandomAccess":
         return TFRecordRandomAccess(shard, spec)
 
@@ -554,7 +554,7 @@ class TFRecordRandomAccess(RandomAccessShard):
         return frame, start
 
     def read_record(self, index: int) -> Record:
-        from readers.formats import tfrecord_wire
+        from readers.formats.tfrecord import wire as tfrecord_wire
 
         if not 0 <= index < self.shard.records:
             raise IndexError(f"record index must be in [0, {self.shard.records}). Received: {index}")

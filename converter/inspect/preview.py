@@ -26,6 +26,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from readers.manifest import ClassInfo
+from readers.tasks import task_kind
 
 #: Layout, in pixels.
 MARGIN = 12
@@ -309,7 +310,7 @@ def _pick(by_key: dict[str, Any], pool: list[Any], options: PreviewOptions, miss
 def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[Any, str, list[PreviewSample]]:
     """(manifest, split, samples) picked from a converted dataset (random access; no full pass)."""
     import readers
-    from readers.formats.base import RecordSpec
+    from readers.formats.spec import RecordSpec
     from readers.index import shard_keys
     from readers.formats.registry import get_adapter
 
@@ -338,7 +339,7 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[A
             readers_by_shard[si] = adapter.random_access(shards[si], spec)
         image, target = readers_by_shard[si].read(i)
         key = keys_of.get((si, i), f"{shards[si].entry.file}#{i}")
-        if m.task == "segmentation":
+        if task_kind(m.task).dense:
             target = np.asarray(target)
             if target.ndim == 3:  # one-hot planes -> class map, all-zero rows ignored
                 cmap = np.argmax(target, axis=-1).astype(np.int64)
@@ -429,7 +430,7 @@ def preview_dataset(path: str | os.PathLike, out_png: str | os.PathLike, options
     options = options or PreviewOptions()
     m, split, samples = dataset_samples(path, options)
     title = f"{os.path.abspath(os.fspath(path))}  split {split}  ({len(samples)} of {m.split(split).num_samples})"
-    if m.task == "segmentation":
+    if task_kind(m.task).dense:
         sheet = render_segmentation(samples, m.classes, title)
     else:
         sheet = render_classification(samples, m.classes, title)
@@ -442,12 +443,13 @@ def preview_sources(spec: Any, out_png: str | os.PathLike, options: PreviewOptio
     """Contact sheet of raw sources. `task` None: classification with `val_fraction`, else detected
     as convert detects it; class folders give a grid of images with their class names."""
     from converter.discover.classfolders import detect_task
-    from converter.options import DEFAULT_MAX_PIXELS, Task
+    from converter.options import DEFAULT_MAX_PIXELS, Task, check_val_fraction
 
     options = options or PreviewOptions()
     if task is None:
         task = Task.CLASSIFICATION if val_fraction is not None else detect_task(spec)
-    if Task.parse(task, "task") is Task.CLASSIFICATION:
+    val_fraction = check_val_fraction(val_fraction, task)
+    if not task_kind(task).dense:
         classes, samples = class_source_samples(spec, options, max_pixels or DEFAULT_MAX_PIXELS, val_fraction)
         where = spec.root or spec.images
         title = f"{where}  (raw sources, class folders, {len(samples)} images)"

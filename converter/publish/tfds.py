@@ -20,7 +20,7 @@ length is 0 (`shard_utils.get_file_instructions`: "Empty shard"). So the templat
 file of ours gets shard length 0: the gaps cost one number each in
 ``dataset_info.json`` and nothing else.
 
-Features, matching the records that `converter.write.tfrecord` writes (extra features
+Features, matching the records that `readers.formats.tfrecord.writer` writes (extra features
 such as ``height`` and ``width`` are ignored by TFDS's parser):
 
 * ``image``: ``Tensor(shape=(H, W, 3), dtype=uint8, encoding=bytes)``, the raw bytes;
@@ -42,9 +42,9 @@ import logging
 import os
 import re
 
-from converter.publish import write_atomic
-from converter.write.base import fsync_dir
+from converter.fsutil import fsync_dir, write_atomic
 from readers.manifest import Manifest
+from readers.tasks import task_kind
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def _label_names_ok(names: list[str]) -> bool:
 def features_json(manifest: Manifest) -> dict:
     h, w, c = manifest.image_shape
     features: dict[str, dict] = {"image": _tensor((h, w, c), "uint8"), "key": {"pythonClassName": _TEXT, "text": {}}}
-    if manifest.task == "segmentation":
+    if task_kind(manifest.task).dense:
         mask = manifest.mask or {}
         if mask.get("encoding") == "onehot":
             features["mask"] = _tensor((h, w, manifest.num_classes), "uint8")
@@ -128,7 +128,7 @@ def _description(manifest: Manifest) -> str:
     h, w, _ = manifest.image_shape
     names = [c.name if c.color is None else f"{c.name} {tuple(c.color)}" for c in manifest.classes]
     target = "mask (class map, ignore index {})".format((manifest.mask or {}).get("ignore_index")) \
-        if manifest.task == "segmentation" else "label (class index)"
+        if task_kind(manifest.task).dense else "label (class index)"
     return (f"{manifest.task.capitalize()} dataset converted by imgshard {manifest.tool_version}: "
             f"{h}x{w} RGB images with a {target} and the source key. "
             f"Classes: {', '.join(f'{i}: {n}' for i, n in enumerate(names))}. "
@@ -136,7 +136,7 @@ def _description(manifest: Manifest) -> str:
 
 
 def dataset_info_json(manifest: Manifest) -> dict:
-    target = "mask" if manifest.task == "segmentation" else LABEL_FEATURE
+    target = task_kind(manifest.task).target
     splits = []
     for split in sorted(manifest.splits):
         entry = manifest.split(split)
@@ -168,7 +168,7 @@ def tfds_files(manifest: Manifest) -> dict[str, bytes]:
     if unsupported_reason(manifest) is not None:
         return {}
     files: dict[str, bytes] = {}
-    if manifest.task == "classification":
+    if not task_kind(manifest.task).dense:
         names = [c.name for c in manifest.classes]
         if _label_names_ok(names):
             files[LABELS_FILE_NAME] = ("\n".join(names) + "\n").encode("utf-8")

@@ -33,14 +33,15 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from converter.discover.layout import SourceSample
-from converter.fingerprint import content_matches
-from converter.fptable import FingerprintTable, key_hashes, shard_table, stat_hash
-from converter.fptable import build as build_table
 from converter.options import OnChange, OutputOptions, RunOptions
+from converter.plan.fingerprint import content_matches
+from converter.plan.fptable import FingerprintTable, key_hashes, shard_table, stat_hash
+from converter.plan.fptable import build as build_table
 from converter.transform.colormap import mask_dtype_for
 from readers.formats import SUFFIXES
 from readers.index import table_samples
 from readers.manifest import Manifest, SampleEntry, SourceFingerprint
+from readers.tasks import task_kind
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +112,8 @@ def order_key(seed: int, key: str) -> str:
 
 def sample_bytes(options: OutputOptions, num_classes: int) -> int:
     h, w = options.size
-    image = h * w * 3
-    if options.task.value == "classification":
-        return image + 8
-    itemsize = mask_dtype_for(num_classes).itemsize
-    mask = h * w * (num_classes if options.mask_encoding.value == "onehot" else itemsize)
-    return image + mask
+    return h * w * 3 + task_kind(options.task).target_bytes(
+        h, w, num_classes, onehot=options.mask_encoding.value == "onehot", itemsize=mask_dtype_for(num_classes).itemsize)
 
 
 def shard_counts(n: int, per_sample: int, shard_size: int) -> list[int]:

@@ -5,7 +5,7 @@ fingerprints, and the bad inputs met. Pixel arrays never cross a process boundar
 The worker keeps one `SampleTransformer` per option set (the colour lookup table is
 built once per process, not once per shard).
 
-A task of a local run holds `converter.lock.WorkerGuard` from start to rename: a
+A task of a local run holds `converter.run.lock.WorkerGuard` from start to rename: a
 worker whose run was killed (SIGKILL leaves loky workers alive) writes nothing and
 exits instead of renaming shards under the next run's feet.
 """
@@ -20,16 +20,17 @@ from typing import Any, Callable
 import numpy as np
 
 from converter.discover.layout import BadInput, SourceSample
-from converter.lock import OrphanedWorker, WorkerGuard
+from converter.run.lock import OrphanedWorker, WorkerGuard
 from converter.options import OutputOptions
-from converter.plan import CopyRecord, ReplaceRecord, ShardTask
+from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask
 from converter.transform.decode import DecodeError
 from converter.transform.sample import SampleTransformer, UnknownColorError
-from converter.fingerprint import algorithm_of, content_matches, digest_file
-from converter.write.base import SampleArrays, ShardWriter
+from converter.plan.fingerprint import algorithm_of, content_matches, digest_file
+from converter.write.base import ShardWriter
 from converter.write.index import source_bytes, write_index
-from converter.write.registry import encoder_for
-from readers.formats.base import tune_allocator
+from readers.formats._allocator import tune_allocator
+from readers.formats.encoder import SampleArrays
+from readers.formats.registry import encoder_for
 from readers.index import shard_samples
 from readers.manifest import ClassInfo, Manifest, SampleEntry, ShardEntry, SourceFingerprint
 
@@ -85,7 +86,7 @@ def warm_up(ctx: WorkerContext) -> None:
 
 def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], list[SampleEntry]]:
     """Records of an old shard, by index, and its samples from its index file (read once per task)."""
-    from readers.formats.base import RecordSpec, ShardRef
+    from readers.formats.spec import RecordSpec, ShardRef
     from readers.formats.registry import get_adapter
 
     manifest = Manifest.load(ctx.old_manifest_path)  # type: ignore[arg-type]

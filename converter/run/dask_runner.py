@@ -1,7 +1,7 @@
 """Run planned shard tasks on a Dask cluster (`imgshard convert --backend dask`).
 
 The tasks are the same `ShardTask`s the local backend runs, executed by the same
-function (`converter.write.task.run_shard_task`), so the shards are the same bytes.
+function (`converter.run.task.run_shard_task`), so the shards are the same bytes.
 Only small `ShardResult`s come back; the driver (`converter.convert`) assembles and
 publishes the manifest after every task succeeded, exactly as with the local backend.
 
@@ -42,9 +42,9 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from converter.plan import ShardTask
-from converter.write.base import TMP_PREFIX
-from converter.write.task import ShardResult, WorkerContext, run_shard_task
+from converter.plan.shards import ShardTask
+from converter.fsutil import TMP_PREFIX
+from converter.run.task import ShardResult, WorkerContext, run_shard_task
 
 log = logging.getLogger(__name__)
 

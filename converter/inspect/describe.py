@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from readers.manifest import MANIFEST_NAME, Manifest
+from readers.tasks import task_kind
 
 BAR_WIDTH = 12
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -33,7 +34,7 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
         root = os.path.dirname(root)
     m = Manifest.load(root)
     h, w, ch = m.image_shape
-    segmentation = m.task == "segmentation"
+    segmentation = task_kind(m.task).dense
     splits: dict[str, Any] = {}
     totals = {"samples": 0, "shards": 0, "bytes": 0, "bytes_on_disk": 0, "source_bytes": 0}
     for name in sorted(m.splits):
@@ -157,9 +158,9 @@ def format_description(d: dict[str, Any], *, color: bool = False) -> str:
     top = max((c["share"][sp] for c in d["classes"] for sp in splits), default=0.0) or 100.0
     out.append(f"Classes: share of {unit} per split (bars scaled to the largest share, {top:.1f}%)")
     width = max([len(c["name"]) for c in d["classes"]] + [5])
-    counts = d["task"] != "segmentation"  # classification: image counts beside the shares
+    counts = not task_kind(d["task"]).dense  # classification: image counts beside the shares
     col = BAR_WIDTH + 8 + (8 if counts else 0)
-    head = f"  {'#':>3} {width * ' '}" + (" " * 10 if d["task"] == "segmentation" else "")
+    head = f"  {'#':>3} {width * ' '}" + (" " * 10 if task_kind(d["task"]).dense else "")
     out.append(head + "".join(f" {sp[:col - 1]:<{col}}" for sp in splits))
     for c in d["classes"]:
         swatch = ""
@@ -172,7 +173,7 @@ def format_description(d: dict[str, Any], *, color: bool = False) -> str:
         absent = [sp for sp in splits if c["pixels"][sp] == 0 and d["splits"][sp]["samples"]]
         note = f"  absent from {', '.join(absent)}" if absent else ""
         out.append(f"  {c['index']:>3} {c['name']:<{width}}{swatch}{cells}{note}")
-    if d["task"] == "segmentation":
+    if task_kind(d["task"]).dense:
         cells = "".join(f" {d['splits'][sp]['ignore_share']:6.2f}% {bar(d['splits'][sp]['ignore_share'] / top)}"
                         for sp in splits)
         out.append(f"  {'':>3} {'(ignore)':<{width}}{' ' * 10}{cells}")

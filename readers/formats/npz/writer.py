@@ -12,7 +12,7 @@ from typing import IO
 
 import numpy as np
 
-from converter.write.base import SampleArrays, ShardEncoder
+from readers.formats.encoder import SampleArrays, ShardEncoder
 from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, SUFFIXES, FileFormat
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)

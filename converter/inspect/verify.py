@@ -4,10 +4,11 @@ Checks every shard the manifest lists, without TensorFlow:
 
 * the file exists, has the manifest's size and digest (xxh3-128; sha256 in manifests
   of version 1);
-* it holds the manifest's number of records: TFRecord files are walked header by
-  header (`tfrecord_wire.count_records`), so a file cut exactly at a record boundary
-  (which TensorFlow reads as a shorter valid file) is caught; NPZ members' ``.npy``
-  headers give their shapes (never unpickled: an object dtype is an error);
+* it holds the manifest's number of records, counted by the format's adapter
+  (`FileAdapter.count_records`, from the one format registry): TFRecord files are
+  walked header by header, so a file cut exactly at a record boundary (which
+  TensorFlow reads as a shorter valid file) is caught; NPZ members' ``.npy`` headers
+  give their shapes (never unpickled: an object dtype is an error);
 * its index file (version 3: the per-sample data, `readers.index`) exists, has the
   manifest's size and digest, and holds what an index holds (fields and types, one row
   per record in record order, no key twice); damage is named with the index file;
@@ -24,7 +25,7 @@ running `convert`; the next run removes them) are warnings, not errors.
 
 Example::
 
-    from converter.verify import verify
+    from converter.inspect.verify import verify
     report = verify("out/", deep=True)
     if not report.ok:
         for p in report.errors:
@@ -41,15 +42,16 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from converter.fingerprint import algorithm_of, digest_bytes, digest_file
+from converter.fsutil import TMP_PREFIX
+from converter.plan.fingerprint import algorithm_of, digest_bytes, digest_file
 from readers.errors import describe
-from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, NPZ_MASKS, FileFormat, check_compression
-from readers.formats.base import Record, RecordSpec, ShardRef
+from readers.formats import FileFormat, check_compression
+from readers.formats.base import CountError
+from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
 from readers.index import IndexFileError, decode_index, is_index_name
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
 
-TMP_PREFIX = ".tmp-"  # converter.write.base.TMP_PREFIX, repeated to keep this module light
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ class _KeyCheck:
     def add(self, entry: ShardEntry, keys: np.ndarray | None) -> None:
         if keys is None:
             return
-        from converter.fptable import key_hashes
+        from converter.plan.fptable import key_hashes
 
         self.hashes.append(key_hashes(list(keys)))
         self.entries.append(entry)
@@ -228,7 +230,7 @@ def _key_at(root: str, entry: ShardEntry, record: int) -> str:
 
 
 def _leftovers(root: str, manifest: Manifest, report: VerifyReport) -> None:
-    from converter.publish import is_shard_name, listed_files
+    from converter.publish.manifest import is_shard_name, listed_files
 
     listed = listed_files(manifest)
     for name in sorted(os.listdir(root)):
@@ -284,46 +286,10 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
 
 def _count(path: str, fmt: FileFormat, spec: RecordSpec, *, check_crc: bool) -> tuple[int | None, Problem | None]:
     """(records in the file, or a Problem with the record index where reading broke)."""
-    if fmt is FileFormat.TFRECORD:
-        from readers.formats.tfrecord_wire import TFRecordCorruptError, count_records
-
-        try:
-            return count_records(path, compression=spec.compression, check_crc=check_crc), None
-        except TFRecordCorruptError as e:
-            return None, Problem("", str(e).replace(f"Corrupt TFRecord file {path!r}: ", ""), e.record)
-    return _npz_count(path, spec)
-
-
-def _npz_count(path: str, spec: RecordSpec) -> tuple[int | None, Problem | None]:
-    """Records of an NPZ shard from its members' .npy headers (no data read, nothing unpickled)."""
-    target = NPZ_MASKS if spec.segmentation else NPZ_LABELS
-    want = {NPZ_IMAGES: (spec.image_shape, np.dtype(np.uint8)), NPZ_KEYS: ((), None),
-            target: ((spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else ((), None))}
-    counts = {}
-    with zipfile.ZipFile(path) as zf:
-        names = set(zf.namelist())
-        for member, (shape, dtype) in want.items():
-            if member + ".npy" not in names:
-                return None, Problem("", f"member {member}.npy is missing; it holds {sorted(names)}")
-            with zf.open(member + ".npy") as f:
-                version = np.lib.format.read_magic(f)
-                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                          else np.lib.format.read_array_header_2_0)
-                got_shape, _, got_dtype = header(f)
-            if got_dtype.hasobject:
-                return None, Problem("", f"member {member}.npy holds Python objects ({got_dtype}); "
-                                         "pickled data is never loaded")
-            if got_shape[1:] != tuple(shape) or (dtype is not None and got_dtype != dtype):
-                return None, Problem("", f"member {member}.npy is {got_shape} {got_dtype}, the manifest implies "
-                                         f"(N, {', '.join(map(str, shape))}) {dtype if dtype is not None else ''}")
-            if member == NPZ_KEYS and got_dtype.kind not in "US":
-                return None, Problem("", f"member {member}.npy holds {got_dtype}, expected strings")
-            if member == NPZ_LABELS and got_dtype.kind not in "iu":
-                return None, Problem("", f"member {member}.npy holds {got_dtype}, expected integers")
-            counts[member] = got_shape[0] if got_shape else 0
-    if len(set(counts.values())) != 1:
-        return None, Problem("", f"members disagree on the number of records: {counts}")
-    return counts[NPZ_IMAGES], None
+    try:
+        return get_adapter(fmt).count_records(path, spec, check_crc=check_crc), None
+    except CountError as e:
+        return None, Problem("", e.reason, e.record)
 
 
 def _deep(path: str, split: str, entry: ShardEntry, fmt: FileFormat, spec: RecordSpec,

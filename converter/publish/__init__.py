@@ -1,0 +1,1 @@
+"""Stage 5: publish the manifest atomically, reports, TFDS metadata."""

@@ -1,0 +1,1 @@
+"""Synthetic datasets for tests, the demo and the benchmark; never imported by the conversion path."""

@@ -1,0 +1,1 @@
+"""Everything NPZ: shard encoder (`writer`), reader adapter (`reader`)."""

@@ -1,0 +1,58 @@
+"""Options of one `tf.data` / PyDataset pipeline, checked once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from readers.formats.spec import ShardRef
+
+#: Default bound on the bytes held by a shuffle buffer (serialized or decoded records).
+SHUFFLE_BUFFER_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """Options of one `tf.data` / PyDataset pipeline, checked once."""
+
+    batch_size: int
+    shuffle: bool = True
+    seed: int | None = None
+    one_hot: bool = True
+    normalize: bool = True
+    drop_remainder: bool = False
+    shuffle_buffer: int | None = None  # records; None = bounded by SHUFFLE_BUFFER_BYTES
+    #: (num, index): keep every num-th record starting at index, over all shards in order
+    #: (the fallback when there are fewer shards than input pipelines).
+    record_shard: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"batch_size must be a positive integer. Received: batch_size={self.batch_size!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))):
+            raise TypeError(f"seed must be an int or None. Received: seed={self.seed!r}")
+        if self.shuffle_buffer is not None and (
+            isinstance(self.shuffle_buffer, bool) or not isinstance(self.shuffle_buffer, (int, np.integer))
+            or self.shuffle_buffer < 1
+        ):
+            raise ValueError(
+                "shuffle_buffer must be a positive number of records or None. "
+                f"Received: shuffle_buffer={self.shuffle_buffer!r}"
+            )
+
+    def buffer_records(self, shards: Sequence[ShardRef]) -> int:
+        """Shuffle buffer size in records: the explicit value, else as many records as
+        fit in `SHUFFLE_BUFFER_BYTES` (by the shards' average record size), never less
+        than one batch and never more than the records there are."""
+        total = sum(s.records for s in shards)
+        if self.shuffle_buffer is not None:
+            return int(self.shuffle_buffer)
+        nbytes = sum(s.entry.bytes for s in shards)
+        per_record = max(1, nbytes // max(1, total))
+        return int(max(self.batch_size, min(max(total, 1), SHUFFLE_BUFFER_BYTES // per_record)))
+
+
+__all__ = ["SHUFFLE_BUFFER_BYTES", "PipelineOptions"]

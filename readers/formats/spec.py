@@ -1,0 +1,127 @@
+"""The record layout: one stored sample (`Record`), the dataset's layout read from its
+manifest (`RecordSpec`), and one shard of a split (`ShardRef`). NumPy only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from readers.manifest import Manifest, ManifestError, ShardEntry
+from readers.tasks import TaskKind, task_kind
+
+MASK_DTYPES = ("uint8", "uint16")
+MASK_ENCODINGS = ("class_map", "onehot")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One sample as stored.
+
+    Attributes:
+        key: the source image path relative to SRC.
+        image: uint8 array of shape (H, W, 3).
+        mask: class map (H, W) uint8/uint16, or (H, W, C) uint8 planes when the manifest's
+            mask encoding is "onehot"; None for classification.
+        label: class index for classification, else None.
+    """
+
+    key: str
+    image: np.ndarray
+    mask: np.ndarray | None = None
+    label: int | None = None
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """The record layout of one dataset, read from its manifest."""
+
+    task: str
+    height: int
+    width: int
+    channels: int
+    num_classes: int
+    mask_dtype: str | None
+    mask_encoding: str | None
+    ignore_index: int | None
+    compression: str
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest, where: str = "manifest") -> "RecordSpec":
+        h, w, c = manifest.image_shape
+        if str(manifest.image.get("dtype", "uint8")) != "uint8":
+            raise ManifestError(f"{where}: image dtype must be 'uint8'. Received: {manifest.image.get('dtype')!r}")
+        if min(h, w, c) < 1:
+            raise ManifestError(f"{where}: image height, width and channels must be >= 1. Received: {(h, w, c)}")
+        mask = manifest.mask
+        if task_kind(manifest.task).dense:
+            if mask is None:
+                raise ManifestError(f"{where}: a segmentation manifest needs a 'mask' entry. Received: None")
+            dtype = str(mask.get("dtype", "uint8"))
+            encoding = str(mask.get("encoding", "class_map"))
+            if dtype not in MASK_DTYPES:
+                raise ManifestError(f"{where}: mask dtype must be one of {MASK_DTYPES}. Received: {dtype!r}")
+            if encoding not in MASK_ENCODINGS:
+                raise ManifestError(f"{where}: mask encoding must be one of {MASK_ENCODINGS}. Received: {encoding!r}")
+            if encoding == "onehot" and dtype != "uint8":
+                raise ManifestError(f"{where}: one-hot masks are stored as uint8. Received: mask dtype {dtype!r}")
+            ignore = mask.get("ignore_index", 255)
+            ignore = int(ignore) if ignore is not None else None
+            if ignore is not None and ignore < manifest.num_classes:
+                raise ManifestError(
+                    f"{where}: mask ignore_index must be >= the number of classes "
+                    f"({manifest.num_classes}) so it never collides with a class. Received: {ignore}"
+                )
+        else:
+            dtype = encoding = ignore = None
+        return cls(manifest.task, h, w, c, manifest.num_classes, dtype, encoding, ignore, manifest.compression)
+
+    @property
+    def kind(self) -> TaskKind:
+        """The task's strategy (what y is, where it is stored)."""
+        return task_kind(self.task)
+
+    @property
+    def segmentation(self) -> bool:
+        return self.kind.dense
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return (self.height, self.width, self.channels)
+
+    @property
+    def mask_shape(self) -> tuple[int, ...]:
+        if self.mask_encoding == "onehot":
+            return (self.height, self.width, self.num_classes)
+        return (self.height, self.width)
+
+    @property
+    def mask_np_dtype(self) -> np.dtype:
+        return np.dtype("<u2") if self.mask_dtype == "uint16" else np.dtype(np.uint8)
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """One shard of a split: its absolute path, its manifest entry and its position."""
+
+    path: str
+    entry: ShardEntry
+    position: int
+
+    @property
+    def records(self) -> int:
+        return self.entry.records
+
+
+
+
+def y_signature(spec: RecordSpec, *, batched: bool = True) -> tuple[Any, ...]:
+    """Shape (with a leading None when batched) and dtype name of the compact target."""
+    lead = (None,) if batched else ()
+    if not spec.segmentation:
+        return lead, "int64"
+    return lead + spec.mask_shape, spec.mask_dtype or "uint8"
+
+
+__all__ = ["MASK_DTYPES", "MASK_ENCODINGS", "Record", "RecordSpec", "ShardRef", "y_signature"]

@@ -1,0 +1,1 @@
+"""Everything TFRecord: wire codec (`wire`), shard encoder (`writer`), reader adapter (`reader`)."""
