@@ -7,7 +7,8 @@ each N it measures, each in a fresh process:
 
 * build: `imgshard convert SRC OUT --size 8x8 --workers 2` on an empty OUT;
 * no-op: the same command again (nothing new): wall time of the whole process, the
-  run's own time (its report's ``seconds``), and the peak RSS (`os.wait4`);
+  run's own time (its report's ``seconds``), the process's CPU time less the CLI's
+  start-up CPU (`imgshard --version`), and the peak RSS (`os.wait4`);
 * 1% append: N/100 new pairs linked in, the same command;
 * open: `readers.open(OUT)` in a process that has imported `readers`: time (the first
   call includes importing the reading engine, `readers.dataset`; then a second call),
@@ -74,6 +75,10 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
+#: CPU seconds (user + system) of the last `run_measured` process and its reaped children.
+LAST_CPU_S = [0.0]
+
+
 def run_measured(cmd: list[str]) -> tuple[float, int, str]:
     """(wall seconds, peak RSS bytes of the process and its reaped children, stdout)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -82,6 +87,7 @@ def run_measured(cmd: list[str]) -> tuple[float, int, str]:
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (peak RSS)
         wall = time.perf_counter() - t0
         proc.returncode = code = os.waitstatus_to_exitcode(status)
+        LAST_CPU_S[0] = usage.ru_utime + usage.ru_stime
         out.seek(0)
         err.seek(0)
         if code != 0:
@@ -92,6 +98,12 @@ def run_measured(cmd: list[str]) -> tuple[float, int, str]:
 def convert_cmd(src: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "converter.cli", "convert", str(src), str(out), "--size", "8x8", "--workers", "2",
             "-q"]
+
+
+def startup_cpu() -> float:
+    """CPU seconds of `imgshard --version` (interpreter and CLI start-up)."""
+    run_measured([sys.executable, "-m", "converter.cli", "--version"])
+    return LAST_CPU_S[0]
 
 
 def last_report_seconds(out: Path) -> float:
@@ -126,10 +138,12 @@ def measure_n(n: int, work: Path, variants: list[tuple[Path, Path]], repeats: in
     grow_tree(src, variants, 0, n)
     row: dict = {"n": n}
     row["build_s"], row["build_rss"], _ = run_measured(convert_cmd(src, out))
-    noop = [run_measured(convert_cmd(src, out)) + (last_report_seconds(out),) for _ in range(repeats)]
+    noop = [run_measured(convert_cmd(src, out)) + (last_report_seconds(out), LAST_CPU_S[0]) for _ in range(repeats)]
     row["noop_wall_s"] = statistics.median(x[0] for x in noop)
     row["noop_run_s"] = statistics.median(x[3] for x in noop)
     row["noop_rss"] = max(x[1] for x in noop)
+    row["noop_cpu_s"] = statistics.median(x[4] for x in noop)  # the whole process, start-up included
+    row["startup_cpu_s"] = startup_cpu()
     step = max(1, n // 100)
     appends = []
     for r in range(repeats):
@@ -168,12 +182,13 @@ def extrapolate(rows: list[dict], target: int = 10_000_000) -> dict:
 
 def print_table(rows: list[dict], far: dict) -> None:
     mb = 1e6
-    print("| N | build s | no-op s (run / process) | µs per sample (run) | no-op peak RSS MB | 1% append s (run) "
+    print("| N | build s | no-op s (run / process) | µs per sample (run; CPU) | no-op peak RSS MB | 1% append s (run) "
           "| append / no-op | open s (first / again) | open MB | imgshard.json KB | index MB | shards |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['n']:,} | {r['build_s']:.1f} | {r['noop_run_s']:.2f} / {r['noop_wall_s']:.2f} "
-              f"| {1e6 * r['noop_run_s'] / r['n']:.1f} | {r['noop_rss'] / mb:.0f} | {r['append_run_s']:.2f} "
+              f"| {1e6 * r['noop_run_s'] / r['n']:.1f}; {1e6 * (r['noop_cpu_s'] - r['startup_cpu_s']) / r['n']:.1f} "
+              f"| {r['noop_rss'] / mb:.0f} | {r['append_run_s']:.2f} "
               f"| {r['append_run_s'] / r['noop_run_s']:.2f} | {r['open_s']:.3f} / {r['open_again_s']:.4f} | {r['open_above_bytes'] / mb:.1f} "
               f"| {r['manifest_bytes'] / 1e3:.1f} | {r['index_bytes'] / mb:.1f} | {r['shards']} |")
     print(f"| 10,000,000 (line through N={far['from'][0]:,} and {far['from'][1]:,}) | | {far['noop_run_s']:.0f} | "

@@ -1,7 +1,7 @@
 """Write a shard's index file (`readers.index`) as safely as the shard itself.
 
-Temporary name (``.tmp-<name>-<pid>-<random>``, so two attempts at one task never
-share it), write, flush, fsync, rename. The folder fsync that makes the rename
+`converter.fsutil.write_atomic`: temporary name (``.tmp-<name>-<pid>-<random>``, so
+two attempts at one task never share it), write, flush, fsync, rename. The folder fsync that makes the rename
 durable is the publish's (`converter.publish.publish_manifest`), once per run. The
 name holds the start of the content's digest, so an index never changes under a
 name a manifest lists; an unlisted one is a leftover the next run sweeps.
@@ -12,32 +12,15 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from converter.fsutil import TMP_PREFIX
+from converter.fsutil import write_atomic
 from readers.index import encode_index, encode_table, index_ref, read_index, table_samples
 from readers.manifest import IndexRef, SampleEntry, ShardEntry
-
-
-def write_bytes_atomic(out_dir: str, name: str, data: bytes) -> None:
-    """`data` into `out_dir/name` through a temporary file, fsync and rename (no folder fsync)."""
-    tmp = os.path.join(out_dir, f"{TMP_PREFIX}{name}-{os.getpid()}-{os.urandom(4).hex()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(out_dir, name))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def write_index(out_dir: str, shard_file: str, samples: Sequence[SampleEntry]) -> IndexRef:
     """Write the index of `shard_file` (record i = samples[i]); returns the manifest's reference."""
     ref, data = encode_index(shard_file, samples)
-    write_bytes_atomic(out_dir, ref.file, data)
+    write_atomic(os.path.join(out_dir, ref.file), data, sync_dir=False)
     return ref
 
 
@@ -57,7 +40,7 @@ def write_refreshed_index(out_dir: str, shard: ShardEntry, rows: dict[int, Sampl
             table[f"{side}_mtime_ns"][i] = fp.mtime_ns if fp is not None else 0
     data = encode_table(table)
     ref = index_ref(shard.file, data)
-    write_bytes_atomic(out_dir, ref.file, data)
+    write_atomic(os.path.join(out_dir, ref.file), data, sync_dir=False)
     return ref
 
 
