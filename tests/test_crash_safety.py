@@ -424,4 +424,5 @@ def test_a_worker_whose_run_was_killed_mid_task_renames_nothing(big, tmp_path, g
     if guard == "on":
         assert shards == [], f"the orphaned worker left {shards}"
     else:
-        assert shards == ["train-00000.tfrecord"]  # the hazard the guard removes
+        assert sorted(shards)[0] == "train-00000.tfrecord"  # the hazard the guard removes
+        assert len(shards) == 2 and sorted(shards)[1].endswith(".idx.npy")  # with its index file
