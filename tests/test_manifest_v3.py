@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 import readers
+import readers.index
 from converter.testing import synth
+from converter.inspect.describe import describe
 from converter.inspect.verify import verify
 from readers.index import FIELDS, IndexFileError, encode_table, shard_keys
 from readers.manifest import MANIFEST_NAME, Manifest
@@ -89,6 +91,9 @@ def test_readers_open_and_read_records_without_any_index_file(full, tmp_path):
         os.rename(out / name, hidden / name)
     ds = readers.open(out)  # the manifest alone
     assert ds.splits == {"train": 10, "val": 4}
+    described = describe(out)  # inspect reads no index file either
+    assert described["totals"]["samples"] == 14
+    assert described["totals"]["source_bytes"] == sum(p.stat().st_size for p in src.rglob("*.png"))
     assert {split: [r.key for r in ds.records(split)] for split in ds.splits} == expected
     with pytest.raises(IndexFileError, match=r"\.idx\.npy of shard train-\d{5}\.tfrecord is missing"):
         ds.keys("train")
@@ -124,6 +129,34 @@ def test_a_run_with_nothing_new_touches_no_index_file_and_a_touched_source_only_
     row = next(s for s in readers.index.shard_samples(str(out), next(
         sh for _, sh in Manifest.load(out).iter_shards() if sh.file == owner)) if s.key == key)
     assert row.image.mtime_ns == image.stat().st_mtime_ns
+    assert_whole(out, source_keys(src))
+
+
+def test_a_touched_source_in_a_rewritten_shard_keeps_its_new_mtime(full, tmp_path):
+    """--on-change replace rewrites a shard; another source of that shard was only touched:
+    the rewritten shard's index holds the touched file's new mtime (and the replaced one's new digest)."""
+    from PIL import Image
+
+    src, out = link_samples(full, tmp_path / "src", all_pairs(full)), tmp_path / "out"
+    assert run_cli(convert_args(src, out)) == 0  # one shard per split
+    changed, touched = sorted(k for k in source_keys(src) if k.startswith("train/"))[:2]
+    for key in (changed, touched):  # hard links into `full`: make them files of their own first
+        data = (src / key).read_bytes()
+        (src / key).unlink()
+        (src / key).write_bytes(data)
+    with Image.open(src / changed) as im:
+        Image.fromarray(255 - np.asarray(im.convert("RGB"))).save(src / changed)
+    image = src / touched
+    os.utime(image, ns=(image.stat().st_atime_ns, image.stat().st_mtime_ns + 10**9))
+    assert run_cli(convert_args(src, out, "--on-change", "replace")) == 0
+    m = Manifest.load(out)
+    assert m.history[-1]["replaced"] == 1 and m.history[-1]["added"] == 0
+    rows = {s.key: s for _, sh in m.iter_shards() for s in readers.index.shard_samples(str(out), sh)}
+    assert rows[touched].image.mtime_ns == image.stat().st_mtime_ns
+    assert rows[changed].image.size == (src / changed).stat().st_size
+    assert rows[changed].image.mtime_ns == (src / changed).stat().st_mtime_ns
+    assert run_cli(convert_args(src, out)) == 0  # and the next run finds nothing new
+    assert Manifest.load(out).history == m.history
     assert_whole(out, source_keys(src))
 
 
