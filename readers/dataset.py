@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import numpy as np
 
-from readers.errors import FIX_HINT, ShardError, shard_error
+from readers.errors import FIX_HINT, ShardError, describe, shard_error
+from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
 from readers.formats import FileFormat, check_compression
 from readers.formats._allocator import tune_allocator
 from readers.formats.pipeline import PipelineOptions
@@ -74,13 +75,14 @@ class Dataset:
         self._adapter = get_adapter(fmt)
         self._spec = RecordSpec.from_manifest(self._manifest, where)
         self._refs: dict[str, list[ShardRef]] = {}
+        real_root = os.path.realpath(self._path)
         for split, split_entry in self._manifest.splits.items():
             refs = []
             for position, entry in enumerate(split_entry.shards):
                 shard_path = os.path.normpath(os.path.join(self._path, entry.file))
                 if os.path.commonpath([self._path, shard_path]) != self._path:
                     raise ManifestError(f"{where}: shard file {entry.file!r} points outside the dataset folder.")
-                _check_shard_file(shard_path, entry.bytes)
+                _check_shard_file(shard_path, entry.bytes, real_root)
                 refs.append(ShardRef(shard_path, entry, position))
             self._refs[split] = refs
 
@@ -387,15 +389,26 @@ def _check_sharding(num: Any, index: Any, num_name: str, index_name: str) -> Non
         raise ValueError(f"{index_name} must be an integer in [0, {num}). Received: {index_name}={index!r}")
 
 
-def _check_shard_file(path: str, expected: int) -> None:
+def _check_shard_file(path: str, expected: int, real_root: str) -> None:
+    """The shard exists, is a regular file inside the dataset folder (symlinks resolved),
+    can be opened and has the manifest's size."""
     try:
-        size = os.stat(path).st_size
+        check_inside(real_root, path)
+        fd = open_regular(path)
     except FileNotFoundError:
         raise FileNotFoundError(
             f"Shard file {path} is missing (the manifest lists it with {expected} bytes). {FIX_HINT}"
         ) from None
-    if not os.access(path, os.R_OK):
-        raise PermissionError(f"Shard file {path} is not readable by this process. Fix its permissions.")
+    except PermissionError:
+        raise PermissionError(f"Shard file {path} is not readable by this process. Fix its permissions.") from None
+    except (NotRegularFileError, OutsideDatasetError) as e:
+        raise ShardError(f"Shard file {e}. {FIX_HINT}", path=path) from e
+    except OSError as e:
+        raise ShardError(f"Shard file {path} cannot be opened ({describe(e)}). {FIX_HINT}", path=path) from e
+    try:
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
     if size != expected:
         raise ShardError(
             f"Shard file {path} has the wrong size: expected {expected} bytes (from the manifest). "

@@ -88,6 +88,211 @@ def _check_relative(name: str, what: str, manifest_path: str) -> str:
     return name
 
 
+# -- the schema, checked in one place ------------------------------------------------------------
+#: Limits a manifest's values must keep. A damaged or hostile manifest that claims more
+#: is refused by `validate` before anything is allocated or read.
+MAX_IMAGE_SIDE = 1 << 16            # pixels per side (PNG allows more; no training image has it)
+MAX_RECORD_BYTES = (1 << 31) - 1    # image (or one-hot mask) bytes of one record: a TFRecord/protobuf limit
+MAX_CLASSES = 65535                 # uint16 class maps keep 65535 for the ignore index
+MAX_COUNT = (1 << 63) - 1           # records, bytes, pixel counts: int64
+MAX_MANIFEST_BYTES = 1 << 30        # the JSON document (about 300 bytes per sample)
+MAX_INT_DIGITS = 20                 # an int64 in JSON (a 5000-digit integer is refused before int())
+IMAGE_CHANNELS = (1, 3)
+
+
+#: The fix every schema error ends with.
+MANIFEST_FIX = ("The manifest is damaged: restore imgshard.json from a backup, or convert again with "
+                "`imgshard convert SRC OUT --rebuild`.")
+
+
+def _where(path: str, at: str) -> str:
+    return f"{path}: {at}" if at else path
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _need_int(value: Any, at: str, path: str, lo: int = 0, hi: int = MAX_COUNT) -> None:
+    if not _is_int(value) or not lo <= value <= hi:
+        raise ManifestError(f"{_where(path, at)} must be an integer in [{lo}, {hi}]. Received: {value!r:.80}. "
+                            + MANIFEST_FIX)
+
+
+def _need(ok: bool, at: str, path: str, expected: str, value: Any) -> None:
+    if not ok:
+        raise ManifestError(f"{_where(path, at)} must be {expected}. Received: {value!r:.80}. " + MANIFEST_FIX)
+
+
+def _need_dict(value: Any, at: str, path: str, required: Sequence[str] = ()) -> Mapping:
+    _need(isinstance(value, dict), at, path, "an object", value)
+    missing = [k for k in required if k not in value]
+    if missing:
+        raise ManifestError(f"{_where(path, at)} lacks {', '.join(map(repr, missing))}. Received keys: "
+                            f"{sorted(value)[:20]}. " + MANIFEST_FIX)
+    return value
+
+
+def _need_ints(value: Any, at: str, path: str) -> None:
+    _need(isinstance(value, list), at, path, "a list of integers", value)
+    for i, v in enumerate(value):
+        _need_int(v, f"{at}[{i}]", path)
+
+
+def _validate_fingerprint(d: Any, at: str, path: str) -> None:
+    _need_dict(d, at, path, ("path", "size", "mtime_ns"))
+    _need(isinstance(d["path"], str), f"{at}.path", path, "a string", d["path"])
+    _need_int(d["size"], f"{at}.size", path)
+    _need_int(d["mtime_ns"], f"{at}.mtime_ns", path, -MAX_COUNT - 1)
+    digest = d.get("digest", d.get("sha256"))  # version 1: "sha256"
+    _need(isinstance(digest, str), f"{at}.digest", path, "a string", digest)
+
+
+def _validate_shard(d: Any, at: str, path: str) -> None:
+    _need_dict(d, at, path, ("file", "records", "bytes"))
+    _check_relative(d["file"], f"{at}.file", path)
+    for name in ("records", "bytes", "ignore_pixels"):
+        if name in d:
+            _need_int(d[name], f"{at}.{name}", path)
+    digest = d.get("digest", d.get("sha256"))  # version 1: "sha256"
+    _need(isinstance(digest, str), f"{at}.digest", path, "a string", digest)
+    for name in ("class_pixels", "class_images"):
+        if name in d:
+            _need_ints(d[name], f"{at}.{name}", path)
+    samples = d.get("samples", [])
+    _need(isinstance(samples, list), f"{at}.samples", path, "a list", samples)
+    for i, sample in enumerate(samples):
+        where = f"{at}.samples[{i}]"
+        _need_dict(sample, where, path, ("key", "image"))
+        _need(isinstance(sample["key"], str), f"{where}.key", path, "a string", sample["key"])
+        _validate_fingerprint(sample["image"], f"{where}.image", path)
+        if sample.get("mask") is not None:
+            _validate_fingerprint(sample["mask"], f"{where}.mask", path)
+        if sample.get("label") is not None:
+            _need_int(sample["label"], f"{where}.label", path, 0, MAX_CLASSES - 1)
+
+
+def _validate_image(image: Any, mask: Any, num_classes: int, path: str) -> None:
+    _need_dict(image, "image", path, ("height", "width"))
+    _need_int(image["height"], "image.height", path, 1, MAX_IMAGE_SIDE)
+    _need_int(image["width"], "image.width", path, 1, MAX_IMAGE_SIDE)
+    channels = image.get("channels", 3)
+    _need(_is_int(channels) and channels in IMAGE_CHANNELS, "image.channels", path,
+          f"one of {IMAGE_CHANNELS}", channels)
+    pixels = image["height"] * image["width"]
+    _need(pixels * channels <= MAX_RECORD_BYTES, "image", path,
+          f"at most {MAX_RECORD_BYTES} bytes per record", f"{image['height']}x{image['width']}x{channels}")
+    if mask is None:
+        return
+    _need_dict(mask, "mask", path)
+    if mask.get("ignore_index") is not None:
+        _need_int(mask["ignore_index"], "mask.ignore_index", path, 0, MAX_CLASSES)
+    if mask.get("encoding") == "onehot":
+        _need(pixels * num_classes <= MAX_RECORD_BYTES, "mask", path,
+              f"at most {MAX_RECORD_BYTES} bytes per one-hot record", f"{pixels} pixels x {num_classes} classes")
+
+
+def _validate_classes(classes: Any, path: str) -> None:
+    _need(isinstance(classes, list) and len(classes) <= MAX_CLASSES, "classes", path,
+          f"a list of at most {MAX_CLASSES} classes", type(classes).__name__)
+    for i, c in enumerate(classes):
+        _need_dict(c, f"classes[{i}]", path, ("name",))
+        _need(isinstance(c["name"], str), f"classes[{i}].name", path, "a string", c["name"])
+        color = c.get("color")
+        if color is not None:
+            _need(isinstance(color, list) and len(color) == 3 and all(_is_int(v) and 0 <= v <= 255 for v in color),
+                  f"classes[{i}].color", path, "[r, g, b] with integers in [0, 255]", color)
+
+
+def validate(d: Any, path: str = MANIFEST_NAME) -> None:
+    """Check a parsed manifest document against the schema; raise `ManifestError` naming
+    the manifest, the field, what was expected and what was received.
+
+    Types (integers are JSON integers, never strings, floats or booleans), ranges (counts
+    >= 0 and within int64, image sides in [1, `MAX_IMAGE_SIDE`], channels 1 or 3, at most
+    `MAX_RECORD_BYTES` per record, class colours in [0, 255]) and relative shard names.
+    Everything that reads a manifest goes through here (`Manifest.from_json`).
+    """
+    _need_dict(d, "", path, ("imgshard_manifest", "task", "format", "image", "classes", "splits"))
+    version = d["imgshard_manifest"]
+    if not _is_int(version) or version not in READABLE_VERSIONS:
+        raise ManifestError(
+            f"{path} has manifest version {version!r:.40}; this imgshard reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}. Upgrade imgshard, or re-convert with --rebuild."
+        )
+    _need(d["task"] in TASKS, "task", path, f"one of {TASKS}", d["task"])
+    for name in ("format", "compression", "tool_version"):
+        if name in d:
+            _need(isinstance(d[name], str), name, path, "a string", d[name])
+    for name in ("options",):
+        if name in d:
+            _need_dict(d[name], name, path)
+    _need(isinstance(d.get("history", []), list), "history", path, "a list", d.get("history"))
+    _validate_classes(d["classes"], path)
+    _need(d.get("mask") is None or isinstance(d["mask"], dict), "mask", path, "an object or null", d.get("mask"))
+    _validate_image(d["image"], d.get("mask"), len(d["classes"]), path)
+    _need_dict(d["splits"], "splits", path)
+    for name, split in d["splits"].items():
+        _check_relative(name, "split name", path)
+        _need_dict(split, f"splits.{name}", path)
+        if "next_shard_index" in split:
+            _need_int(split["next_shard_index"], f"splits.{name}.next_shard_index", path)
+        shards = split.get("shards", [])
+        _need(isinstance(shards, list), f"splits.{name}.shards", path, "a list", shards)
+        for i, shard in enumerate(shards):
+            _validate_shard(shard, f"splits.{name}.shards[{i}]", path)
+
+
+def _refuse_number(text: str) -> Any:
+    raise ValueError(f"the number {text[:40]} is not allowed in a manifest (NaN, infinity or out of range)")
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits ({text[:20]}...) is out of range")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        _refuse_number(text)
+    return value
+
+
+def read_manifest_json(path: str) -> Any:
+    """Parse the manifest file at `path` (a regular file, at most `MAX_MANIFEST_BYTES`).
+
+    Raises `ManifestError` naming the file for anything that is not a sane JSON
+    document: not a regular file (a folder, a FIFO), too large, not UTF-8, not JSON,
+    nested too deeply, NaN/infinite numbers, integers with more than `MAX_INT_DIGITS`
+    digits. A missing file raises `FileNotFoundError`.
+    """
+    from readers.files import open_regular_file
+
+    try:
+        with open_regular_file(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_MANIFEST_BYTES:
+                raise ManifestError(f"{path} is {size} bytes, more than a manifest may hold "
+                                    f"({MAX_MANIFEST_BYTES}); it is not an imgshard manifest.")
+            text = f.read(MAX_MANIFEST_BYTES + 1).decode("utf-8")
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise ManifestError(f"{path} cannot be read ({type(e).__name__}: {e}); the dataset cannot be opened.") from e
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{path} is not valid UTF-8 ({e}); the dataset cannot be opened. "
+                            + MANIFEST_FIX) from e
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_number)
+    except RecursionError as e:
+        raise ManifestError(f"{path} is nested too deeply to be a manifest; the dataset cannot be opened. "
+                            + MANIFEST_FIX) from e
+    except ValueError as e:  # json.JSONDecodeError is a ValueError too
+        raise ManifestError(f"{path} is not valid JSON ({e}); the dataset cannot be opened. " + MANIFEST_FIX) from e
+
+
 @dataclass(frozen=True)
 class ClassInfo:
     name: str
@@ -358,16 +563,10 @@ class Manifest:
     def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME) -> "Manifest":
         if not isinstance(d, Mapping) or "imgshard_manifest" not in d:
             raise ManifestError(f"{manifest_path} is not an imgshard manifest (no 'imgshard_manifest' key).")
+        validate(d, manifest_path)
         version = d["imgshard_manifest"]
-        if version not in READABLE_VERSIONS:
-            raise ManifestError(
-                f"{manifest_path} has manifest version {version!r}; this imgshard reads versions "
-                f"{', '.join(map(str, READABLE_VERSIONS))}. Upgrade imgshard, or re-convert with --rebuild."
-            )
         try:
             task = d["task"]
-            if task not in TASKS:
-                raise ManifestError(f"{manifest_path}: task must be one of {TASKS}. Received: {task!r}")
             splits = {}
             for name, s in d["splits"].items():
                 _check_relative(name, "split name", manifest_path)
@@ -396,16 +595,12 @@ class Manifest:
         path = os.fspath(root)
         if os.path.isdir(path):
             path = os.path.join(path, MANIFEST_NAME)
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             raise FileNotFoundError(
                 f"No imgshard dataset at {os.fspath(root)!r}: {MANIFEST_NAME} not found. "
                 "Run `imgshard convert SRC OUT` first, or pass the folder that holds the manifest."
             )
-        try:
-            with open(path, "rb") as f:
-                data = json.loads(f.read().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ManifestError(f"{path} is not valid JSON ({e}); the dataset cannot be opened.") from e
+        data = read_manifest_json(path)
         return cls.from_json(data, path)
 
     def replace(self, **changes: Any) -> "Manifest":
@@ -431,4 +626,6 @@ __all__ = [
     "SourceFingerprint",
     "SplitEntry",
     "empty_splits",
+    "read_manifest_json",
+    "validate",
 ]

@@ -10,8 +10,10 @@ and the ignore share add up to 100%. For classification the share is of records.
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
+from readers.files import NotRegularFileError, check_inside, kind_of
 from readers.manifest import MANIFEST_NAME, Manifest
 from readers.tasks import task_kind
 
@@ -25,6 +27,17 @@ def _hex(color) -> str | None:
 
 def _pct(n: int, total: int) -> float:
     return round(100.0 * n / total, 4) if total else 0.0
+
+
+def _shard_size(root: str, name: str) -> int:
+    """Size of shard `name` (stat only, nothing read); `OSError` when it is not a regular
+    file inside `root` (symlinks resolved)."""
+    path = os.path.join(root, name)
+    check_inside(root, path)
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFileError(f"{path} is {kind_of(st.st_mode)}, not a regular file")
+    return st.st_size
 
 
 def describe(path: str | os.PathLike) -> dict[str, Any]:
@@ -43,9 +56,12 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
         problems = []
         for shard in entry.shards:
             try:
-                size = os.stat(os.path.join(root, shard.file)).st_size
+                size = _shard_size(root, shard.file)
             except FileNotFoundError:
                 problems.append(f"{shard.file}: missing")
+                continue
+            except OSError as e:  # not a regular file, outside the folder, unreadable
+                problems.append(f"{shard.file}: {str(e).replace(os.path.join(root, shard.file), 'it', 1)}")
                 continue
             on_disk += size
             if size != shard.bytes:

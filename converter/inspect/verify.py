@@ -45,6 +45,7 @@ import numpy as np
 from converter.fsutil import TMP_PREFIX
 from converter.plan.fingerprint import algorithm_of, digest_bytes, digest_file
 from readers.errors import describe
+from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
 from readers.formats import FileFormat, check_compression
 from readers.formats.base import CountError
 from readers.formats.spec import Record, RecordSpec, ShardRef
@@ -252,11 +253,13 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
         return Problem(entry.file, text, record, split)
 
     try:
-        size = os.stat(path).st_size
+        size = _regular_size(root, path)
     except FileNotFoundError:
         return [problem("missing: the manifest lists it but the file does not exist")]
+    except (NotRegularFileError, OutsideDatasetError) as e:
+        return [problem(str(e).replace(path, "it", 1))]
     except OSError as e:
-        return [problem(f"cannot stat it ({describe(e)})")]
+        return [problem(f"cannot open it ({describe(e)})")]
     out: list[Problem] = []
     if size != entry.bytes:
         cut = " (truncated)" if size < entry.bytes else ""
@@ -282,6 +285,17 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
     if deep and record_problem is None and count == entry.records:  # else the broken record is named already
         out.extend(problem(p.problem, p.record) for p in _deep(path, split, entry, fmt, spec, keys))
     return out
+
+
+def _regular_size(root: str, path: str) -> int:
+    """The size of shard `path`, a regular file inside `root` (symlinks resolved); raises
+    `OSError` (`NotRegularFileError`, `OutsideDatasetError`, `FileNotFoundError`, ...)."""
+    check_inside(root, path)
+    fd = open_regular(path)
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _count(path: str, fmt: FileFormat, spec: RecordSpec, *, check_crc: bool) -> tuple[int | None, Problem | None]:
@@ -386,7 +400,10 @@ def _class_counts(record: Record, spec: RecordSpec) -> tuple[np.ndarray, int]:
 
 
 def format_report(report: VerifyReport) -> str:
-    """Human-readable lines: one per error and warning, then a verdict."""
+    """Human-readable lines: one per error and warning, then a verdict (one line when the
+    manifest itself cannot be read: there is nothing else to report)."""
+    if report.shards == 0 and len(report.errors) == 1 and report.errors[0].file == MANIFEST_NAME:
+        return f"FAILED: {report.errors[0].problem}"
     lines = [f"error: {p}" for p in report.errors] + [f"warning: {p}" for p in report.warnings]
     what = "size, digest, record count" + (", every record decoded" if report.deep else "")
     if report.ok:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import collections
 import ctypes
+import math
 import mmap
 import os
 import re
@@ -30,7 +31,7 @@ import threading
 import weakref
 import zipfile
 import zlib
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -39,7 +40,8 @@ try:  # optional: Intel ISA-L, a drop-in for zlib's inflate and crc32, several t
 except ImportError:  # pragma: no cover - exercised only without isal
     _inflater = zlib
 
-from readers.errors import ShardError, shard_error
+from readers.errors import FIX_HINT, ShardError, shard_error
+from readers.files import open_regular_file
 from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, FileFormat
 from readers.formats.base import CountError, FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
 from readers.formats.pipeline import PipelineOptions
@@ -119,7 +121,9 @@ def _npy_layout(buf: Any, start: int, end: int, member: str, path: str) -> _NpyA
         raise shard_error(path, f"member {member!r} has a malformed .npy header ({e})") from e
     if dtype.hasobject:
         raise shard_error(path, f"member {member!r} holds Python objects ({dtype}); pickled data is never loaded")
-    count = int(np.prod(shape)) if shape else 1
+    if any(d < 0 for d in shape):
+        raise shard_error(path, f"member {member!r} has a negative dimension in its .npy shape {shape}")
+    count = math.prod(shape)  # Python integers: no int64 overflow for a hostile shape
     offset = hstart + hlen
     if offset + count * dtype.itemsize > end:
         raise shard_error(path, f"member {member!r} is shorter than its header says ({shape} {dtype})")
@@ -127,7 +131,7 @@ def _npy_layout(buf: Any, start: int, end: int, member: str, path: str) -> _NpyA
 
 
 def _view_npy(buf: Any, npy: _NpyArray) -> np.ndarray:
-    count = int(np.prod(npy.shape)) if npy.shape else 1
+    count = math.prod(npy.shape)
     arr = np.frombuffer(buf, dtype=npy.dtype, count=count, offset=npy.offset)
     if npy.fortran:
         return arr.reshape(npy.shape[::-1]).transpose()
@@ -195,32 +199,47 @@ def _inflate_member(fd: int, start: int, info: zipfile.ZipInfo, path: str, check
     inflater = _inflater.decompressobj(-15)  # ISA-L when `isal` is installed (imgshard[fast])
     view = memoryview(raw)
     pos = crc = 0
-    step = INFLATE_CHUNK_BYTES
     try:
-        for at in range(0, len(raw), step):
-            piece = inflater.decompress(view[at:at + step], 4 * step)
-            while True:
-                if pos + len(piece) > len(out):
-                    raise shard_error(path, f"member {info.filename!r} inflates past its size {info.file_size}")
-                out[pos:pos + len(piece)] = np.frombuffer(piece, np.uint8)
-                pos += len(piece)
-                if check_crc:
-                    crc = _inflater.crc32(piece, crc)
-                if not inflater.unconsumed_tail:
-                    break
-                piece = inflater.decompress(inflater.unconsumed_tail, 4 * step)
-        tail = inflater.flush()
+        for piece in _inflated_pieces(inflater, view, INFLATE_CHUNK_BYTES):
+            if pos + len(piece) > len(out):
+                raise shard_error(path, f"member {info.filename!r} inflates past its size {info.file_size}")
+            out[pos:pos + len(piece)] = np.frombuffer(piece, np.uint8)
+            pos += len(piece)
+            if check_crc:
+                crc = _inflater.crc32(piece, crc)
     except (zlib.error, _inflater.error) as e:
         raise shard_error(path, f"member {info.filename!r} does not inflate ({e})") from e
     finally:
         view.release()
-    if tail or pos != info.file_size or not inflater.eof:
-        raise shard_error(
-            path, f"member {info.filename!r} inflates to {pos + len(tail)} bytes, expected {info.file_size}"
-        )
+    if not inflater.eof:
+        raise shard_error(path, f"member {info.filename!r} ends inside its deflate stream "
+                                f"(inflated {pos} of {info.file_size} bytes)")
+    if pos != info.file_size:
+        raise shard_error(path, f"member {info.filename!r} inflates to {pos} bytes, expected {info.file_size}")
     if check_crc and crc != info.CRC:
         raise shard_error(path, f"CRC-32 mismatch in member {info.filename!r}")
     return out
+
+
+def _inflated_pieces(inflater: Any, view: memoryview, step: int) -> Iterator[bytes]:
+    """The output of inflating `view`, in pieces of at most 4 x `step` bytes.
+
+    Each call's output is bounded, so a member that inflates to far more than it claims
+    never allocates more than one piece. When the input is all consumed but the stream
+    has not ended, the inflater is asked again with no input: ISA-L keeps the last bytes
+    of a stream back when a call's output reached its limit exactly, and hands them
+    out only on a further call (`flush()` would return them unbounded).
+    """
+    limit = 4 * step
+    for at in range(0, len(view), step):
+        yield inflater.decompress(view[at:at + step], limit)
+        while inflater.unconsumed_tail:
+            yield inflater.decompress(inflater.unconsumed_tail, limit)
+    while not inflater.eof:
+        piece = inflater.decompress(b"", limit)
+        if not piece:
+            return
+        yield piece
 
 
 def _map(fd: int) -> mmap.mmap:
@@ -229,7 +248,8 @@ def _map(fd: int) -> mmap.mmap:
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
-def read_npz(path: str, names: Sequence[str], *, check_crc: "bool | str" = True) -> dict[str, np.ndarray]:
+def read_npz(path: str, names: Sequence[str], *, check_crc: "bool | str" = True,
+             max_bytes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """Read members `names` (without ".npy") of an uncompressed or deflated npz file.
 
     Raises `ShardError` naming the file for any damage (bad zip, CRC mismatch, missing
@@ -237,14 +257,19 @@ def read_npz(path: str, names: Sequence[str], *, check_crc: "bool | str" = True)
     `readers.formats.base.CRC_POLICY`). With "once", a file this process has already
     read and verified (same size, mtime and inode) is read from the layout remembered
     then: no zip directory, no .npy headers, no CRC pass (`_LAYOUTS`).
+
+    Every size the zip directory and local headers claim is checked against the file's
+    size, and a member's inflated size against `max_bytes[name]` (the most its .npy
+    document may hold, see `member_limits`), before anything is allocated: a damaged
+    directory claiming a 4 GB member is a `ShardError`, not a 4 GB allocation.
     """
     with naming_shard(path):
-        with open(path, "rb") as f:
+        with open_regular_file(path) as f:
             check_crc, verified_key = crc_due(path, os.fstat(f.fileno()), check_crc)
             layout = _LAYOUTS.get(verified_key) if verified_key is not None and not check_crc else None
             if layout is not None and all(name in layout for name in names):
                 return _read_known(f, path, names, layout)
-            out, found = _read_parsed(f, path, names, check_crc)
+            out, found = _read_parsed(f, path, names, check_crc, max_bytes or {})
         if check_crc:
             mark_verified(verified_key)
         if verified_key is not None:  # also after `_LAYOUTS` was cleared: verified, layout forgotten
@@ -289,7 +314,7 @@ def _read_known(f: Any, path: str, names: Sequence[str], layout: dict[str, _Memb
     return out
 
 
-def _read_parsed(f: Any, path: str, names: Sequence[str], check_crc: bool
+def _read_parsed(f: Any, path: str, names: Sequence[str], check_crc: bool, max_bytes: Mapping[str, int]
                  ) -> tuple[dict[str, np.ndarray], dict[str, _Member]]:
     """Read `names` through the zip directory and the .npy headers; also returns where
     each member lies (for `_LAYOUTS`)."""
@@ -298,6 +323,7 @@ def _read_parsed(f: Any, path: str, names: Sequence[str], check_crc: bool
     except zipfile.BadZipFile as e:
         raise shard_error(path, f"not a valid zip/npz file ({e})") from e
     infos = {info.filename: info for info in zf.infolist()}
+    file_size = os.fstat(f.fileno()).st_size
     mapped: mmap.mmap | None = None
     out: dict[str, np.ndarray] = {}
     found: dict[str, _Member] = {}
@@ -311,6 +337,7 @@ def _read_parsed(f: Any, path: str, names: Sequence[str], check_crc: bool
                               offset=info.header_offset)
         fields = _LOCAL_HEADER.unpack(header)
         start = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
+        check_member_sizes(path, info, start, file_size, max_bytes.get(name))
         if info.compress_type == zipfile.ZIP_STORED:
             if mapped is None:
                 mapped = _map(f.fileno())
@@ -336,11 +363,52 @@ def _read_parsed(f: Any, path: str, names: Sequence[str], check_crc: bool
     return out, found
 
 
+#: Most bytes a .npy header takes (`_npy_layout` refuses longer ones): magic, version, length, text.
+NPY_HEADER_MAX_BYTES = 12 + (1 << 16)
+#: Most bytes one deflated byte can inflate to (deflate's limit is about 1032:1).
+DEFLATE_MAX_RATIO = 1032
+#: Characters of a key when the manifest lists none to measure (a path: PATH_MAX).
+KEY_MAX_CHARS = 4096
+
+
+def check_member_sizes(path: str, info: zipfile.ZipInfo, start: int, file_size: int, limit: int | None) -> None:
+    """Refuse sizes the zip directory claims that the file or the manifest cannot back,
+    before a buffer of that size is allocated (`start`: where the member's data begins,
+    or a lower bound of it; `limit`: see `member_limits`). Raises `ShardError`."""
+    name = info.filename
+    if start + info.compress_size > file_size:
+        raise shard_error(path, f"member {name!r} claims {info.compress_size} bytes at offset {start}, past the "
+                                f"end of the {file_size}-byte file (a damaged zip directory)")
+    if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+        raise shard_error(path, f"stored member {name!r} claims {info.file_size} bytes but stores "
+                                f"{info.compress_size} (a damaged zip directory)")
+    if info.file_size > DEFLATE_MAX_RATIO * info.compress_size + 1024:
+        raise shard_error(path, f"member {name!r} claims {info.file_size} bytes from {info.compress_size} "
+                                "compressed bytes, more than deflate can produce (a damaged zip directory)")
+    if limit is not None and info.file_size > limit:
+        raise shard_error(path, f"member {name!r} claims {info.file_size} bytes, more than the {limit} the "
+                                "manifest's record count and shape allow (a damaged zip directory or manifest)")
+
+
+def member_limits(shard: ShardRef, spec: RecordSpec) -> dict[str, int]:
+    """The most bytes each member's .npy document may hold, from the manifest: records x
+    the record shape, keys at the manifest's longest key (4 bytes per character), plus
+    the largest header."""
+    n = shard.records
+    keys = shard.entry.keys
+    key_chars = max((len(k) for k in keys), default=0) if keys else KEY_MAX_CHARS
+    target = (spec.kind.npz_member,
+              math.prod(spec.mask_shape) * spec.mask_np_dtype.itemsize if spec.segmentation else 8)
+    per_record = {NPZ_IMAGES: math.prod(spec.image_shape), target[0]: target[1], NPZ_KEYS: 4 * max(key_chars, 1)}
+    return {name: n * size + NPY_HEADER_MAX_BYTES for name, size in per_record.items()}
+
+
 def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = True) -> NpzShard:
     """Read and check one shard against the manifest."""
     path = shard.path
     target_name = spec.kind.npz_member
-    arrays = read_npz(path, [NPZ_IMAGES, target_name, NPZ_KEYS], check_crc=check_crc)
+    arrays = read_npz(path, [NPZ_IMAGES, target_name, NPZ_KEYS], check_crc=check_crc,
+                      max_bytes=member_limits(shard, spec))
     images, targets, keys = arrays[NPZ_IMAGES], arrays[target_name], arrays[NPZ_KEYS]
     n = shard.records
     expected = {
@@ -365,25 +433,43 @@ def _load_for_training(shard: ShardRef, spec: RecordSpec) -> NpzShard:
     return load_shard(shard, spec, check_crc="once")
 
 
+def _check_claims(path: str, info: zipfile.ZipInfo, file_size: int) -> None:
+    """`check_member_sizes` (without the manifest's limit) as a `CountError`."""
+    try:
+        check_member_sizes(path, info, info.header_offset, file_size, None)
+    except ShardError as e:
+        raise CountError(str(e).split(": ", 1)[1].replace(" " + FIX_HINT, "")) from e
+
+
 def count_npz_records(path: str, spec: RecordSpec) -> int:
     """Records of an NPZ shard from its members' .npy headers (no data read, nothing unpickled)."""
     target = spec.kind.npz_member
     want = {NPZ_IMAGES: (spec.image_shape, np.dtype(np.uint8)), NPZ_KEYS: ((), None),
             target: ((spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else ((), None))}
     counts = {}
-    with zipfile.ZipFile(path) as zf:
+    with open_regular_file(path) as raw, zipfile.ZipFile(raw) as zf:
         names = set(zf.namelist())
+        file_size = os.fstat(raw.fileno()).st_size
         for member, (shape, dtype) in want.items():
             if member + ".npy" not in names:
                 raise CountError(f"member {member}.npy is missing; it holds {sorted(names)}")
-            with zf.open(member + ".npy") as f:
+            info = zf.getinfo(member + ".npy")
+            _check_claims(path, info, file_size)
+            with zf.open(info) as f:
                 version = np.lib.format.read_magic(f)
                 header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                           else np.lib.format.read_array_header_2_0)
                 got_shape, _, got_dtype = header(f)
+                header_bytes = f.tell()
+            if any(d < 0 for d in got_shape):
+                raise CountError(f"member {member}.npy has a negative dimension in its shape {got_shape}")
             if got_dtype.hasobject:
                 raise CountError(f"member {member}.npy holds Python objects ({got_dtype}); "
                              "pickled data is never loaded")
+            if info.file_size != header_bytes + math.prod(got_shape) * got_dtype.itemsize:
+                raise CountError(f"member {member}.npy claims {info.file_size} bytes in the zip directory, its "
+                                 f".npy header {got_shape} {got_dtype} implies "
+                                 f"{header_bytes + math.prod(got_shape) * got_dtype.itemsize}")
             if got_shape[1:] != tuple(shape) or (dtype is not None and got_dtype != dtype):
                 raise CountError(f"member {member}.npy is {got_shape} {got_dtype}, the manifest implies "
                              f"(N, {', '.join(map(str, shape))}) {dtype if dtype is not None else ''}")
@@ -473,5 +559,5 @@ class NpzRandomAccess(RandomAccessShard):
 
 ADAPTER = NpzAdapter()
 
-__all__ = ["ADAPTER", "CACHE_BYTES", "NpzAdapter", "NpzRandomAccess", "NpzShard", "ShardError", "load_shard",
-           "read_npz"]
+__all__ = ["ADAPTER", "CACHE_BYTES", "NpzAdapter", "NpzRandomAccess", "NpzShard", "ShardError",
+           "check_member_sizes", "load_shard", "member_limits", "read_npz"]

@@ -8,15 +8,16 @@ TensorFlow's own reader and parses whole batches at once.
 from __future__ import annotations
 
 import collections
-import gzip
 import os
 import struct
 import threading
+import zlib
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from readers.errors import FIX_HINT, describe, shard_error
+from readers.files import open_regular, open_regular_file
 from readers.formats import (
     FEATURE_HEIGHT,
     FEATURE_IMAGE,
@@ -291,7 +292,7 @@ def load_mapped(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = 
 
     path = shard.path
     with naming_shard(path):
-        with open(path, "rb") as f:
+        with open_regular_file(path) as f:
             st = os.fstat(f.fileno())
             check_crc, verified_key = crc_due(path, st, check_crc)
             size = st.st_size
@@ -445,6 +446,38 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
     return parse
 
 
+#: Bytes per record beyond the image and mask: framing (16), protobuf tags, lengths and
+#: feature names, height, width, label (well under 512).
+RECORD_OVERHEAD_BYTES = 512
+
+
+def gzip_limit(shard: ShardRef, spec: RecordSpec) -> int:
+    """The most bytes a gzip shard may inflate to: its manifest records at full size (image,
+    mask, the manifest's longest key in UTF-8, or 16 KiB when none is listed, and overhead)."""
+    keys = shard.entry.keys
+    key_bytes = max((len(k.encode("utf-8")) for k in keys), default=0) if keys else 16 << 10
+    mask_bytes = int(np.prod(spec.mask_shape)) * spec.mask_np_dtype.itemsize if spec.segmentation else 0
+    return shard.records * (int(np.prod(spec.image_shape)) + mask_bytes + key_bytes + RECORD_OVERHEAD_BYTES)
+
+
+def gunzip_bounded(data: bytes, limit: int, path: str) -> bytes:
+    """`gzip.decompress(data)` (members concatenated) that refuses to inflate past `limit`
+    bytes: a damaged or hostile stream is a `ShardError`, not an unbounded allocation."""
+    out: list[bytes] = []
+    total = 0
+    while data:
+        inflater = zlib.decompressobj(31)
+        piece = inflater.decompress(data, limit - total + 1)
+        total += len(piece)
+        if total > limit:
+            raise shard_error(path, f"the gzip stream inflates past {limit} bytes, more than its records can hold")
+        if not inflater.eof:
+            raise shard_error(path, "the gzip stream is truncated")
+        out.append(piece)
+        data = inflater.unused_data.lstrip(b"\0")  # gzip allows zero padding between members
+    return b"".join(out)
+
+
 class TFRecordRandomAccess(RandomAccessShard):
     """Records of one TFRecord shard by index.
 
@@ -512,7 +545,8 @@ class TFRecordRandomAccess(RandomAccessShard):
 
     def _file(self) -> int:
         if self._fd is None or self._pid != os.getpid():
-            self._fd = os.open(self.shard.path, os.O_RDONLY)
+            with naming_shard(self.shard.path):
+                self._fd = open_regular(self.shard.path)
             self._pid = os.getpid()
         return self._fd
 
@@ -525,8 +559,8 @@ class TFRecordRandomAccess(RandomAccessShard):
                 cache.move_to_end(path)
                 return data
         with naming_shard(path):
-            with open(path, "rb") as f:
-                data = gzip.decompress(f.read())
+            with open_regular_file(path) as f:
+                data = gunzip_bounded(f.read(), gzip_limit(self.shard, self.spec), path)
         with TFRecordRandomAccess._gzip_lock:
             cache[path] = data
             total = sum(len(v) for v in cache.values())

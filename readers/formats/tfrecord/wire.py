@@ -734,7 +734,9 @@ def _open_source(path_or_fileobj: PathOrFile) -> tuple[IO[bytes], str, bool]:
     """(stream, name for messages, whether we opened it and must close it)."""
     if isinstance(path_or_fileobj, (str, os.PathLike)):
         path = os.fspath(path_or_fileobj)
-        return open(path, "rb"), os.fsdecode(path), True
+        from readers.files import open_regular_file
+
+        return open_regular_file(path), os.fsdecode(path), True
     return path_or_fileobj, _name_of(path_or_fileobj), False  # type: ignore[return-value]
 
 
