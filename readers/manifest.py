@@ -95,7 +95,7 @@ MAX_IMAGE_SIDE = 1 << 16            # pixels per side (PNG allows more; no train
 MAX_RECORD_BYTES = (1 << 31) - 1    # image (or one-hot mask) bytes of one record: a TFRecord/protobuf limit
 MAX_CLASSES = 65535                 # uint16 class maps keep 65535 for the ignore index
 MAX_COUNT = (1 << 63) - 1           # records, bytes, pixel counts: int64
-MAX_MANIFEST_BYTES = 1 << 30        # the JSON document (about 300 bytes per sample)
+MAX_MANIFEST_BYTES = 1 << 30        # the JSON document (versions 1-2: about 300 bytes per sample; 3: per shard)
 MAX_INT_DIGITS = 20                 # an int64 in JSON (a 5000-digit integer is refused before int())
 IMAGE_CHANNELS = (1, 3)
 
@@ -148,12 +148,25 @@ def _validate_fingerprint(d: Any, at: str, path: str) -> None:
     _need(isinstance(digest, str), f"{at}.digest", path, "a string", digest)
 
 
-def _validate_shard(d: Any, at: str, path: str) -> None:
-    _need_dict(d, at, path, ("file", "records", "bytes"))
+def _validate_index(d: Any, at: str, path: str) -> None:
+    """A version-3 shard's index file reference: a plain relative name, its size, its digest."""
+    _need_dict(d, at, path, ("file", "bytes", "digest"))
     _check_relative(d["file"], f"{at}.file", path)
-    for name in ("records", "bytes", "ignore_pixels"):
+    _need_int(d["bytes"], f"{at}.bytes", path)
+    _need(isinstance(d["digest"], str) and ":" in d["digest"], f"{at}.digest", path, "'ALGORITHM:HEX'",
+          d["digest"])
+
+
+def _validate_shard(d: Any, at: str, path: str, version: int = 3) -> None:
+    _need_dict(d, at, path, ("file", "records", "bytes") + (("index",) if version >= 3 else ()))
+    _check_relative(d["file"], f"{at}.file", path)
+    for name in ("records", "bytes", "ignore_pixels", "source_bytes"):
         if name in d:
             _need_int(d[name], f"{at}.{name}", path)
+    if version >= 3:  # per-sample data lives in the index file, never inline
+        _validate_index(d["index"], f"{at}.index", path)
+        _need("samples" not in d, f"{at}.samples", path, "absent in a version-3 manifest (the index file holds them)",
+              "a list")
     digest = d.get("digest", d.get("sha256"))  # version 1: "sha256"
     _need(isinstance(digest, str), f"{at}.digest", path, "a string", digest)
     for name in ("class_pixels", "class_images"):
@@ -210,7 +223,8 @@ def validate(d: Any, path: str = MANIFEST_NAME) -> None:
 
     Types (integers are JSON integers, never strings, floats or booleans), ranges (counts
     >= 0 and within int64, image sides in [1, `MAX_IMAGE_SIDE`], channels 1 or 3, at most
-    `MAX_RECORD_BYTES` per record, class colours in [0, 255]) and relative shard names.
+    `MAX_RECORD_BYTES` per record, class colours in [0, 255]), relative shard names, and
+    for version 3 each shard's index file (relative name, bytes, digest; no inline samples).
     Everything that reads a manifest goes through here (`Manifest.from_json`).
     """
     _need_dict(d, "", path, ("imgshard_manifest", "task", "format", "image", "classes", "splits"))
@@ -240,7 +254,7 @@ def validate(d: Any, path: str = MANIFEST_NAME) -> None:
         shards = split.get("shards", [])
         _need(isinstance(shards, list), f"splits.{name}.shards", path, "a list", shards)
         for i, shard in enumerate(shards):
-            _validate_shard(shard, f"splits.{name}.shards[{i}]", path)
+            _validate_shard(shard, f"splits.{name}.shards[{i}]", path, version)
 
 
 def _refuse_number(text: str) -> Any:

@@ -300,3 +300,25 @@ def test_a_no_op_run_on_200k_samples_stays_in_bounded_memory(tmp_path):
     assert peak_mb < 300, f"no-op run peaked at {peak_mb:.0f} MB for {n} samples"
     assert _index_files(out) == indexes and manifest_bytes(out) == manifest
     print(f"\nno-op run over {n} samples: peak RSS {peak_mb:.0f} MB")
+
+
+@pytest.mark.parametrize("case,edit,message", [
+    ("index escapes the folder", lambda sh: sh["index"].update(file="../elsewhere.idx.npy"), "outside the dataset"),
+    ("no index", lambda sh: sh.pop("index"), "lacks 'index'"),
+    ("index bytes a string", lambda sh: sh["index"].update(bytes="4242"), r"index\.bytes must be an integer"),
+    ("digest without algorithm", lambda sh: sh["index"].update(digest="abc"), r"index\.digest must be 'ALGORITHM:HEX'"),
+    ("samples inline", lambda sh: sh.update(samples=[]), r"samples must be absent in a version-3 manifest"),
+    ("negative source bytes", lambda sh: sh.update(source_bytes=-1), r"source_bytes must be an integer"),
+])
+def test_hostile_version_3_shard_entries_are_refused_naming_the_field(camvid_src, tmp_path, case, edit, message):
+    from readers.manifest import ManifestError
+
+    out = tmp_path / "out"
+    assert run_cli(convert_args(camvid_src.root, out)) == 0
+    doc = json.loads((out / MANIFEST_NAME).read_text())
+    edit(doc["splits"]["train"]["shards"][0])
+    (out / MANIFEST_NAME).write_text(json.dumps(doc))
+    with pytest.raises(ManifestError, match=message):
+        readers.open(out)
+    report = verify(out)
+    assert not report.ok and report.errors[0].file == MANIFEST_NAME
