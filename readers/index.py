@@ -136,7 +136,7 @@ def check_table(table: np.ndarray, where: str, records: int | None = None) -> No
     names = table.dtype.names
     if table.ndim != 1 or names is None or tuple(names) != FIELDS:
         raise IndexFileError(f"{where}: expected a 1-D structured array with fields {list(FIELDS)}. "
-                          f"Received: shape {table.shape}, fields {list(names or ())}.")
+                             f"Received: shape {table.shape}, fields {list(names or ())}.")
     for f in _STR_FIELDS:
         if table.dtype[f].kind != "S":
             raise IndexFileError(f"{where}: field {f!r} must hold bytes (S), received {table.dtype[f]}.")
@@ -153,21 +153,34 @@ def check_table(table: np.ndarray, where: str, records: int | None = None) -> No
         raise IndexFileError(f"{where}: lists a key twice.")
 
 
+def read_bounded(root: str, path: str, expected: int, shard_file: str) -> bytes:
+    """The bytes of an index file: a regular file inside the dataset folder, read up to one
+    byte past the size the manifest gives (a swapped-in huge file is not read whole)."""
+    from readers.files import check_inside, open_regular_file
+
+    try:
+        check_inside(root, path)
+        with open_regular_file(path) as f:
+            return f.read(expected + 1)
+    except FileNotFoundError:
+        raise IndexFileError(f"Index file {path} of shard {shard_file} is missing. Check the dataset with "
+                             "`imgshard verify OUT`; re-convert with --rebuild.") from None
+    except OSError as e:
+        raise IndexFileError(f"Index file {path} of shard {shard_file} cannot be read ({e}). Check the dataset "
+                             "with `imgshard verify OUT`; re-convert with --rebuild.") from e
+
+
 def read_index(root: str, entry: ShardEntry) -> np.ndarray:
     """Load and check the index of `entry` (in dataset folder `root`): digest, size, content."""
     ref = entry.index
     if ref is None:
         raise IndexFileError(f"{entry.file}: the manifest names no index file for it (a version-1/2 manifest).")
     path = os.path.join(root, ref.file)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise IndexFileError(f"Index file {path} of shard {entry.file} is missing. Check the dataset with "
-                          "`imgshard verify OUT`; re-convert with --rebuild.") from None
+    data = read_bounded(root, path, ref.bytes, entry.file)
     if len(data) != ref.bytes or _digest(data) != ref.digest:
         raise IndexFileError(f"Index file {path} of shard {entry.file} is damaged: its size or digest differs from "
-                          "the manifest's. Check the dataset with `imgshard verify OUT`; re-convert with --rebuild.")
+                             "the manifest's. Check the dataset with `imgshard verify OUT`; re-convert with "
+                             "--rebuild.")
     return decode_index(data, path, entry.records)
 
 
@@ -200,5 +213,5 @@ def shard_keys(root: str, entry: ShardEntry) -> list[str]:
 
 
 __all__ = ["FIELDS", "INDEX_SUFFIX", "IndexFileError", "build_table", "decode_index", "encode_index", "index_name",
-           "index_ref", "encode_table",
+           "index_ref", "encode_table", "read_bounded",
            "is_index_name", "read_index", "shard_keys", "shard_samples", "table_samples"]

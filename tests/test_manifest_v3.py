@@ -322,3 +322,16 @@ def test_hostile_version_3_shard_entries_are_refused_naming_the_field(camvid_src
         readers.open(out)
     report = verify(out)
     assert not report.ok and report.errors[0].file == MANIFEST_NAME
+
+
+def test_an_index_file_that_is_a_fifo_is_refused_not_waited_on(camvid_src, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli(convert_args(camvid_src.root, out)) == 0
+    entry = Manifest.load(out).shards("train")[0]
+    (out / entry.index.file).unlink()
+    os.mkfifo(out / entry.index.file)
+    with pytest.raises(IndexFileError, match="FIFO"):
+        readers.open(out).keys("train")
+    report = verify(out)
+    assert any(p.file == entry.index.file and "FIFO" in p.problem for p in report.errors), \
+        [str(p) for p in report.errors]

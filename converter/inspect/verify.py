@@ -50,7 +50,7 @@ from readers.formats import FileFormat, check_compression
 from readers.formats.base import CountError
 from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
-from readers.index import IndexFileError, decode_index, is_index_name
+from readers.index import IndexFileError, decode_index, is_index_name, read_bounded
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
 
 
@@ -164,14 +164,14 @@ def _check_index(root: str, split: str, entry: ShardEntry, report: VerifyReport)
     if entry.index is None:  # version 1 or 2: the manifest holds the samples
         return np.array([k.encode("utf-8") for k in entry.keys], dtype=object) if entry.samples else None
     name = entry.index.file
-    try:
-        with open(os.path.join(root, name), "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
+    path = os.path.join(root, name)
+    if not os.path.lexists(path):
         report.errors.append(Problem(name, f"missing: the index file of {entry.file} does not exist", None, split))
         return None
-    except OSError as e:
-        report.errors.append(Problem(name, f"cannot read it ({describe(e)})", None, split))
+    try:
+        data = read_bounded(root, path, entry.index.bytes, entry.file)
+    except IndexFileError as e:
+        report.errors.append(Problem(name, f"cannot read it ({describe(e.__cause__ or e)})", None, split))
         return None
     problems = []
     if len(data) != entry.index.bytes:

@@ -252,7 +252,8 @@ def _judge_suspects(sorting: _Sorting, table: FingerprintTable, root: str | None
                     plan.changed_kept.append(sample.key)
                 continue
             if "touched" in (img_state, mask_state):
-                plan.refreshed.setdefault(shard.file, {})[record] = SampleEntry(old.key, img_fp, mask_fp, old.label)  # type: ignore[arg-type]
+                entry = SampleEntry(old.key, img_fp, mask_fp, old.label)  # type: ignore[arg-type]
+                plan.refreshed.setdefault(shard.file, {})[record] = entry
             plan.unchanged += 1
 
 

@@ -157,7 +157,8 @@ def _compact_locked(out_dir: str, target: int, workers: int, on_progress) -> Com
     dropped = sorted(f for t in tasks for f in t.replaces)
     stale = sorted(s.index.file for _, s in old.iter_shards() if s.file in set(dropped) and s.index is not None)
     remove_files(out_dir, dropped + stale)
-    result.manifest, result.written, result.dropped = manifest, sorted((r.entry for r in results), key=lambda e: e.file), dropped  # type: ignore[misc]
+    result.manifest, result.dropped = manifest, dropped
+    result.written = sorted((r.entry for r in results if r.entry is not None), key=lambda e: e.file)
     return result
 
 
