@@ -158,7 +158,15 @@ def _mask_spec(options: OutputOptions, classes: tuple[ClassInfo, ...]) -> dict |
         return None
     n = len(classes)
     return {"dtype": mask_dtype_for(n).name if n <= 255 else "uint16", "encoding": options.mask_encoding.value,
-            "ignore_index": ignore_index_for(n)}
+            "ignore_index": ignore_index_for(n), "codec": options.mask_codec}
+
+
+def _image_spec(options: OutputOptions) -> dict:
+    h, w = options.size
+    image = {"height": h, "width": w, "channels": 3, "dtype": "uint8", "codec": options.image_encoding.value}
+    if options.quality is not None:
+        image["quality"] = options.quality
+    return image
 
 
 def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOptions | None = None, *,
@@ -402,14 +410,13 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
         counts = {"added": result.added, "replaced": result.replaced, "pruned": plan.pruned}
     history = list(previous.history) if previous is not None else []
     history.append(history_entry(counts, samples, rebuild=rebuild))
-    h, w = options.size
     return Manifest(
         tool_version=__version__,
         task=options.task.value,
         format=options.format.value,
         compression=options.compression,  # type: ignore[arg-type]
         options=options.to_json(),
-        image={"height": h, "width": w, "channels": 3, "dtype": "uint8"},
+        image=_image_spec(options),
         mask=_mask_spec(options, classes),
         classes=classes,
         splits=split_entries,

@@ -39,6 +39,19 @@ class MaskEncoding(Choice):
     ONEHOT = "onehot"
 
 
+class ImageEncoding(Choice):
+    """How images are stored in the shards (see `readers.formats.encoding`)."""
+
+    RAW = "raw"
+    PNG = "png"
+    JPEG = "jpeg"
+    WEBP = "webp"
+
+    @property
+    def lossy(self) -> bool:
+        return self in (ImageEncoding.JPEG, ImageEncoding.WEBP)
+
+
 class UnknownColor(Choice):
     FAIL = "fail"
     IGNORE = "ignore"
@@ -106,6 +119,10 @@ class OutputOptions:
     #: Classification, flat layout only: the share of samples put in "val", chosen by
     #: hashing each key (stable across incremental runs). None: everything in "train".
     val_fraction: float | None = None
+    #: Image storage: raw uint8 (default), or PNG / JPEG / WebP bytes encoded in the workers.
+    image_encoding: ImageEncoding = ImageEncoding.RAW
+    #: JPEG/WebP quality 1..100; None for raw and PNG (None with a lossy encoding -> 90).
+    quality: int | None = None
 
     def __post_init__(self) -> None:
         size = self.size
@@ -132,6 +149,21 @@ class OutputOptions:
         if not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int. Received: {self.seed!r}")
         object.__setattr__(self, "val_fraction", check_val_fraction(self.val_fraction, self.task))
+        self._check_encoding()
+
+    def _check_encoding(self) -> None:
+        from readers.formats.encoding import DEFAULT_QUALITY
+
+        encoding = ImageEncoding.parse(self.image_encoding, "--image-encoding")
+        object.__setattr__(self, "image_encoding", encoding)
+        q = self.quality
+        if q is not None and (isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= 100):
+            raise ValueError(f"--quality must be an integer in 1..100. Received: {q!r}")
+        if not encoding.lossy and q is not None:
+            raise ValueError(f"--quality applies to --image-encoding jpeg or webp (lossy). Received: --quality {q} "
+                             f"with --image-encoding {encoding.value}; drop --quality.")
+        if encoding.lossy and q is None:
+            object.__setattr__(self, "quality", DEFAULT_QUALITY)
 
     @property
     def height(self) -> int:
@@ -153,7 +185,13 @@ class OutputOptions:
     def from_json(cls, d: Mapping[str, Any]) -> "OutputOptions":
         d = dict(d)
         d["size"] = tuple(d["size"])
-        return cls(**d)
+        return cls(**d)  # datasets written before image_encoding existed read as raw
+
+    @property
+    def mask_codec(self) -> str:
+        from readers.formats.encoding import mask_codec_for
+
+        return mask_codec_for(self.image_encoding.value)
 
     def differences(self, other: "OutputOptions") -> list[str]:
         """Human-readable list of option differences (self = requested, other = stored)."""

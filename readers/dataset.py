@@ -292,7 +292,8 @@ class Dataset:
         gathered straight into aligned batches (one copy; see
         `readers.formats.tfrecord.reader.load_mapped` and `readers.formats.batching`); NPZ
         shards are inflated by loader threads; casting and one-hot encoding run in a
-        parallel `tf.data` map. The first call tunes glibc malloc for megabyte blocks
+        parallel `tf.data` map; encoded images/masks are decoded per batch, in parallel
+        (`readers.formats.encoding`). The first call tunes glibc malloc for megabyte blocks
         (`readers.formats._allocator.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
         """
         import tensorflow as tf

@@ -28,6 +28,7 @@ import numpy as np
 
 from readers._lazy import LazyClass
 from readers.formats.base import RandomAccessShard
+from readers.formats.encoding import parallel_for
 from readers.formats.expand import expand_numpy
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import RecordSpec
@@ -91,8 +92,15 @@ def _build_class() -> type:
                 targets = np.empty((len(picked), *spec.mask_shape), spec.mask_np_dtype.newbyteorder("="))
             else:
                 targets = np.empty((len(picked),), np.int64)
-            for j, k in enumerate(picked):
+            def fill(j: int) -> None:
+                k = picked[j]
                 images[j], targets[j] = self.readers[self._shard_of[k]].read(int(self._record_of[k]))
+
+            if spec.encoded:  # decode the batch on the decoder threads (Pillow releases the GIL)
+                parallel_for(len(picked), fill)
+            else:
+                for j in range(len(picked)):
+                    fill(j)
             return expand_numpy(images, targets, spec, one_hot=self.options.one_hot,
                                 normalize=self.options.normalize)
 

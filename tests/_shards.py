@@ -169,3 +169,26 @@ def write_dataset(root: str | os.PathLike, fmt: str = "tfrecord", *, splits: dic
     with open(os.path.join(root, MANIFEST_NAME), "w", encoding="utf-8") as f:
         f.write(manifest.dumps())
     return manifest, all_samples
+
+
+def write_many_class_source(src: str | os.PathLike, *, samples: int, height: int, width: int, seed: int,
+                            num_classes: int = 300) -> None:
+    """A CamVid-layout source with more than 255 classes (uint16 class maps): textured
+    images and blocky colour masks of 8x8-pixel class regions (height, width multiples of 8)."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    from converter.testing import synth
+
+    src = Path(src)
+    classes = [(f"c{i}", ((i * 7) % 256, (i * 13) % 256, i // 2)) for i in range(num_classes)]
+    (src / "train").mkdir(parents=True)
+    (src / "train_labels").mkdir()
+    (src / "class_dict.csv").write_text("name,r,g,b\n" + "".join(f"{n},{r},{g},{b}\n" for n, (r, g, b) in classes))
+    rng = np.random.default_rng(seed)
+    colors = np.array([c for _, c in classes], dtype=np.uint8)
+    for i in range(samples):
+        Image.fromarray(synth.textured_image(height, width, rng)).save(src / "train" / f"f{i}.png")
+        cls = np.kron(rng.integers(0, num_classes, (height // 8, width // 8)), np.ones((8, 8), dtype=np.int64))
+        Image.fromarray(colors[cls]).save(src / "train_labels" / f"f{i}_L.png")

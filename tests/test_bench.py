@@ -59,6 +59,11 @@ def test_bench_quick_mode_reports_every_pipeline_and_target(tmp_path):
     assert any(k.startswith("reader_tfrecord") for k in data["memory"])
     assert "1. tf.data over PNG" in proc.stdout and "-- targets" in proc.stdout
     assert data["machine"]["bytecode_compiled"] is True  # converter start-up measured as a pip install runs it
+    storage = data["storage"]
+    assert set(storage) == {"raw", "png", "jpeg90", "jpeg95", "webp90"}
+    assert storage["png"]["bit_exact"] and all(row["masks_identical"] for row in storage.values())
+    assert storage["jpeg90"]["ratio_to_raw"] < 1 and storage["jpeg90"]["cold_median"] > 0
+    assert "JPEG q90 PSNR vs raw" in names and "-- storage" in proc.stdout
 
 
 @pytest.mark.slow
@@ -117,3 +122,29 @@ def test_process_tree_memory_counts_a_child_forked_during_the_run():
     assert run.returncode == 0, run.stderr
     assert run.max_process_rss >= 160 * mb
     assert run.peak_tree_rss >= 160 * mb
+
+
+def test_storage_targets_compare_jpeg_size_quality_and_speed():
+    from converter.bench.report import storage_targets
+
+    result = BenchResult(BenchOptions(), {}, {})
+    result.add(Row("p1_tf_png", "p1", "reader", 1)).timing.rates.extend([40, 50, 45])
+    base = {"masks_identical": True, "bit_exact": False, "psnr_db": 37.0, "warm_median": 450.0}
+    result.storage = {"raw": {**base, "bit_exact": True, "ratio_to_raw": 1.0},
+                      "png": {**base, "bit_exact": True, "ratio_to_raw": 0.6},
+                      "jpeg90": {**base, "ratio_to_raw": 0.12}}
+    by_name = {t.name: t for t in storage_targets(result)}
+    assert by_name["JPEG q90 bytes per sample vs raw"].met is True
+    assert by_name["JPEG q90 PSNR vs raw"].met is True
+    assert by_name["JPEG q90 float32+one-hot reader vs pipeline 1 (warm)"].value == pytest.approx(10.0)
+    result.storage["png"]["masks_identical"] = False
+    assert {t.name: t for t in storage_targets(result)}["masks identical in every encoding (1 = yes)"].met is False
+
+
+def test_drop_from_page_cache_accepts_a_written_file(tmp_path):
+    from converter.bench.storage import drop_from_page_cache
+
+    path = tmp_path / "shard.bin"
+    path.write_bytes(os.urandom(1 << 16))
+    drop_from_page_cache([str(path)])  # clean pages dropped; the file is still whole
+    assert len(path.read_bytes()) == 1 << 16

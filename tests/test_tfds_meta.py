@@ -165,17 +165,10 @@ def test_onehot_masks_load_in_tfds(camvid_src, tmp_path):
 
 
 def test_uint16_class_maps_load_in_tfds(tmp_path):
-    classes = [(f"c{i}", ((i * 7) % 256, (i * 13) % 256, i // 2)) for i in range(300)]
+    from tests._shards import write_many_class_source  # noqa: I001
+
     src = tmp_path / "src"
-    (src / "train").mkdir(parents=True)
-    (src / "train_labels").mkdir()
-    (src / "class_dict.csv").write_text("name,r,g,b\n" + "".join(f"{n},{r},{g},{b}\n" for n, (r, g, b) in classes))
-    rng = np.random.default_rng(3)
-    colors = np.array([c for _, c in classes], dtype=np.uint8)
-    for i in range(2):
-        Image.fromarray(synth.textured_image(24, 32, rng)).save(src / "train" / f"f{i}.png")
-        cls = np.kron(rng.integers(0, 300, (3, 4)), np.ones((8, 8), dtype=np.int64))
-        Image.fromarray(colors[cls]).save(src / "train_labels" / f"f{i}_L.png")
+    write_many_class_source(src, samples=2, height=24, width=32, seed=3)
     out = tmp_path / "out"
     _convert(src, out)
     assert Manifest.load(out).mask["dtype"] == "uint16"

@@ -10,7 +10,7 @@ DEFAULT_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser
 
 
 #: The parts of a run, in the order they run.
-SECTIONS = ("convert", "read", "memory")
+SECTIONS = ("convert", "read", "memory", "storage")
 
 
 def _positive_int(name: str, value: object) -> None:
@@ -45,7 +45,9 @@ class BenchOptions:
         seed: seed of every shuffle.
         quick: the smoke-test preset (few tiny samples, one repeat); see `quick_options`.
         sections: what to measure: "convert" (pipeline 7), "read" (pipelines 1-6, which
-            need a conversion: one untimed run when "convert" is left out), "memory" (8).
+            need a conversion: one untimed run when "convert" is left out), "memory" (8),
+            "storage" (one conversion per image encoding: size, PSNR, warm and cold reads;
+            `converter.bench.storage`).
     """
 
     src: str | None = None

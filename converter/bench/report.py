@@ -58,6 +58,7 @@ def targets(result: "BenchResult") -> list[Target]:
         Target("tool overhead over bare decode+resize+lookup (CPU time)",
                100 * (_ratio(result, "bare_transform", "convert_w1", cpu=True) - 1), 15, False, "%"),
     ]
+    out += storage_targets(result)
     conv = result.memory.get("converter")
     if conv and len(conv) == 2:
         small, large = (conv[k]["peak_tree_rss"] for k in sorted(conv, key=int))
@@ -68,6 +69,26 @@ def targets(result: "BenchResult") -> list[Target]:
             out.append(Target(f"reader RSS growth within bound ({key[7:]})", m["growth"] / 1e6, m["bound"] / 1e6,
                               False, " MB"))
     return out
+
+
+def storage_targets(result: "BenchResult") -> list[Target]:
+    """Targets of the storage section (issue 16), when it ran."""
+    st = result.storage
+    if not st or "jpeg90" not in st:
+        return []
+    jpeg, png = st["jpeg90"], st.get("png", {})
+    every_mask = all(row["masks_identical"] for row in st.values())
+    return [
+        Target("JPEG q90 bytes per sample vs raw", jpeg["ratio_to_raw"], 1 / 6, False),
+        Target("JPEG q90 PSNR vs raw", float(jpeg["psnr_db"] or float("nan")), 36, True, " dB"),
+        Target("PNG images bit-exact with raw (1 = yes)", float(bool(png.get("bit_exact"))), 1, True, ""),
+        Target("masks identical in every encoding (1 = yes)", float(every_mask), 1, True, ""),
+        Target("JPEG q90 float32+one-hot reader vs pipeline 1 (warm)",
+               jpeg["warm_median"] / result.rate("p1_tf_png") if result.rate("p1_tf_png") else float("nan"), 8, True),
+        Target("JPEG q90 float32+one-hot reader vs pipeline 1 (per CPU-second)",
+               jpeg.get("warm_cpu_median", float("nan")) / result.rate("p1_tf_png", cpu=True)
+               if result.rate("p1_tf_png", cpu=True) else float("nan"), 8, True),
+    ]
 
 
 def table(result: "BenchResult") -> str:
@@ -105,7 +126,11 @@ def table(result: "BenchResult") -> str:
             if row is not None and row.extra.get("peak_tree_rss"):
                 lines.append(f"{row.label} ({result.sources['pairs']}-pair run): peak tree RSS {max(row.extra['peak_tree_rss']) / 1e6:7.0f}"
                              f"  largest process {max(row.extra['max_process_rss']) / 1e6:7.0f}")
-    lines.append("-- targets (issue 4)")
+    if result.storage:
+        from converter.bench.storage import storage_table
+
+        lines.append(storage_table(result.storage, result.rate("p1_tf_png"), result.rate("p1_tf_png", cpu=True)))
+    lines.append("-- targets (issues 4 and 16)")
     lines += [t.line() for t in targets(result)]
     return "\n".join(lines)
 

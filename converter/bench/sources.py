@@ -61,19 +61,19 @@ def first_split_pairs(samples) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 
 def convert_argv(src: str, out: str, size: tuple[int, int], *, workers: int, fmt: str = "tfrecord",
-                 compression: str | None = None) -> list[str]:
+                 compression: str | None = None, extra: tuple[str, ...] = ()) -> list[str]:
     argv = python_argv("-m", "converter.cli", "convert", src, out, "--size", f"{size[0]}x{size[1]}",
-                       "--workers", str(workers), "--format", fmt, "-q")
+                       "--workers", str(workers), "--format", fmt, "-q", *extra)
     if compression is not None:
         argv += ["--compression", compression]
     return argv
 
 
 def run_convert(src: str, out: str, size: tuple[int, int], *, workers: int, fmt: str = "tfrecord",
-                compression: str | None = None) -> ProcessRun:
-    """`imgshard convert` in a child process, into a fresh `out`; raises if it fails."""
+                compression: str | None = None, extra: tuple[str, ...] = ()) -> ProcessRun:
+    """`imgshard convert` (with `extra` arguments) in a child process, into a fresh `out`; raises if it fails."""
     shutil.rmtree(out, ignore_errors=True)
-    run = run_process(convert_argv(src, out, size, workers=workers, fmt=fmt, compression=compression),
+    run = run_process(convert_argv(src, out, size, workers=workers, fmt=fmt, compression=compression, extra=extra),
                       env=child_env())
     if run.returncode != 0:
         raise RuntimeError(f"imgshard convert {src} -> {out} (workers={workers}, format={fmt}) failed with exit "

@@ -63,6 +63,7 @@ class BenchResult:
     sources: dict[str, Any]
     rows: dict[str, Row] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
+    storage: dict[str, Any] = field(default_factory=dict)  # encoding -> size, PSNR, warm/cold reads
     seconds: float = 0.0
 
     def add(self, row: Row) -> Row:
@@ -79,7 +80,7 @@ class BenchResult:
         """The run's JSON without its targets (`converter.bench.report.write_json` adds them)."""
         opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options.__dict__.items()}
         return {"options": opts, "machine": self.machine, "sources": self.sources, "seconds": round(self.seconds, 1),
-                "rows": [r.to_json() for r in self.rows.values()], "memory": self.memory}
+                "rows": [r.to_json() for r in self.rows.values()], "memory": self.memory, "storage": self.storage}
 
 
 def machine_info() -> dict[str, Any]:
@@ -275,6 +276,20 @@ def measure_readers(opts: BenchOptions, sources: Sources, tfr: str, work: str, r
             say(f"  {row.key}: {row.timing.rates[-1]:.1f} samples/s, {row.cpu.rates[-1]:.1f} per CPU-s")
 
 
+def measure_storage_section(opts: BenchOptions, sources: Sources, work: str, result: BenchResult, say: Say) -> None:
+    """The storage section; pipeline 1 (its yardstick) is timed here too when "read" did not run."""
+    from converter.bench.storage import measure_storage
+
+    yardstick = None
+    if "p1_tf_png" not in result.rows:
+        p1 = baselines.raw_png_tf_dataset(sources.pairs, sources.colors, opts.size, opts.batch_size)
+        h, w = opts.size
+        row = result.add(Row("p1_tf_png", "1. tf.data over PNG (decode, resize, tf.equal one-hot)", "reader",
+                             4 * h * w * (3 + len(sources.colors)), note="timed with the storage section"))
+        yardstick = (row, _tf_epoch(p1))
+    result.storage = measure_storage(opts, sources, work, say, yardstick)
+
+
 # -- memory ---------------------------------------------------------------------------------------------
 
 def measure_reader_memory(opts: BenchOptions, outs: dict[str, str], result: BenchResult, say: Say) -> None:
@@ -334,6 +349,8 @@ def run_bench(opts: BenchOptions, say: Say | None = None) -> BenchResult:
                 run_convert(sources.root, tfr, opts.size, workers=max(opts.worker_counts))
         if "read" in opts.sections:
             measure_readers(opts, sources, tfr, work, result, say)
+        if "storage" in opts.sections:
+            measure_storage_section(opts, sources, work, result, say)
         if "memory" in opts.sections:
             npz = os.path.join(work, "npz_deflate")
             if not os.path.isdir(npz):

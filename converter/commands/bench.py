@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", help="folder for generated sources (default ~/.cache/imgshard)")
     p.add_argument("--json", default="bench.json", help="write every number here (default bench.json)")
     p.add_argument("--only", type=_sections, default=None,
-                   help="comma-separated parts to run: convert, read, memory (default: all)")
+                   help="comma-separated parts to run: convert, read, memory, storage (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: 24 tiny pairs at 64x64, one repeat (numbers not meaningful)")
 

@@ -10,6 +10,7 @@ from converter.commands import add_source_arguments, add_task_arguments, progres
 from converter.options import (
     DEFAULT_MAX_PIXELS,
     Fit,
+    ImageEncoding,
     ImageFilter,
     MaskEncoding,
     OnChange,
@@ -37,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tfrecord: none (default) or gzip; npz: deflate (default) or none")
     p.add_argument("--mask-encoding", choices=MaskEncoding.values(), default=MaskEncoding.CLASS_MAP.value,
                    help="class_map (1 byte/pixel, default) or onehot (uint8 planes)")
+    p.add_argument("--image-encoding", choices=ImageEncoding.values(), default=ImageEncoding.RAW.value,
+                   help="raw uint8 (default, fastest from RAM), png (lossless), jpeg or webp (lossy, several "
+                        "times smaller); masks stay lossless (PNG next to encoded images). See docs/FORMATS.md")
+    p.add_argument("--quality", type=int, default=None, metavar="Q",
+                   help="JPEG/WebP quality 1..100 (default 90)")
     p.add_argument("--color-tolerance", type=int, default=0, metavar="N",
                    help="snap mask colours within N per channel to their class (default 0: exact)")
     p.add_argument("--unknown-color", choices=UnknownColor.values(), default=UnknownColor.FAIL.value,
@@ -75,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
     options = OutputOptions(
         size=args.size, task=task, val_fraction=args.val_fraction, fit=args.fit, image_filter=args.image_filter, format=args.format, compression=compression,
         mask_encoding=args.mask_encoding, color_tolerance=args.color_tolerance, unknown_color=args.unknown_color,
-        seed=args.seed,
+        seed=args.seed, image_encoding=args.image_encoding, quality=args.quality,
     )
     run = RunOptions(
         workers=args.workers, shard_size_bytes=parse_bytes(args.shard_size), max_bad=args.max_bad,

@@ -102,12 +102,37 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
         "image": {"shape": [h, w, ch], "dtype": str(m.image.get("dtype", "uint8"))},
         "mask": dict(m.mask) if m.mask is not None else None,
         "record_shapes": _record_shapes(m),
+        "storage": storage(m, totals["bytes"], totals["samples"]),
         "share_unit": "pixels" if segmentation else "records",
         "splits": splits,
         "totals": totals,
         "classes": classes,
         "options": dict(m.options),
         "history": [dict(x) for x in m.history],
+    }
+
+
+def raw_sample_bytes(m: Manifest) -> int:
+    """Bytes of one sample's pixels stored raw: the image plus the mask (or an int64 label)."""
+    h, w, ch = m.image_shape
+    if m.mask is None:
+        return h * w * ch + 8
+    if m.mask.get("encoding") == "onehot":
+        return h * w * ch + h * w * m.num_classes
+    return h * w * ch + h * w * (2 if m.mask.get("dtype") == "uint16" else 1)
+
+
+def storage(m: Manifest, total_bytes: int, samples: int) -> dict[str, Any]:
+    """How the records are stored: codecs, quality, bytes per sample and the ratio to raw pixels."""
+    per_sample = total_bytes / samples if samples else None
+    raw = raw_sample_bytes(m)
+    return {
+        "image_codec": str(m.image.get("codec", "raw")),
+        "quality": m.image.get("quality"),
+        "mask_codec": str(m.mask.get("codec", "raw")) if m.mask is not None else None,
+        "bytes_per_sample": round(per_sample, 1) if per_sample is not None else None,
+        "raw_bytes_per_sample": raw,
+        "ratio_to_raw": round(per_sample / raw, 4) if per_sample is not None else None,
     }
 
 
@@ -141,6 +166,16 @@ def _size(n: int | None) -> str:
     return str(n)  # pragma: no cover
 
 
+def _storage_line(st: dict[str, Any]) -> str:
+    codec = st["image_codec"] + (f" q{st['quality']}" if st.get("quality") is not None else "")
+    mask = f", masks {st['mask_codec']}" if st.get("mask_codec") else ""
+    if st["bytes_per_sample"] is None:
+        return f"Storage: images {codec}{mask}; no samples yet"
+    return (f"Storage: images {codec}{mask}; {_size(round(st['bytes_per_sample']))} per sample, "
+            f"{st['ratio_to_raw']:.3f}x the raw pixels ({_size(st['raw_bytes_per_sample'])}; "
+            f"1/{1 / st['ratio_to_raw']:.1f})")
+
+
 def format_description(d: dict[str, Any], *, color: bool = False) -> str:
     """The text `imgshard inspect` prints; `color` adds 24-bit ANSI colour swatches."""
     out = [f"Dataset: {d['path']}"]
@@ -156,6 +191,7 @@ def format_description(d: dict[str, Any], *, color: bool = False) -> str:
     else:
         parts.append("label int64")
     out.append("Records: " + ", ".join(parts))
+    out.append(_storage_line(d["storage"]))
     out.append("")
     out.append(f"{'split':<12}{'samples':>9}{'shards':>8}{'on disk':>12}{'sources':>12}{'ratio':>8}")
     for name, s in d["splits"].items():

@@ -27,11 +27,15 @@ such as ``height`` and ``width`` are ignored by TFDS's parser):
 * ``mask`` (segmentation): ``Tensor(shape=(H, W), dtype=uint8|uint16, encoding=bytes)``
   (``(H, W, C)`` uint8 one-hot planes with ``--mask-encoding onehot``); TFDS decodes
   raw bytes little-endian, as we store them;
+* encoded storage (``--image-encoding png|jpeg|webp``): ``image`` is an ``Image``
+  feature (``encodingFormat`` png/jpeg) and ``mask`` an ``Image`` of shape (H, W, 1),
+  uint8 or uint16 PNG: the class map, also for one-hot masks (TFDS cannot expand it).
+  WebP is not written: TFDS's ``Image`` decodes WebP as a one-frame animation and fails;
 * ``label`` (classification): ``ClassLabel`` (int64) with the class names;
 * ``key``: ``Text``.
 
-Not written (and removed if present) for NPZ output and for gzip TFRecords (TFDS reads
-uncompressed TFRecord files only), and when a shard index passes 99998 (TFDS then pads
+Not written (and removed if present) for NPZ output, for gzip TFRecords (TFDS reads
+uncompressed TFRecord files only), for WebP images (see above), and when a shard index passes 99998 (TFDS then pads
 indices to 6 digits, ours stay at 5).
 """
 
@@ -63,6 +67,7 @@ MAX_SHARD_INDEX = 99998
 
 _TENSOR = "tensorflow_datasets.core.features.tensor_feature.Tensor"
 _TEXT = "tensorflow_datasets.core.features.text_feature.Text"
+_IMAGE = "tensorflow_datasets.core.features.image_feature.Image"
 _CLASS_LABEL = "tensorflow_datasets.core.features.class_label_feature.ClassLabel"
 _FEATURES_DICT = "tensorflow_datasets.core.features.features_dict.FeaturesDict"
 
@@ -73,6 +78,9 @@ def unsupported_reason(manifest: Manifest) -> str | None:
         return f"format {manifest.format!r}: TFDS metadata is written for TFRecord output only"
     if manifest.compression != "none":
         return f"compression {manifest.compression!r}: TFDS reads uncompressed TFRecord files only"
+    if manifest.image.get("codec") == "webp":
+        return ("image encoding 'webp': TFDS's Image feature decodes WebP as a one-frame animation "
+                "(1, H, W, 3) and fails on the shape")
     for split, shard in manifest.iter_shards():
         index = shard_index(split, shard.file)
         if index is None:
@@ -109,12 +117,23 @@ def _label_names_ok(names: list[str]) -> bool:
     return all(n and n == n.strip() and "\n" not in n and "\r" not in n for n in names)
 
 
+def _image(shape: tuple[int, ...], dtype: str, codec: str) -> dict:
+    """A TFDS `Image` feature of PNG or JPEG bytes (TFDS knows no other encoding format)."""
+    image: dict = {"dtype": dtype, "encodingFormat": codec, "shape": {"dimensions": [str(d) for d in shape]}}
+    return {"pythonClassName": _IMAGE, "image": image}
+
+
 def features_json(manifest: Manifest) -> dict:
     h, w, c = manifest.image_shape
-    features: dict[str, dict] = {"image": _tensor((h, w, c), "uint8"), "key": {"pythonClassName": _TEXT, "text": {}}}
+    image_codec = str(manifest.image.get("codec", "raw"))
+    image = _tensor((h, w, c), "uint8") if image_codec == "raw" else _image((h, w, c), "uint8", image_codec)
+    features: dict[str, dict] = {"image": image, "key": {"pythonClassName": _TEXT, "text": {}}}
     if task_kind(manifest.task).dense:
         mask = manifest.mask or {}
-        if mask.get("encoding") == "onehot":
+        if mask.get("codec", "raw") != "raw":  # a PNG class map, also for one-hot masks (see FORMATS.md)
+            wide = mask.get("dtype") == "uint16" or int(mask.get("ignore_index") or 0) > 255
+            features["mask"] = _image((h, w, 1), "uint16" if wide else "uint8", "png")
+        elif mask.get("encoding") == "onehot":
             features["mask"] = _tensor((h, w, manifest.num_classes), "uint8")
         else:
             features["mask"] = _tensor((h, w), str(mask.get("dtype", "uint8")))

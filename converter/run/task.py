@@ -26,7 +26,9 @@ from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask
 from converter.transform.decode import DecodeError
 from converter.transform.sample import SampleTransformer, UnknownColorError
 from converter.plan.fingerprint import algorithm_of, content_matches, digest_file
+from converter.transform.colormap import ignore_index_for
 from converter.write.base import ShardWriter
+from converter.write.encoded import SampleEncoding
 from converter.write.index import source_bytes, write_index
 from readers.formats._allocator import tune_allocator
 from readers.formats.encoder import SampleArrays
@@ -84,8 +86,9 @@ def warm_up(ctx: WorkerContext) -> None:
         transform.colormap.inverted_lut  # noqa: B018 - built on first access
 
 
-def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], list[SampleEntry]]:
-    """Records of an old shard, by index, and its samples from its index file (read once per task)."""
+def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], list[SampleEntry], Any]:
+    """Records of an old shard as stored (encoded bytes stay encoded), by index (read once
+    per task), its samples from its index file, and its record layout."""
     from readers.formats.spec import RecordSpec, ShardRef
     from readers.formats.registry import get_adapter
 
@@ -100,7 +103,17 @@ def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], l
             "Run `imgshard verify OUT` to see the damage, then re-convert with --rebuild."
         )
     ref = ShardRef(path, entry, 0)
-    return dict(enumerate(get_adapter(manifest.format).iter_shard(ref, spec))), shard_samples(ctx.out_dir, entry)
+    return (dict(enumerate(get_adapter(manifest.format).iter_stored(ref, spec))), shard_samples(ctx.out_dir, entry),
+            spec)
+
+
+def _stored_mask(rec: Any, spec: Any) -> Any:
+    """A copied record's mask as an array (decoded when stored as PNG), for the class counts."""
+    if isinstance(rec.mask, (bytes, bytearray, memoryview)):
+        from readers.formats.encoding import decode_mask
+
+        return decode_mask(rec.mask, spec)
+    return rec.mask
 
 
 def content_changed(new: SampleEntry, old: SampleEntry, source_base: str) -> bool:
@@ -141,7 +154,7 @@ def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeE
     return None
 
 
-def _copy_source(ctx: WorkerContext, copies: dict, shard_file: str) -> tuple[dict[int, Any], list[SampleEntry]]:
+def _copy_source(ctx: WorkerContext, copies: dict, shard_file: str) -> tuple[dict[int, Any], list[SampleEntry], Any]:
     if shard_file not in copies:
         copies[shard_file] = _old_records(ctx, shard_file)
     return copies[shard_file]
@@ -175,8 +188,9 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     ignore_pixels = 0
     entries: list[SampleEntry] = []
     result = ShardResult(task.split, None, task.replaces)
-    copies: dict[str, tuple[dict[int, Any], list[SampleEntry]]] = {}
+    copies: dict[str, tuple[dict[int, Any], list[SampleEntry], Any]] = {}
     encoder = encoder_for(ctx.options.format)
+    encode = SampleEncoding(ctx.options, ignore_index_for(len(ctx.classes)))
     try:
         with ShardWriter(ctx.out_dir, task.file, encoder, compression=ctx.options.compression,  # type: ignore[arg-type]
                          capacity=task.num_samples) as writer:
@@ -196,7 +210,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                         if isinstance(item, ReplaceRecord):
                             copy = item.old  # keep the old record: nothing is lost
                     else:
-                        writer.add(SampleArrays(out.entry.key, out.image, out.mask, out.label))
+                        writer.add(encode(SampleArrays(out.entry.key, out.image, out.mask, out.label)))
                         entries.append(out.entry)
                         counts, ignored = out.class_pixels, out.ignore_pixels
                         if isinstance(item, ReplaceRecord):
@@ -206,16 +220,16 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                         else:
                             result.added += 1
                 if copy is not None:
-                    records, old_samples = _copy_source(ctx, copies, copy.shard)
+                    records, old_samples, old_spec = _copy_source(ctx, copies, copy.shard)
                     rec = records[copy.index]
                     if rec.key != copy.key:
                         raise ValueError(
                             f"{os.path.join(ctx.out_dir, copy.shard)}: record {copy.index} has key {rec.key!r}, "
                             f"the manifest says {copy.key!r}. Run `imgshard verify` and re-convert with --rebuild."
                         )
-                    writer.add(SampleArrays(rec.key, rec.image, rec.mask, rec.label))
+                    writer.add(encode(SampleArrays(rec.key, rec.image, rec.mask, rec.label)))
                     entries.append(copy.entry or old_samples[copy.index])
-                    counts, ignored = transform.count_classes(rec.mask, rec.label)
+                    counts, ignored = transform.count_classes(_stored_mask(rec, old_spec), rec.label)
                 if counts is not None:
                     class_pixels += counts
                     class_images += counts > 0

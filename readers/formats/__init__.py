@@ -15,6 +15,11 @@ TFRecord: one ``tf.train.Example`` per sample with features ``image`` (bytes, ra
 
 NPZ: one ``.npz`` per shard holding ``images`` (N,H,W,3) uint8, ``masks`` (N,H,W)
 or ``labels`` (N,) int64, and ``keys`` (N,) unicode; never pickled objects.
+
+Encoded storage (manifest ``image.codec`` png/jpeg/webp, ``mask.codec`` png; see
+`readers.formats.encoding`): TFRecord ``image``/``mask`` features hold the PNG/JPEG/
+WebP bytes; NPZ replaces ``images``/``masks`` with ``image_bytes`` (uint8, all records
+concatenated) + ``image_offsets`` (int64, N+1) and ``mask_bytes`` + ``mask_offsets``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,16 @@ NPZ_IMAGES = "images"
 NPZ_MASKS = "masks"
 NPZ_LABELS = "labels"
 NPZ_KEYS = "keys"
+#: How image / mask bytes may be stored (manifest ``image.codec`` / ``mask.codec``; see
+#: `readers.formats.encoding`): raw arrays, or PNG / JPEG / WebP files.
+IMAGE_CODECS = ("raw", "png", "jpeg", "webp")
+MASK_CODECS = ("raw", "png")
+
+#: Encoded records (see `readers.formats.encoding`): concatenated bytes + int64 offsets (N+1).
+NPZ_IMAGE_BYTES = "image_bytes"
+NPZ_IMAGE_OFFSETS = "image_offsets"
+NPZ_MASK_BYTES = "mask_bytes"
+NPZ_MASK_OFFSETS = "mask_offsets"
 
 
 def default_compression(fmt: "str | FileFormat") -> str:
@@ -67,3 +82,10 @@ def check_compression(fmt: "str | FileFormat", compression: "str | None") -> str
             f"Received: {compression!r}"
         )
     return compression
+
+
+def check_choice(value: object, allowed: "tuple[str, ...] | list[str]", what: str) -> str:
+    """`value` when it is one of `allowed`, else a ValueError naming `what` (codecs in the manifest)."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{what} must be one of {list(allowed)}. Received: {value!r}")
+    return value

@@ -44,6 +44,11 @@ class FileAdapter(abc.ABC):
     def iter_shard(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
         """Yield the records of one shard in order (NumPy only). Errors name the file."""
 
+    def iter_stored(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
+        """Like `iter_shard`, but encoded images and masks stay the stored PNG/JPEG/WebP
+        bytes (`readers.formats.encoding`): what a rewrite copies without re-encoding."""
+        return self.iter_shard(shard, spec)
+
     @abc.abstractmethod
     def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions) -> "tf.data.Dataset":
         """One epoch of batched (x, y) over `shards`, expanded per `options` (no repeat,

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from readers.errors import describe
+from readers.formats.encoding import parallel_for, row_layout
 from readers.formats.expand import make_expand_tf
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import RecordSpec, ShardRef, y_signature
@@ -60,8 +61,8 @@ class ShardArrays:
 
     @property
     def nbytes(self) -> int:
-        def size(x: Any) -> int:
-            return int(x.nbytes) if isinstance(x, np.ndarray) else sum(int(np.asarray(a).nbytes) for a in x)
+        def size(x: Any) -> int:  # arrays and encoded columns know their size; lists of views are summed
+            return int(x.nbytes) if hasattr(x, "nbytes") else sum(int(np.asarray(a).nbytes) for a in x)
 
         return size(self.images) + size(self.targets)
 
@@ -346,13 +347,23 @@ class BatchGenerator:
         yield from flush(final=True)
 
     def _gather(self, samples: list[tuple[ShardArrays, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Copy (raw) or decode (encoded shards, on the decoder threads) records into a batch."""
         first = samples[0][0]
-        image, target = np.asarray(first.images[0]), np.asarray(first.targets[0])
-        images = aligned_empty((len(samples), *image.shape), image.dtype)
-        targets = aligned_empty((len(samples), *target.shape), target.dtype)
-        for j, (data, i) in enumerate(samples):
+        image_shape, image_dtype = row_layout(first.images)
+        target_shape, target_dtype = row_layout(first.targets)
+        images = aligned_empty((len(samples), *image_shape), image_dtype)
+        targets = aligned_empty((len(samples), *target_shape), target_dtype)
+
+        def fill(j: int) -> None:
+            data, i = samples[j]
             images[j] = data.images[i]
             targets[j] = data.targets[i]
+
+        if self.spec.encoded:
+            parallel_for(len(samples), fill)
+        else:
+            for j in range(len(samples)):
+                fill(j)
         return images, targets
 
 

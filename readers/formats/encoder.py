@@ -15,12 +15,14 @@ import numpy as np
 
 @dataclass(frozen=True)
 class SampleArrays:
-    """What an encoder receives for one sample."""
+    """What an encoder receives for one sample (arrays, or the stored bytes when the
+    dataset's images are encoded: see `converter.write.encoded`)."""
 
     key: str
-    image: np.ndarray  # (H, W, 3) uint8
-    mask: np.ndarray | None  # class map or one-hot planes
+    image: np.ndarray | bytes  # (H, W, 3) uint8, or PNG/JPEG/WebP bytes
+    mask: np.ndarray | bytes | None  # class map or one-hot planes, or PNG bytes
     label: int | None
+    size: tuple[int, int] | None = None  # (height, width) of an encoded image; None: image.shape
 
 
 class ShardEncoder(abc.ABC):

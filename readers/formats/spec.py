@@ -46,6 +46,9 @@ class RecordSpec:
     mask_encoding: str | None
     ignore_index: int | None
     compression: str
+    #: How images and masks are stored (`readers.formats.encoding`): raw bytes or encoded.
+    image_codec: str = "raw"
+    mask_codec: str = "raw"
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, where: str = "manifest") -> "RecordSpec":
@@ -75,7 +78,14 @@ class RecordSpec:
                 )
         else:
             dtype = encoding = ignore = None
-        return cls(manifest.task, h, w, c, manifest.num_classes, dtype, encoding, ignore, manifest.compression)
+        image_codec, mask_codec = _codecs(manifest, where)
+        return cls(manifest.task, h, w, c, manifest.num_classes, dtype, encoding, ignore, manifest.compression,
+                   image_codec, mask_codec)
+
+    @property
+    def encoded(self) -> bool:
+        """Whether images or masks are stored encoded (PNG/JPEG/WebP) rather than raw."""
+        return self.image_codec != "raw" or self.mask_codec != "raw"
 
     @property
     def kind(self) -> TaskKind:
@@ -99,6 +109,20 @@ class RecordSpec:
     @property
     def mask_np_dtype(self) -> np.dtype:
         return np.dtype("<u2") if self.mask_dtype == "uint16" else np.dtype(np.uint8)
+
+
+def _codecs(manifest: Manifest, where: str) -> tuple[str, str]:
+    """(image codec, mask codec) from the manifest; absent means raw (datasets written before encodings)."""
+    from readers.formats import IMAGE_CODECS, MASK_CODECS, check_choice
+
+    try:
+        image = check_choice(str(manifest.image.get("codec", "raw")), IMAGE_CODECS, "image codec")
+        mask = check_choice(str((manifest.mask or {}).get("codec", "raw")), MASK_CODECS, "mask codec")
+    except ValueError as e:
+        raise ManifestError(f"{where}: {e}") from e
+    if manifest.image_shape[2] != 3 and image != "raw":
+        raise ManifestError(f"{where}: encoded images have 3 channels. Received: {manifest.image_shape}")
+    return image, mask
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,17 @@ except ImportError:  # pragma: no cover - exercised only without isal
 
 from readers.errors import FIX_HINT, ShardError, shard_error
 from readers.files import open_regular_file
-from readers.formats import NPZ_IMAGES, NPZ_KEYS, NPZ_LABELS, FileFormat
+from readers.formats import (
+    NPZ_IMAGE_BYTES,
+    NPZ_IMAGE_OFFSETS,
+    NPZ_IMAGES,
+    NPZ_KEYS,
+    NPZ_LABELS,
+    NPZ_MASK_BYTES,
+    NPZ_MASK_OFFSETS,
+    NPZ_MASKS,
+    FileFormat,
+)
 from readers.formats.base import CountError, FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import Record, RecordSpec, ShardRef
@@ -403,8 +413,66 @@ def member_limits(shard: ShardRef, spec: RecordSpec) -> dict[str, int]:
     return {name: n * size + NPY_HEADER_MAX_BYTES for name, size in per_record.items()}
 
 
+def _encoded_parts(arrays: dict[str, np.ndarray], data_name: str, offsets_name: str, n: int,
+                   path: str) -> list[np.ndarray]:
+    """Per-record views of an encoded field stored as bytes + offsets (see `readers.formats`)."""
+    data, offsets = arrays[data_name], arrays[offsets_name]
+    if data.ndim != 1 or data.dtype != np.uint8:
+        raise shard_error(path, f"member {data_name!r} is {data.shape} {data.dtype}, expected 1-D uint8")
+    if offsets.shape != (n + 1,) or offsets.dtype.kind not in "iu":
+        raise shard_error(path, f"member {offsets_name!r} is {offsets.shape} {offsets.dtype}, expected "
+                          f"({n + 1},) int64 for {n} records")
+    bounds = offsets.astype(np.int64)
+    if n and (bounds[0] != 0 or bounds[-1] != data.size or np.any(np.diff(bounds) <= 0)):
+        raise shard_error(path, f"member {offsets_name!r} does not cut {data_name!r} ({data.size} bytes) into "
+                          f"{n} non-empty records")
+    return [data[bounds[i]:bounds[i + 1]] for i in range(n)]
+
+
+def _encoded_limits(shard: ShardRef, spec: RecordSpec) -> dict[str, int]:
+    """`member_limits` for an encoded shard: offsets hold N+1 int64; keys, labels and raw
+    masks as in raw shards. The byte members are bounded by the file (they are stored)."""
+    limits = member_limits(shard, spec)
+    offsets = 8 * (shard.records + 1) + NPY_HEADER_MAX_BYTES
+    limits.update({NPZ_IMAGE_OFFSETS: offsets, NPZ_MASK_OFFSETS: offsets})
+    limits.pop(NPZ_IMAGES, None)
+    return limits
+
+
+def _load_encoded(shard: ShardRef, spec: RecordSpec, check_crc: "bool | str") -> NpzShard:
+    """An encoded shard: image (and mask) bytes + offsets, decoded per record on access."""
+    from readers.formats.encoding import image_column, mask_column
+
+    path, n = shard.path, shard.records
+    names = [NPZ_IMAGE_BYTES, NPZ_IMAGE_OFFSETS, NPZ_KEYS]
+    if spec.segmentation:
+        masks_encoded = spec.mask_codec != "raw"
+        names += [NPZ_MASK_BYTES, NPZ_MASK_OFFSETS] if masks_encoded else [NPZ_MASKS]
+    else:
+        names.append(NPZ_LABELS)
+    arrays = read_npz(path, names, check_crc=check_crc, max_bytes=_encoded_limits(shard, spec))
+    images: Any = image_column(_encoded_parts(arrays, NPZ_IMAGE_BYTES, NPZ_IMAGE_OFFSETS, n, path), spec, path)
+    if not spec.segmentation:
+        targets = arrays[NPZ_LABELS]
+        if targets.shape != (n,) or targets.dtype.kind not in "iu":
+            raise shard_error(path, f"member {NPZ_LABELS!r} is {targets.shape} {targets.dtype}, expected ({n},) integers")
+    elif masks_encoded:
+        targets = mask_column(_encoded_parts(arrays, NPZ_MASK_BYTES, NPZ_MASK_OFFSETS, n, path), spec, path)
+    else:
+        targets = arrays[NPZ_MASKS]
+        if targets.shape != (n, *spec.mask_shape) or targets.dtype != spec.mask_np_dtype:
+            raise shard_error(path, f"member {NPZ_MASKS!r} is {targets.shape} {targets.dtype}, the manifest implies "
+                              f"{(n, *spec.mask_shape)} {spec.mask_np_dtype.name}")
+    keys = arrays[NPZ_KEYS]
+    if keys.shape != (n,) or keys.dtype.kind not in "US":
+        raise shard_error(path, f"member {NPZ_KEYS!r} is {keys.shape} {keys.dtype}, expected ({n},) strings")
+    return ShardArrays(images, targets, keys)
+
+
 def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = True) -> NpzShard:
-    """Read and check one shard against the manifest."""
+    """Read and check one shard against the manifest (encoded shards: see `_load_encoded`)."""
+    if spec.image_codec != "raw":
+        return _load_encoded(shard, spec, check_crc)
     path = shard.path
     target_name = spec.kind.npz_member
     arrays = read_npz(path, [NPZ_IMAGES, target_name, NPZ_KEYS], check_crc=check_crc,
@@ -441,8 +509,58 @@ def _check_claims(path: str, info: zipfile.ZipInfo, file_size: int) -> None:
         raise CountError(str(e).split(": ", 1)[1].replace(" " + FIX_HINT, "")) from e
 
 
+def _member_header(zf: zipfile.ZipFile, names: set[str], member: str, path: str,
+                   file_size: int) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of one member from its .npy header, with `count_npz_records`'s checks:
+    present, sizes the file can back, no negative dimension, no objects, header and zip
+    directory agreeing on the size."""
+    if member + ".npy" not in names:
+        raise CountError(f"member {member}.npy is missing; it holds {sorted(names)}")
+    info = zf.getinfo(member + ".npy")
+    _check_claims(path, info, file_size)
+    with zf.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = header(f)
+        header_bytes = f.tell()
+    if any(d < 0 for d in shape):
+        raise CountError(f"member {member}.npy has a negative dimension in its shape {shape}")
+    if dtype.hasobject:
+        raise CountError(f"member {member}.npy holds Python objects ({dtype}); pickled data is never loaded")
+    if info.file_size != header_bytes + math.prod(shape) * dtype.itemsize:
+        raise CountError(f"member {member}.npy claims {info.file_size} bytes in the zip directory, its .npy header "
+                         f"{shape} {dtype} implies {header_bytes + math.prod(shape) * dtype.itemsize}")
+    return tuple(shape), dtype
+
+
+def _count_encoded_npz(path: str, spec: RecordSpec) -> int:
+    """Records of an encoded NPZ shard: N+1 offsets per encoded field, N keys (and labels)."""
+    with open_regular_file(path) as raw, zipfile.ZipFile(raw) as zf:
+        names = set(zf.namelist())
+        file_size = os.fstat(raw.fileno()).st_size
+        counts = {}
+        for member in (NPZ_IMAGE_OFFSETS, NPZ_KEYS,
+                       (NPZ_MASK_OFFSETS if spec.mask_codec != "raw" else NPZ_MASKS) if spec.segmentation
+                       else NPZ_LABELS):
+            shape, dtype = _member_header(zf, names, member, path, file_size)
+            offsets = member in (NPZ_IMAGE_OFFSETS, NPZ_MASK_OFFSETS)
+            if not shape or (offsets and (len(shape) != 1 or shape[0] < 1 or dtype.kind not in "iu")):
+                raise CountError(f"member {member}.npy is {shape} {dtype}, expected (N{' + 1' if offsets else ''},)")
+            counts[member] = shape[0] - 1 if offsets else shape[0]
+        for member in (NPZ_IMAGE_BYTES,) + ((NPZ_MASK_BYTES,) if spec.segmentation and spec.mask_codec != "raw"
+                                            else ()):
+            shape, dtype = _member_header(zf, names, member, path, file_size)
+            if len(shape) != 1 or dtype != np.uint8:
+                raise CountError(f"member {member}.npy is {shape} {dtype}, expected 1-D uint8")
+    if len(set(counts.values())) != 1:
+        raise CountError(f"members disagree on the number of records: {counts}")
+    return counts[NPZ_KEYS]
+
+
 def count_npz_records(path: str, spec: RecordSpec) -> int:
     """Records of an NPZ shard from its members' .npy headers (no data read, nothing unpickled)."""
+    if spec.image_codec != "raw":
+        return _count_encoded_npz(path, spec)
     target = spec.kind.npz_member
     want = {NPZ_IMAGES: (spec.image_shape, np.dtype(np.uint8)), NPZ_KEYS: ((), None),
             target: ((spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else ((), None))}
@@ -451,25 +569,7 @@ def count_npz_records(path: str, spec: RecordSpec) -> int:
         names = set(zf.namelist())
         file_size = os.fstat(raw.fileno()).st_size
         for member, (shape, dtype) in want.items():
-            if member + ".npy" not in names:
-                raise CountError(f"member {member}.npy is missing; it holds {sorted(names)}")
-            info = zf.getinfo(member + ".npy")
-            _check_claims(path, info, file_size)
-            with zf.open(info) as f:
-                version = np.lib.format.read_magic(f)
-                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                          else np.lib.format.read_array_header_2_0)
-                got_shape, _, got_dtype = header(f)
-                header_bytes = f.tell()
-            if any(d < 0 for d in got_shape):
-                raise CountError(f"member {member}.npy has a negative dimension in its shape {got_shape}")
-            if got_dtype.hasobject:
-                raise CountError(f"member {member}.npy holds Python objects ({got_dtype}); "
-                             "pickled data is never loaded")
-            if info.file_size != header_bytes + math.prod(got_shape) * got_dtype.itemsize:
-                raise CountError(f"member {member}.npy claims {info.file_size} bytes in the zip directory, its "
-                                 f".npy header {got_shape} {got_dtype} implies "
-                                 f"{header_bytes + math.prod(got_shape) * got_dtype.itemsize}")
+            got_shape, got_dtype = _member_header(zf, names, member, path, file_size)
             if got_shape[1:] != tuple(shape) or (dtype is not None and got_dtype != dtype):
                 raise CountError(f"member {member}.npy is {got_shape} {got_dtype}, the manifest implies "
                              f"(N, {', '.join(map(str, shape))}) {dtype if dtype is not None else ''}")
@@ -487,15 +587,25 @@ class NpzAdapter(FileAdapter):
     file_format = FileFormat.NPZ
 
     def iter_shard(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
+        from readers.formats.encoding import decode_stored
+
+        return decode_stored(self.iter_stored(shard, spec), spec, shard.path)
+
+    def iter_stored(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
         data = load_shard(shard, spec)
+
+        def stored(column: Any, i: int) -> Any:
+            raw = getattr(column, "raw", None)  # an EncodedColumn: its stored bytes
+            return raw(i) if raw is not None else column[i]
+
         for i in range(shard.records):
             with naming_shard(shard.path, i):
                 key = data.keys[i]
                 key = key.decode("utf-8") if isinstance(key, bytes) else str(key)
                 if spec.segmentation:
-                    record = Record(key, data.images[i], mask=data.targets[i])
+                    record = Record(key, stored(data.images, i), mask=stored(data.targets, i))
                 else:
-                    record = Record(key, data.images[i], label=int(data.targets[i]))
+                    record = Record(key, stored(data.images, i), label=int(data.targets[i]))
             yield record
 
     def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions) -> "tf.data.Dataset":

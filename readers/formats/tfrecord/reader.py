@@ -28,6 +28,7 @@ from readers.formats import (
     FileFormat,
 )
 from readers.formats.base import CountError, FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
+from readers.formats.encoding import decode_record, decode_stored, image_column, mask_column, tf_decode_batch
 from readers.formats.expand import make_expand_tf
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import Record, RecordSpec, ShardRef
@@ -65,7 +66,8 @@ ORDERED_PARALLEL = True
 
 
 def record_from_features(features: Mapping[str, list], spec: RecordSpec, path: str, index: int) -> Record:
-    """Build a `Record` from a decoded `tf.train.Example` (see `readers.formats`)."""
+    """Build a `Record` from a decoded `tf.train.Example` (see `readers.formats`): image
+    and mask as arrays when raw, as their stored bytes when encoded."""
 
     def one(name: str) -> Any:
         values = features.get(name)
@@ -80,8 +82,13 @@ def record_from_features(features: Mapping[str, list], spec: RecordSpec, path: s
         )
     key = one(FEATURE_KEY)
     key = key.decode("utf-8") if isinstance(key, (bytes, bytearray)) else str(key)
-    image = _frombuffer(one(FEATURE_IMAGE), np.uint8, spec.image_shape, "image", path, index)
+    if spec.image_codec != "raw":
+        image: Any = bytes(one(FEATURE_IMAGE))  # stored bytes: decoded by `decode_stored`
+    else:
+        image = _frombuffer(one(FEATURE_IMAGE), np.uint8, spec.image_shape, "image", path, index)
     if spec.segmentation:
+        if spec.mask_codec != "raw":
+            return Record(key, image, mask=bytes(one(FEATURE_MASK)), label=None)
         mask = _frombuffer(one(FEATURE_MASK), spec.mask_np_dtype, spec.mask_shape, "mask", path, index)
         return Record(key, image, mask=mask.astype(mask.dtype.newbyteorder("="), copy=False), label=None)
     return Record(key, image, mask=None, label=int(one(FEATURE_LABEL)))
@@ -103,6 +110,9 @@ class TFRecordAdapter(FileAdapter):
 
     # -- NumPy records -------------------------------------------------------------------------
     def iter_shard(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
+        return decode_stored(self.iter_stored(shard, spec), spec, shard.path)
+
+    def iter_stored(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
         from readers.formats.tfrecord import wire as tfrecord_wire
 
         index = 0
@@ -327,8 +337,13 @@ def load_mapped(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = 
             if (h, w) != (spec.height, spec.width):
                 raise shard_error(path, f"image is {h}x{w} but the manifest says {spec.height}x{spec.width}",
                                   record=index)
-            images.append(_view(buf, where, FEATURE_IMAGE, image_bytes, np.uint8, spec.image_shape, path, index))
-            if spec.segmentation:
+            if spec.image_codec != "raw":
+                images.append(_view_stored(buf, where, FEATURE_IMAGE, path, index))
+            else:
+                images.append(_view(buf, where, FEATURE_IMAGE, image_bytes, np.uint8, spec.image_shape, path, index))
+            if spec.segmentation and spec.mask_codec != "raw":
+                targets.append(_view_stored(buf, where, FEATURE_MASK, path, index))
+            elif spec.segmentation:
                 targets.append(_view(buf, where, FEATURE_MASK, mask_bytes, mask_dtype, spec.mask_shape, path, index))
             else:
                 label = where.get(FEATURE_LABEL)
@@ -341,7 +356,20 @@ def load_mapped(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = 
         raise shard_error(path, f"holds {index} records, the manifest says {shard.records}")
     if check_crc:
         mark_verified(verified_key)
+    if spec.image_codec != "raw":
+        images = image_column(images, spec, path)  # type: ignore[assignment]
+    if spec.segmentation and spec.mask_codec != "raw":
+        targets = mask_column(targets, spec, path)  # type: ignore[assignment]
     return ShardArrays(images, targets)
+
+
+def _view_stored(buf: np.ndarray, where: dict, name: str, path: str, index: int) -> np.ndarray:
+    """The stored (encoded) bytes of feature `name`, viewed in place."""
+    found = where.get(name)
+    if found is None or found[0] != 1 or found[2] == 0:
+        raise shard_error(path, f"feature {name!r} is missing, empty or not bytes", record=index)
+    _, offset, length = found
+    return buf[offset:offset + length]
 
 
 def _view(buf: np.ndarray, where: dict, name: str, nbytes: int, dtype: Any, shape: tuple[int, ...],
@@ -436,8 +464,13 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
 
     def parse(serialized: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
         parsed = tf.io.parse_example(serialized, features)
-        images = tf.reshape(tf.io.decode_raw(parsed[FEATURE_IMAGE], tf.uint8), image_shape)
-        if spec.segmentation:
+        if spec.image_codec != "raw":  # the decoders give the batch the raw path gives
+            images = tf.reshape(tf_decode_batch(parsed[FEATURE_IMAGE], spec, "image"), image_shape)
+        else:
+            images = tf.reshape(tf.io.decode_raw(parsed[FEATURE_IMAGE], tf.uint8), image_shape)
+        if spec.segmentation and spec.mask_codec != "raw":
+            targets = tf.reshape(tf_decode_batch(parsed[FEATURE_MASK], spec, "mask"), mask_shape)
+        elif spec.segmentation:
             targets = tf.reshape(tf.io.decode_raw(parsed[FEATURE_MASK], mask_dtype, little_endian=True), mask_shape)
         else:
             targets = parsed[FEATURE_LABEL]
@@ -604,7 +637,8 @@ class TFRecordRandomAccess(RandomAccessShard):
             (data_crc,) = struct.unpack_from("<I", frame, _HEADER_BYTES + length)
             if tfrecord_wire.masked_crc32c(payload) != data_crc:
                 raise shard_error(path, "data CRC mismatch", record=index, offset=offset)
-            return record_from_features(tfrecord_wire.decode_example(payload), self.spec, path, index)
+            record = record_from_features(tfrecord_wire.decode_example(payload), self.spec, path, index)
+        return decode_record(record, self.spec, path, index)
 
     _mapped_cache: "collections.OrderedDict[tuple[int, str], Any]" = collections.OrderedDict()
 

@@ -31,7 +31,7 @@ class TFRecordEncoder(ShardEncoder):
         self._writer = TFRecordWriter(fileobj, compression)
 
     def add(self, sample: SampleArrays) -> None:
-        h, w = sample.image.shape[:2]
+        h, w = sample.size if sample.size is not None else sample.image.shape[:2]  # type: ignore[union-attr]
         features = {
             FEATURE_IMAGE: memoryview(sample.image).cast("B"),
             FEATURE_HEIGHT: int(h),
