@@ -88,6 +88,23 @@ def test_compact_merges_small_shards_and_keeps_every_record_exactly_once(nightly
     assert shard_hashes(out) == hashes and manifest_bytes(out) == manifest
 
 
+@pytest.mark.parametrize("fmt", ["tfrecord", "npz"])
+def test_compact_copies_encoded_records_as_stored(tmp_path, fmt):
+    """PNG-encoded images are copied as stored (not re-encoded): same pixels and bytes per key."""
+    full = synth.make_camvid(tmp_path / "full", splits={"train": 8}, size=(40, 56), seed=29)
+    pairs = all_pairs(full)
+    src, out = tmp_path / "src", tmp_path / "out"
+    for night in range(4):
+        link_samples(full, src, pairs[: 2 * (night + 1)])
+        assert run_cli(convert_args(src, out, "--format", fmt, "--image-encoding", "png")) == 0
+    records = _records(out)
+    assert len(Manifest.load(out).shards("train")) == 4
+    assert run_cli(["compact", str(out), "--target-shard-size", str(64 * PER_SAMPLE), "-q"]) == 0
+    assert len(Manifest.load(out).shards("train")) == 1
+    assert _records(out) == records
+    assert_whole(out, source_keys(src))
+
+
 @pytest.mark.parametrize("target,nth,when", [
     (".tfrecord", 1, "before"),    # the merged shard not yet renamed
     (".tfrecord", 1, "after"),
