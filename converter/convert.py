@@ -29,7 +29,8 @@ from converter.fsutil import remove_files
 from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now, write_report
 from converter.publish.migrate import migrate
 from converter.publish.tfds import TFDS_FILES, sync_tfds_metadata
-from converter.transform.colormap import ColorMap, ignore_index_for, mask_dtype_for
+from converter.transform.colormap import ignore_index_for, mask_dtype_for
+from converter.transform.semantics import make_semantics
 from converter.run.task import ShardResult, WorkerContext, content_changed
 from converter.write.index import write_refreshed_index
 from readers.index import table_samples
@@ -80,6 +81,7 @@ class ConvertResult:
     workers: dict[str, object] = field(default_factory=dict)  # backend, workers, how they were started
     report_path: str | None = None
     published: bool = False
+    source: dict[str, object] = field(default_factory=dict)  # layout, why, mask semantics (segmentation)
     results: list[ShardResult] = field(default_factory=list)
 
     @property
@@ -99,10 +101,13 @@ class ConvertResult:
         return sum(s.bytes for s in self.written)
 
 
-def _describe_unknown(unknown: dict[tuple[int, int, int], list[int]], cmap: ColorMap | None, limit: int = 20) -> list[str]:
+def _describe_unknown(unknown: dict, cmap, limit: int = 20) -> list[str]:
     lines = []
     for color, (pixels, files) in sorted(unknown.items(), key=lambda kv: -kv[1][0])[:limit]:
         near = ""
+        if isinstance(color, int):  # an index mask's value
+            lines.append(f"  value {color}: {pixels} px in {files} file(s)")
+            continue
         if cmap is not None:
             name, dist = cmap.nearest(color)
             near = f", nearest class {name!r} at distance {dist}"
@@ -182,7 +187,7 @@ def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOpti
 
 
 def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
-    found, classes = discover_sources(spec, options)
+    found, classes, options = discover_sources(spec, options)  # options: with the resolved mask semantics
     old = _prepare_output(out_dir, options, run, classes)
     base_manifest = None if run.rebuild else old
     next_index = {s: e.next_shard_index for s, e in old.splits.items()} if old is not None else {}
@@ -197,14 +202,16 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     if on_plan is not None:
         on_plan(plan)
 
-    result = ConvertResult(out_dir, old, plan, bad=list(found.bad))  # after the plan consumed the stream
+    result = ConvertResult(out_dir, old, plan, bad=list(found.bad))  # after the plan consumed the samples
+    if task_kind(options.task).dense:
+        result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json()}
     results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress)
     _collect(result, results)
     result.seconds = time.perf_counter() - t0
     result.timings = {"discover_and_plan": t_plan - t0, "write_shards": time.perf_counter() - t_plan,
                       "worker_busy": sum(r.seconds for r in results)}
 
-    cmap = ColorMap(classes) if task_kind(options.task).dense else None
+    cmap = make_semantics(options.labels, classes) if task_kind(options.task).dense else None
     report = _report(result, options, run, cmap)
     if len(result.bad) > run.max_bad:
         cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
@@ -459,7 +466,7 @@ def rebuild_counts(previous: Manifest | None, out_dir: str, splits: dict[str, Sp
     return {"added": len(new) - common, "replaced": replaced, "pruned": len(old) - common}
 
 
-def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap: ColorMap | None) -> dict:
+def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap) -> dict:
     plan = result.plan
     return {
         "tool_version": __version__,
@@ -475,6 +482,7 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "unknown_colors": [
             {"color": list(c), "pixels": px, "files": files,
              **({"nearest": cmap.nearest(c)[0], "distance": cmap.nearest(c)[1]} if cmap else {})}
+            if not isinstance(c, int) else {"value": c, "pixels": px, "files": files}
             for c, (px, files) in sorted(result.unknown_colors.items(), key=lambda kv: -kv[1][0])
         ],
         "changed_kept": plan.changed_kept,
@@ -482,11 +490,12 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "seconds": round(result.seconds, 3),
         "timings": {k: round(v, 3) for k, v in result.timings.items()},
         "workers": result.workers,
+        "source": result.source,
         "shards": [s.file for s in result.written],
     }
 
 
-def _bad_message(result: ConvertResult, run: RunOptions, cmap: ColorMap | None) -> str:
+def _bad_message(result: ConvertResult, run: RunOptions, cmap) -> str:
     n = len(result.bad)
     lines = [f"{n} bad source file(s) (allowed: --max-bad {run.max_bad}); nothing was published:"]
     for b in result.bad[:50]:

@@ -63,7 +63,17 @@ class OnChange(Choice):
     FAIL = "fail"
 
 
+class MaskSemantics(Choice):
+    """How mask pixels become classes (`converter.transform.semantics`)."""
+
+    COLOUR = "colour"  # RGB colour -> class via class_dict.csv
+    INDEX = "index"  # the pixel value (grey level, palette index, 16-bit value) is the class id
+    BINARY = "binary"  # {0,255} or {0,1} (JPEG: thresholded) -> background / foreground
+
+
 MAX_SIDE_PX = 65535
+#: Layouts `converter.discover.layouts` knows (`--layout NAME`).
+LAYOUT_NAMES = ("camvid", "voc", "cityscapes", "ade", "mmseg", "unet", "explicit", "classfolders")
 DEFAULT_SHARD_SIZE_BYTES = 128 * 1024 * 1024
 #: Pillow's own decompression-bomb limit; we keep Pillow's guard and add ours on top.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -123,8 +133,18 @@ class OutputOptions:
     image_encoding: ImageEncoding = ImageEncoding.RAW
     #: JPEG/WebP quality 1..100; None for raw and PNG (None with a lossy encoding -> 90).
     quality: int | None = None
+    #: Segmentation: mask semantics, ignore values and label map (`LabelOptions`).
+    labels: "LabelOptions | None" = None
 
     def __post_init__(self) -> None:
+        labels = self.labels
+        if isinstance(labels, Mapping):
+            labels = LabelOptions.from_json(labels)
+        if labels is None:
+            labels = LabelOptions()
+        if not isinstance(labels, LabelOptions):
+            raise TypeError(f"labels must be a LabelOptions. Received: {self.labels!r}")
+        object.__setattr__(self, "labels", labels)
         size = self.size
         if isinstance(size, str):
             size = parse_size(size)
@@ -179,12 +199,15 @@ class OutputOptions:
             if isinstance(v, enum.Enum):
                 d[k] = v.value
         d["size"] = [self.size[0], self.size[1]]
+        d["labels"] = self.labels.to_json()  # type: ignore[union-attr]
         return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "OutputOptions":
         d = dict(d)
         d["size"] = tuple(d["size"])
+        if "labels" not in d and d.get("task", Task.SEGMENTATION.value) == Task.SEGMENTATION.value:
+            d["labels"] = LabelOptions.colour_default()  # written before mask semantics existed
         return cls(**d)  # datasets written before image_encoding existed read as raw
 
     @property
@@ -249,8 +272,22 @@ class SourceSpec:
     masks: str | None = None
     split: str = "train"
     classes: str | None = None  # class_dict.csv; default root/class_dict.csv
+    layout: str | None = None  # force a layout (`LAYOUT_NAMES`); None: detected
+    image_suffix: str | None = None  # name = <stem><image_suffix>.<ext>; None: found from the names
+    mask_suffix: str | None = None  # name = <stem><mask_suffix>.<ext>
+    split_lists: tuple[tuple[str, str], ...] = ()  # (split name, list file): one stem per line
 
     def __post_init__(self) -> None:
+        if self.layout is not None and self.layout not in LAYOUT_NAMES:
+            raise ValueError(f"--layout must be one of {list(LAYOUT_NAMES)}. Received: {self.layout!r}")
+        lists = tuple((str(n), os.fspath(f)) for n, f in self.split_lists)
+        for name, _ in lists:
+            if not re.fullmatch(r"[A-Za-z0-9_.]+", name) or name.startswith("."):
+                raise ValueError(f"--split-list NAME=FILE: NAME must be a plain split name such as train. "
+                                 f"Received: {name!r}")
+        if len({n for n, _ in lists}) != len(lists):
+            raise ValueError(f"--split-list names a split twice. Received: {[n for n, _ in lists]}")
+        object.__setattr__(self, "split_lists", lists)
         if self.root is None and self.images is None:
             raise ValueError("Give a source folder SRC, or --images DIR (with --masks DIR and --classes CSV).")
         if self.root is not None and self.images is not None:
@@ -266,3 +303,103 @@ class SourceSpec:
     def base(self) -> str:
         """The folder keys are relative to."""
         return os.path.abspath(self.root if self.root is not None else self.images)
+
+
+MAX_MASK_VALUE = 65535
+
+
+def _check_value(v: Any, argument: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_MASK_VALUE:
+        raise ValueError(f"{argument} must be a mask value 0..{MAX_MASK_VALUE}. Received: {v!r}")
+    return int(v)
+
+
+@dataclass(frozen=True)
+class LabelOptions:
+    """How mask pixels become classes; part of `OutputOptions` (so stored in the manifest).
+
+    None means "the layout's default" (`converter.discover.labels.resolve_labels` fills
+    it in before a run; the manifest stores the resolved values, so an incremental run
+    whose mapping differs is refused without --rebuild). Order of the mapping of a value
+    v (index and binary semantics): v in `ignore_values` -> ignore; else through
+    `label_map` (unlisted -> ignore); else `reduce_zero_label` (0 -> ignore, v -> v-1);
+    a result >= the number of classes is an unknown value.
+    """
+
+    semantics: MaskSemantics | None = None
+    ignore_values: tuple[int, ...] | None = None
+    reduce_zero_label: bool | None = None
+    label_map: tuple[tuple[int, int], ...] | None = None  # (source value, class id)
+    label_map_file: str | None = None  # CLI input: a CSV or "cityscapes"; resolved into label_map
+    num_classes: int | None = None  # index masks without a class table: class_0..class_{K-1}
+    binary_threshold: int = 128  # binary masks with levels above 1: v >= threshold is foreground
+
+    def __post_init__(self) -> None:
+        if self.semantics is not None:
+            object.__setattr__(self, "semantics", MaskSemantics.parse(self.semantics, "--mask-semantics"))
+        if self.ignore_values is not None:
+            values = tuple(sorted({_check_value(v, "--ignore-index") for v in self.ignore_values}))
+            object.__setattr__(self, "ignore_values", values)
+        if self.reduce_zero_label is not None and not isinstance(self.reduce_zero_label, bool):
+            raise TypeError(f"--reduce-zero-label must be a bool. Received: {self.reduce_zero_label!r}")
+        if self.label_map is not None:
+            pairs = tuple(sorted((_check_value(int(a), "--label-map source id"), int(b)) for a, b in self.label_map))
+            if len({a for a, _ in pairs}) != len(pairs):
+                raise ValueError(f"--label-map lists a source id twice. Received: {pairs!r}")
+            if any(b < 0 or b > 65533 for _, b in pairs):
+                raise ValueError(f"--label-map class ids must be 0..65533. Received: {pairs!r}")
+            object.__setattr__(self, "label_map", pairs)
+        if self.reduce_zero_label and (self.label_map is not None or self.label_map_file is not None):
+            raise ValueError("--reduce-zero-label and --label-map both renumber mask values; give one of them "
+                             "(a label map can send 0 to the ignore index itself).")
+        if self.num_classes is not None and (isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int)
+                                             or not 1 <= self.num_classes <= 65534):
+            raise ValueError(f"--num-classes must be an integer 1..65534. Received: {self.num_classes!r}")
+        if isinstance(self.binary_threshold, bool) or not isinstance(self.binary_threshold, int) \
+                or not 1 <= self.binary_threshold <= 65535:
+            raise ValueError(f"--binary-threshold must be an integer 1..65535. Received: {self.binary_threshold!r}")
+        if self.semantics is MaskSemantics.COLOUR and (self.label_map is not None or self.label_map_file
+                                                       or self.reduce_zero_label or self.ignore_values):
+            raise ValueError("--ignore-index, --reduce-zero-label and --label-map apply to index and binary masks "
+                             "(pixel values), not to colour masks; use --mask-semantics index, or map colours "
+                             "with class_dict.csv and --unknown-color ignore.")
+
+    def summary(self) -> str:
+        """One line for people: 'index, ignore 255, label map of 19 ids'."""
+        parts = [self.semantics.value if self.semantics is not None else "default"]
+        if self.ignore_values:
+            parts.append("ignore " + " ".join(map(str, self.ignore_values)))
+        if self.reduce_zero_label:
+            parts.append("reduce-zero-label")
+        if self.label_map is not None:
+            parts.append(f"label map of {len(self.label_map)} ids")
+        if self.num_classes is not None:
+            parts.append(f"{self.num_classes} classes")
+        if self.semantics is MaskSemantics.BINARY:
+            parts.append(f"threshold {self.binary_threshold}")
+        return ", ".join(parts)
+
+    @classmethod
+    def colour_default(cls) -> "LabelOptions":
+        """The resolved options of a colour-mask dataset (also: manifests written before they existed)."""
+        return cls(MaskSemantics.COLOUR, (), False, None, None, None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "semantics": self.semantics.value if self.semantics is not None else None,
+            "ignore_values": list(self.ignore_values) if self.ignore_values is not None else None,
+            "reduce_zero_label": self.reduce_zero_label,
+            "label_map": [list(p) for p in self.label_map] if self.label_map is not None else None,
+            "label_map_file": self.label_map_file,
+            "num_classes": self.num_classes,
+            "binary_threshold": self.binary_threshold,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "LabelOptions":
+        d = dict(d)
+        if d.get("ignore_values") is not None:
+            d["ignore_values"] = tuple(d["ignore_values"])
+        if d.get("label_map") is not None:
+            d["label_map"] = tuple(tuple(p) for p in d["label_map"])
+        return cls(**d)

@@ -379,7 +379,7 @@ child.wait()
 WORKER = """
 import sys
 from converter.discover.classes import load_class_table
-from converter.discover.layout import discover
+from converter.discover.layouts import discover
 from converter.options import OutputOptions, SourceSpec
 from converter.plan.shards import ShardTask
 from converter.run.task import WorkerContext, run_shard_task

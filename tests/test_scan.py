@@ -17,6 +17,7 @@ from converter.cli import main as cli_main
 from converter.convert import BadInputError, convert
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.inspect.scan import ScanOptions, UnknownColorInfo, format_report, scan, suggest_tolerance
+from converter.inspect.scan_labels import suggest_size
 from tests._look import add_unused_class, copy_pair
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,7 +77,8 @@ def test_scan_verdict_flags_make_convert_succeed(camvid_unknown_colors, tmp_path
         convert(spec, str(tmp_path / "plain"), OutputOptions(size=(32, 48)), RunOptions(workers=1))
     r = _scan(ds.root)
     v = r.verdict
-    w, h = next(iter(r.images["sizes_wxh"])).split("x")
+    size, _ = suggest_size(r.images["sizes_wxh"])  # the sizes tie: from the median aspect
+    h, w = size.split("x")
     near = next(p for p in ds.planted_unknown if p.kind == "near")
     tol = int(np.abs(np.array(ds.colors, int) - np.array(near.color)).max(axis=1).min())
     assert v["flags"] == ["--color-tolerance", str(tol), "--unknown-color", "ignore"]

@@ -40,7 +40,7 @@ def _timed(fn: Callable[[], None]) -> dict[str, float]:
 def measure(root: str, size: tuple[int, int]) -> dict[str, object]:
     from converter.bench.sources import first_split_pairs
     from converter.discover.classes import load_class_table
-    from converter.discover.layout import discover
+    from converter.discover.layouts import discover
     from converter.options import DEFAULT_MAX_PIXELS, Fit, ImageFilter, SourceSpec
     from converter.transform.colormap import ColorMap
     from converter.transform.decode import decode_image, decode_mask

@@ -27,7 +27,7 @@ def prepare_sources(opts: BenchOptions, *, samples: int | None = None, source_si
                     workers: int | None = None) -> Sources:
     """The user's `--src`, or generated pairs cached under `opts.cache`."""
     from converter.discover.classes import load_class_table
-    from converter.discover.layout import discover
+    from converter.discover.layouts import discover
     from converter.options import SourceSpec
 
     root = opts.src

@@ -1,7 +1,7 @@
 """One module per CLI subcommand: `register(subparsers)` adds it, `main(args)` runs it.
 
-This module holds what the commands share: the source and task arguments, and the
-progress bar."""
+This module holds what the commands share: the source, label and task arguments, and
+the progress bar."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from converter.discover.classfolders import detect_task
-from converter.options import SourceSpec, Task
+from converter.options import LAYOUT_NAMES, LabelOptions, MaskSemantics, SourceSpec, Task
 
 
 def progress_bar(total: int, unit: str, desc: str):
@@ -26,7 +26,53 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--images", help="explicit images folder (instead of SRC)")
     p.add_argument("--masks", help="explicit masks folder (with --images)")
     p.add_argument("--split", default="train", help="split name for --images/--masks (default: train)")
-    p.add_argument("--classes", help="class table CSV (default: SRC/class_dict.csv)")
+    p.add_argument("--classes", help="class table: class_dict.csv (name,r,g,b; colour masks), or for index masks a "
+                   "names file (line i = class i) or an id,name CSV (default: SRC/class_dict.csv, or the layout's)")
+    p.add_argument("--layout", choices=LAYOUT_NAMES, default=None,
+                   help="force the source layout (default: detected; docs/LAYOUTS.md)")
+    p.add_argument("--image-suffix", default=None, metavar="S",
+                   help="image names are <stem>S.<ext> (e.g. _leftImg8bit); default: found from the names")
+    p.add_argument("--mask-suffix", default=None, metavar="S",
+                   help="mask names are <stem>S.<ext> (e.g. _gtFine_labelIds, _segmentation); default: found")
+    p.add_argument("--split-list", action="append", default=[], metavar="NAME=FILE",
+                   help="split NAME holds the names listed in FILE, one per line (repeatable; VOC's "
+                        "ImageSets/Segmentation lists are found automatically)")
+    add_label_arguments(p)
+
+
+def add_label_arguments(p: argparse.ArgumentParser) -> None:
+    """How mask pixels become classes (segmentation), shared by convert, scan and preview."""
+    p.add_argument("--mask-semantics", choices=MaskSemantics.values(), default=None,
+                   help="colour (class_dict.csv colours), index (pixel value = class id) or binary (0 / 255 or "
+                        "0 / 1); default: the layout's, else colour with a class_dict.csv and index without")
+    p.add_argument("--ignore-index", action="append", type=int, default=None, metavar="V",
+                   help="mask value V goes to the ignore index (repeatable; e.g. VOC's 255 border)")
+    p.add_argument("--reduce-zero-label", action=argparse.BooleanOptionalAction, default=None,
+                   help="value 0 -> ignore, v -> v-1 (ADE20K, LoveDA); default: the layout's (ade: on)")
+    p.add_argument("--label-map", default=None, metavar="FILE",
+                   help="CSV source_id,target_id or source_id,name (unlisted ids -> ignore), or 'cityscapes' "
+                        "(label ids -> 19 train ids; chosen automatically for Cityscapes)")
+    p.add_argument("--num-classes", type=int, default=None, metavar="K",
+                   help="index masks without a class table: classes class_0..class_{K-1}")
+    p.add_argument("--binary-threshold", type=int, default=128, metavar="T",
+                   help="binary masks with levels above 1 (JPEG): v >= T is foreground (default 128)")
+
+
+def label_options(args: argparse.Namespace) -> LabelOptions:
+    return LabelOptions(semantics=args.mask_semantics, ignore_values=tuple(args.ignore_index) if args.ignore_index
+                        is not None else None, reduce_zero_label=args.reduce_zero_label,
+                        label_map_file=args.label_map, num_classes=args.num_classes,
+                        binary_threshold=args.binary_threshold)
+
+
+def _split_lists(values: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for v in values:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--split-list must look like NAME=FILE, e.g. val=splits/val.txt. Received: {v!r}")
+        out.append((name, path))
+    return tuple(out)
 
 
 def add_task_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,10 +89,16 @@ def resolve_task(args: argparse.Namespace, spec: SourceSpec) -> Task:
     """--task as given, else detected from the sources (--val-fraction implies classification)."""
     if args.task is not None:
         return Task.parse(args.task, "--task")
+    if getattr(args, "layout", None) == "classfolders":
+        return Task.CLASSIFICATION
     if getattr(args, "val_fraction", None) is not None:
         return Task.CLASSIFICATION
     return detect_task(spec)
 
 
-def source_spec(args: argparse.Namespace) -> SourceSpec:
-    return SourceSpec(root=args.src, images=args.images, masks=args.masks, split=args.split, classes=args.classes)
+def source_spec(args: argparse.Namespace, split: str | None = None) -> SourceSpec:
+    return SourceSpec(root=args.src, images=args.images, masks=args.masks, split=split or args.split,
+                      classes=args.classes,
+                      layout=getattr(args, "layout", None), image_suffix=getattr(args, "image_suffix", None),
+                      mask_suffix=getattr(args, "mask_suffix", None),
+                      split_lists=_split_lists(getattr(args, "split_list", [])))

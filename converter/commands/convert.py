@@ -6,9 +6,17 @@ import argparse
 import sys
 import time
 
-from converter.commands import add_source_arguments, add_task_arguments, progress_bar, resolve_task, source_spec
+from converter.commands import (
+    add_source_arguments,
+    add_task_arguments,
+    label_options,
+    progress_bar,
+    resolve_task,
+    source_spec,
+)
 from converter.options import (
     DEFAULT_MAX_PIXELS,
+    LabelOptions,
     Fit,
     ImageEncoding,
     ImageFilter,
@@ -20,6 +28,7 @@ from converter.options import (
     parse_bytes,
 )
 from readers.formats import FileFormat
+from readers.tasks import task_kind
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,6 +91,7 @@ def main(args: argparse.Namespace) -> int:
         size=args.size, task=task, val_fraction=args.val_fraction, fit=args.fit, image_filter=args.image_filter, format=args.format, compression=compression,
         mask_encoding=args.mask_encoding, color_tolerance=args.color_tolerance, unknown_color=args.unknown_color,
         seed=args.seed, image_encoding=args.image_encoding, quality=args.quality,
+        labels=label_options(args) if task_kind(task).dense else None,
     )
     run = RunOptions(
         workers=args.workers, shard_size_bytes=parse_bytes(args.shard_size), max_bad=args.max_bad,
@@ -118,6 +128,9 @@ def main(args: argparse.Namespace) -> int:
 def summary(result, seconds: float) -> str:
     plan = result.plan
     lines = []
+    if result.source:
+        labels = LabelOptions.from_json(result.source["labels"]).summary()
+        lines.append(f"Layout {result.source['layout']} ({result.source['why']}); masks: {labels}")
     if not result.written and not plan.drop_shards:
         lines.append(f"Nothing new: {plan.unchanged} sample(s) already converted in {result.out_dir}; no shard changed.")
         if plan.refreshed and result.published:

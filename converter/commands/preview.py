@@ -15,8 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from converter.commands import add_source_arguments, add_task_arguments, resolve_task
-from converter.options import DEFAULT_MAX_PIXELS, SourceSpec
+from converter.commands import (
+    add_source_arguments,
+    add_task_arguments,
+    label_options,
+    resolve_task,
+    source_spec,
+)
+from converter.options import DEFAULT_MAX_PIXELS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,13 +51,13 @@ def main(args: argparse.Namespace) -> int:
         sheet = preview_dataset(args.src, args.output, options)
         what = "dataset"
     else:
-        spec = SourceSpec(root=args.src, images=args.images, masks=args.masks, split=args.split or "train",
-                          classes=args.classes)
+        spec = source_spec(args, split=args.split or "train")
         if args.images is not None and args.split is not None:
             options = PreviewOptions(split=None, n=args.n, seed=args.seed, keys=tuple(args.key),
                                      color_tolerance=args.color_tolerance)
         sheet = preview_sources(spec, args.output, options, max_pixels=args.max_pixels,
-                                task=resolve_task(args, spec), val_fraction=args.val_fraction)
+                                task=resolve_task(args, spec), val_fraction=args.val_fraction,
+                                labels=label_options(args))
         what = "raw sources"
     w, h = sheet.size
     print(f"Wrote {args.output} ({w}x{h} px, {len(sheet.boxes)} sample(s) from the {what}).", file=sys.stderr)

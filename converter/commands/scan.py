@@ -15,7 +15,7 @@ import json
 import sys
 
 from converter.commands import progress_bar
-from converter.commands import add_source_arguments, add_task_arguments, resolve_task, source_spec
+from converter.commands import add_source_arguments, add_task_arguments, label_options, resolve_task, source_spec
 from converter.options import DEFAULT_MAX_PIXELS
 from readers.tasks import task_kind
 
@@ -42,7 +42,8 @@ def main(args: argparse.Namespace) -> int:
     spec = source_spec(args)
     task = resolve_task(args, spec)
     options = ScanOptions(color_tolerance=args.color_tolerance, max_pixels=args.max_pixels, workers=args.workers,
-                          task=task, val_fraction=args.val_fraction)
+                          task=task, val_fraction=args.val_fraction,
+                          labels=label_options(args) if task_kind(task).dense else None)
     unit = task_kind(task).source_unit
     if args.task is None and not args.quiet and not args.json:
         print(f"imgshard scan: task {task.value} (detected from the sources; --task overrides)", file=sys.stderr)

@@ -33,6 +33,8 @@ from converter.discover.layout import (
     SourceSample,
     list_images,
 )
+from converter.discover.layouts import mask_dirs_below
+from converter.discover.layouts import subdirs as _subdirs
 from converter.options import SourceSpec, Task
 from readers.manifest import ClassInfo
 
@@ -65,14 +67,6 @@ def _is_image(name: str) -> bool:
     return not name.startswith(".") and os.path.splitext(name)[1].lower() in image_extensions()
 
 
-def _subdirs(folder: str) -> list[str]:
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    return sorted(n for n in names if not n.startswith(".") and os.path.isdir(os.path.join(folder, n)))
-
-
 def _direct_images(folder: str) -> list[str]:
     try:
         names = os.listdir(folder)
@@ -92,8 +86,15 @@ def _looks_like_mask_folder(name: str) -> bool:
 
 
 def classification_layout(root: str) -> str | None:
-    """"split" or "flat" when `root` looks like a class-folder dataset, else None."""
+    """"split" or "flat" when `root` looks like a class-folder dataset, else None.
+
+    Never when a folder at any depth looks like masks (``label``, ``masks``, ``ann_dir``,
+    ``gtFine``, ``SegmentationClass``, ``*_labels``, ...; `layouts.mask_dirs_below`): an
+    image folder next to a mask folder is segmentation, not two classes.
+    """
     if not os.path.isdir(root) or os.path.exists(os.path.join(root, "class_dict.csv")):
+        return None
+    if mask_dirs_below(root):
         return None
     dirs = _subdirs(root)
     if not dirs or any(d.endswith(LABELS_SUFFIX) or _looks_like_mask_folder(d) for d in dirs):
@@ -118,6 +119,8 @@ def detect_task(spec: SourceSpec) -> Task:
     """
     if spec.images is not None:
         return Task.SEGMENTATION if spec.masks is not None else Task.CLASSIFICATION
+    if spec.layout is not None:
+        return Task.CLASSIFICATION if spec.layout == "classfolders" else Task.SEGMENTATION
     if spec.classes is not None:
         return Task.SEGMENTATION
     return Task.CLASSIFICATION if classification_layout(os.path.abspath(spec.root)) else Task.SEGMENTATION  # type: ignore[arg-type]

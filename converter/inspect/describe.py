@@ -13,6 +13,7 @@ import os
 import stat
 from typing import Any
 
+from converter.options import LabelOptions
 from readers.files import NotRegularFileError, check_inside, kind_of
 from readers.manifest import MANIFEST_NAME, Manifest
 from readers.tasks import task_kind
@@ -230,7 +231,7 @@ def format_description(d: dict[str, Any], *, color: bool = False) -> str:
                         for sp in splits)
         out.append(f"  {'':>3} {'(ignore)':<{width}}{' ' * 10}{cells}")
     out.append("")
-    out.append("Options: " + ", ".join(f"{k}={v}" for k, v in sorted(d["options"].items())))
+    out.append("Options: " + ", ".join(f"{k}={_option(k, v)}" for k, v in sorted(d["options"].items())))
     out.append(f"History ({len(d['history'])} run(s)):")
     for h in d["history"][-10:]:
         out.append(f"  {h.get('time', '?')}  added {h.get('added', 0)}, replaced {h.get('replaced', 0)}, "
@@ -239,3 +240,13 @@ def format_description(d: dict[str, Any], *, color: bool = False) -> str:
 
 
 __all__ = ["bar", "describe", "format_description"]
+
+
+def _option(name: str, value):
+    """An option as inspect prints it (mask semantics and mapping in one short phrase)."""
+    if name == "labels" and isinstance(value, dict):
+        try:
+            return f"[{LabelOptions.from_json(value).summary()}]"
+        except (TypeError, ValueError):
+            return value
+    return value

@@ -130,10 +130,18 @@ def _checker(h: int, w: int, colors: tuple[tuple[int, int, int], tuple[int, int,
     return out
 
 
+def class_colors(classes: Sequence[ClassInfo]) -> list[tuple[int, int, int]]:
+    """Each class's colour; a class without one (index masks) gets the VOC colour map's, so a
+    0/1 or 0..5 mask is never drawn black on black."""
+    from converter.discover.labelmaps import voc_color
+
+    return [c.color if c.color is not None else voc_color(i % 256) for i, c in enumerate(classes)]
+
+
 def colorize(class_map: np.ndarray, classes: Sequence[ClassInfo], unknown: np.ndarray | None = None) -> np.ndarray:
     """(H, W) class indices -> (H, W, 3) class colours; other indices grey checker, unknown magenta checker."""
     h, w = class_map.shape
-    palette = np.array([c.color for c in classes], np.uint8).reshape(-1, 3)
+    palette = np.array(class_colors(classes), np.uint8).reshape(-1, 3)
     idx = class_map.astype(np.int64)
     known = idx < len(classes)
     out = _checker(h, w, IGNORE_COLORS)
@@ -190,7 +198,8 @@ def render_segmentation(samples: Sequence[PreviewSample], classes: Sequence[Clas
         rows.append((s, tiles, scale, tiles[0].size))
     tile_w = max([r[3][0] for r in rows] + [TILE_TARGET])
     width = 2 * MARGIN + 3 * tile_w + 2 * GAP
-    legend_entries = [(c.name, np.full((LEGEND_SWATCH, LEGEND_SWATCH, 3), c.color, np.uint8)) for c in classes]
+    legend_entries = [(c.name, np.full((LEGEND_SWATCH, LEGEND_SWATCH, 3), color, np.uint8))
+                      for c, color in zip(classes, class_colors(classes))]
     legend_entries.append(("ignored", _checker(LEGEND_SWATCH, LEGEND_SWATCH, IGNORE_COLORS)))
     if show_unknown:
         legend_entries.append(("colour in no class", _checker(LEGEND_SWATCH, LEGEND_SWATCH, UNKNOWN_COLORS)))
@@ -353,25 +362,29 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[A
     return m, split, out
 
 
-def source_samples(spec: Any, options: PreviewOptions, max_pixels: int) -> tuple[tuple[ClassInfo, ...], list[PreviewSample]]:
-    """Samples decoded from raw sources; unknown colours marked, bad files captioned."""
-    from converter.discover.classes import class_table_path, load_class_table
-    from converter.discover.layout import discover
-    from converter.transform.colormap import AMBIGUOUS, ColorMap
+def source_samples(spec: Any, options: PreviewOptions, max_pixels: int, labels: Any = None,
+                   ) -> tuple[tuple[ClassInfo, ...], list[PreviewSample]]:
+    """Samples decoded from raw sources (mask semantics resolved as convert resolves them:
+    colour, index or binary); unknown colours or values marked, bad files captioned."""
+    from converter.discover.labels import resolve_labels
+    from converter.discover.layouts import discover
+    from converter.transform.colormap import AMBIGUOUS
     from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
+    from converter.transform.semantics import make_semantics
 
     found = discover(spec)
-    classes = load_class_table(class_table_path(spec))
+    resolved, classes = resolve_labels(spec, labels, found)
     samples = [s for s in found.samples if options.split is None or s.split == options.split]
     example = found.samples[0].key if found.samples else "train/NAME.png"
     chosen = _pick({s.key: s for s in found.samples}, samples, options,
                    lambda k: f"no image/mask pair {k!r} in {spec.base}. Keys look like {example}")
-    cmap = ColorMap(classes, options.color_tolerance)
+    cmap = make_semantics(resolved, classes, options.color_tolerance)
     out = []
     for s in chosen:
         try:
             image = decode_image(read_source(s.image, s.key), max_pixels)
-            mask = decode_mask(read_source(s.mask, s.key), max_pixels)  # type: ignore[arg-type]
+            mask = decode_mask(read_source(s.mask, s.key), max_pixels,  # type: ignore[arg-type]
+                               wide=resolved.semantics is not resolved.semantics.COLOUR)
         except DecodeError as e:
             out.append(PreviewSample(s.key, None, error=f"[{e.kind}] {e.reason}"))
             continue
@@ -379,7 +392,11 @@ def source_samples(spec: Any, options: PreviewOptions, max_pixels: int) -> tuple
             out.append(PreviewSample(s.key, None, error=f"[size_mismatch] mask is {mask.width}x{mask.height}, "
                                      f"image is {image.shape[1]}x{image.shape[0]}"))
             continue
-        class_map, unknown = cmap.lookup(mask)
+        try:
+            class_map, unknown = cmap.lookup(mask)
+        except DecodeError as e:
+            out.append(PreviewSample(s.key, None, error=f"[{e.kind}] {e.reason}"))
+            continue
         bad = class_map >= AMBIGUOUS
         note = ""
         if bad.any():
@@ -439,7 +456,8 @@ def preview_dataset(path: str | os.PathLike, out_png: str | os.PathLike, options
 
 
 def preview_sources(spec: Any, out_png: str | os.PathLike, options: PreviewOptions | None = None, *,
-                    max_pixels: int | None = None, task: Any = None, val_fraction: float | None = None) -> Sheet:
+                    max_pixels: int | None = None, task: Any = None, val_fraction: float | None = None,
+                    labels: Any = None) -> Sheet:
     """Contact sheet of raw sources. `task` None: classification with `val_fraction`, else detected
     as convert detects it; class folders give a grid of images with their class names."""
     from converter.discover.classfolders import detect_task
@@ -456,7 +474,7 @@ def preview_sources(spec: Any, out_png: str | os.PathLike, options: PreviewOptio
         sheet = render_classification(samples, classes, title)
         _save(sheet, out_png)
         return sheet
-    classes, samples = source_samples(spec, options, max_pixels or DEFAULT_MAX_PIXELS)
+    classes, samples = source_samples(spec, options, max_pixels or DEFAULT_MAX_PIXELS, labels)
     where = spec.root or spec.images
     title = f"{where}  (raw sources, --color-tolerance {options.color_tolerance}, {len(samples)} pairs)"
     sheet = render_segmentation(samples, classes, title, show_unknown=True)

@@ -24,15 +24,27 @@ from __future__ import annotations
 import functools
 import shlex
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from converter.discover.classes import class_table_path, load_class_table
-from converter.discover.layout import BadInput, SourceSample, discover
+from converter.discover.labels import auto_semantics, resolve_labels
+from converter.discover.layout import BadInput, SourceSample
+from converter.discover.layouts import discover
+from converter.inspect.scan_labels import (
+    apply_labels,
+    format_labels,
+    given_label_args,
+    labels_section,
+    resolve_for_scan,
+    source_args,
+    source_positional,
+    suggest_size,
+    value_summary,
+)
+from converter.options import LabelOptions, MaskSemantics, SourceSpec, Task
 from converter.run.execute import map_unordered
-from converter.options import SourceSpec, Task
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
 from converter.transform.sample import UnknownColorError, relative_key_path
@@ -76,8 +88,12 @@ def _colormap(classes: tuple[ClassInfo, ...]) -> ColorMap:
     return cmap
 
 
-def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str, max_pixels: int) -> FileSummary:
-    """Decode one pair the way convert would and summarise it (never raises DecodeError)."""
+def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str, max_pixels: int,
+                values: str | None = None) -> FileSummary:
+    """Decode one pair the way convert would and summarise it (never raises DecodeError).
+
+    `values` ("index" or "binary"): summarise the mask's pixel values (`scan_labels`) instead
+    of looking its colours up in `classes`."""
     s = FileSummary(sample.split, sample.key, sample.image, sample.mask)
     image = None
     try:
@@ -93,8 +109,10 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
         return s
     try:
         msrc = read_source(sample.mask, relative_key_path(sample.mask, base))
-        s.mask_mode, _ = file_header(msrc.data)
-        mask = decode_mask(msrc, max_pixels)
+        s.mask_mode, s.mask_format = file_header(msrc.data)
+        mask = decode_mask(msrc, max_pixels, wide=values is not None)
+        if values is not None:
+            s.values, s.thin = value_summary(mask, values == "binary")
     except DecodeError as e:
         s.errors.append(bad_input(e, sample.key))
         return s
@@ -104,6 +122,9 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
             sample.mask, f"mask is {mask.width}x{mask.height} but its image {sample.image} is "
             f"{image.shape[1]}x{image.shape[0]}", "masks must have the same size as their images",
             sample.key, "size_mismatch"))
+    if values is not None:
+        s.mask_size = (mask.width, mask.height)
+        return s
     cmap = _colormap(classes)
     class_map, unknown = cmap.lookup(mask)
     known = class_map[class_map < AMBIGUOUS]
@@ -117,14 +138,15 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
 
 
 def scan_batch(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str,
-               max_pixels: int) -> list[FileSummary]:
-    return [scan_sample(s, classes, base, max_pixels) for s in samples]
+               max_pixels: int, values: str | None = None) -> list[FileSummary]:
+    return [scan_sample(s, classes, base, max_pixels, values) for s in samples]
 
 
 def run_scan_workers(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str, max_pixels: int,
-                     workers: int, on_progress: Callable[[int], None] | None = None) -> list[FileSummary]:
+                     workers: int, on_progress: Callable[[int], None] | None = None,
+                     values: str | None = None) -> list[FileSummary]:
     """Summaries of every sample, sorted by key; worker processes when workers > 1."""
-    scan = functools.partial(scan_batch, classes=classes, base=base, max_pixels=max_pixels)
+    scan = functools.partial(scan_batch, classes=classes, base=base, max_pixels=max_pixels, values=values)
     return run_batched(scan, samples, workers, on_progress)
 
 
@@ -184,10 +206,13 @@ class ScanReport:
     duplicates: dict[str, Any]
     images: dict[str, Any]
     verdict: dict[str, Any]
+    labels: dict[str, Any] = field(default_factory=dict)  # layout, mask semantics, values (`scan_labels`)
+    found: Any = None  # the `Discovery`
 
     def to_json(self) -> dict:
         return {
             "task": Task.SEGMENTATION.value,
+            "labels": self.labels,
             "source": self.source,
             "options": {"color_tolerance": self.options.color_tolerance, "max_pixels": self.options.max_pixels},
             "pairs": self.splits,
@@ -219,12 +244,27 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
 
         return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
     found = discover(spec)  # first: a missing source folder is named as such
-    classes = load_class_table(class_table_path(spec))
+    labels = options.labels or LabelOptions()
+    semantics = labels.semantics or auto_semantics(spec, found)
+    classes: tuple[ClassInfo, ...] = ()
+    if semantics is MaskSemantics.COLOUR:
+        classes = resolve_labels(spec, labels, found)[1]
     if on_start is not None:
         on_start(len(found.samples))
+    mode = None if semantics is MaskSemantics.COLOUR else semantics.value
     summaries = run_scan_workers(found.samples, classes, spec.base, options.max_pixels, options.effective_workers,
-                                 on_progress)
-    return build_report(spec, options, classes, found.splits, found.bad, summaries)
+                                 on_progress, values=mode)
+    bad = list(found.bad)
+    section: dict[str, Any] = {"layout": found.layout, "why": found.why, "semantics": semantics.value,
+                               "flags": [], "notes": [], "suffixes": list(found.suffixes) if found.suffixes else None,
+                               "unpaired_images": found.unpaired_images}
+    if mode is not None:
+        info = resolve_for_scan(spec, labels, found, summaries)  # grey and palette values are binary levels too
+        classes = info["classes"]
+        bad += apply_labels(info, summaries)
+        section = labels_section(info, found, summaries)
+    report = build_report(spec, options, classes, found.splits, bad, summaries, labels=section, found=found)
+    return report
 
 
 def _unknown_colors(summaries: list[FileSummary], classes: tuple[ClassInfo, ...], tol: int, total_mask: int
@@ -282,7 +322,8 @@ def _bad_inputs(discovery_bad: Sequence[BadInput], summaries: list[FileSummary],
 
 
 def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInfo, ...], splits: Sequence[str],
-                 discovery_bad: Sequence[BadInput], summaries: list[FileSummary]) -> ScanReport:
+                 discovery_bad: Sequence[BadInput], summaries: list[FileSummary], *,
+                 labels: dict[str, Any] | None = None, found: Any = None) -> ScanReport:
     c = len(classes)
     split_names = sorted(splits)
     pairs = {s: 0 for s in split_names}
@@ -333,6 +374,7 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
         source=spec.root or spec.images or "", spec=spec, options=options, classes=classes, splits=pairs,
         summaries=summaries, bad=bad, classes_table=classes_table, unknown_colors=unknown, unknown_unlisted=unlisted,
         never_present=never, missing_per_split=missing, duplicates=duplicates, images=images, verdict={},
+        labels=labels or {}, found=found,
     )
     report.verdict = _verdict(report)
     return report
@@ -351,14 +393,22 @@ def suggest_tolerance(unknown: Sequence[UnknownColorInfo], at_least: int = 0) ->
     return 0, list(unknown)
 
 
-def _source_args(spec: SourceSpec) -> list[str]:
-    if spec.root is not None:
-        args = [spec.root]
-    else:
-        args = ["--images", spec.images or "", "--masks", spec.masks or "", "--split", spec.split]
-    if spec.classes is not None:
-        args += ["--classes", spec.classes]
-    return args
+def _label_problems(r: ScanReport, problems: list[str], flags: list[str], unknown_files: set[str]) -> list[str]:
+    """Problems of index/binary masks (added to `problems`, `flags`, `unknown_files`); the label flags."""
+    labels = r.labels or {}
+    label_flags = list(labels.get("flags", []))
+    if label_flags:
+        problems.append("convert needs " + " ".join(label_flags) + " to read these masks as they are meant ("
+                        + "; ".join(labels.get("notes", []) or ["see the mask values above"]) + ")")
+    unknown_values = labels.get("unknown_values") or []
+    if unknown_values:
+        n_files = sum(1 for s in r.summaries if s.unknown_values)
+        problems.append(f"{len(unknown_values)} mask value(s) have no class (in {n_files} file(s)): "
+                        + ", ".join(str(u["value"]) for u in unknown_values[:10]))
+        unknown_files |= {k for u in unknown_values for k in u["examples"]}
+        if "--unknown-color" not in flags:
+            flags += ["--unknown-color", "ignore"]
+    return label_flags
 
 
 def _verdict(r: ScanReport) -> dict[str, Any]:
@@ -372,9 +422,12 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     unknown_files = {k for u in r.unknown_colors for k in u.examples}
     unmatched = [u for u in r.unknown_colors if u.status != "snapped"]
     if unmatched or r.unknown_unlisted["pixels"]:
-        n_files = sum(1 for b in r.bad if b.kind in ("unknown_color", "ambiguous_color"))
+        colours = {u.color for u in unmatched}
+        n_files = sum(1 for s in r.summaries if s.unknown_other_pixels or any(c in colours for c in s.unknown))
         problems.append(f"{len(unmatched)} mask colour(s) match no class (in {n_files} file(s) at "
                         f"--color-tolerance {r.options.color_tolerance})")
+    label_flags = _label_problems(r, problems, flags, unknown_files)
+    given = r.options.labels or LabelOptions()
     if tol > 0:
         flags += ["--color-tolerance", str(tol)]
     if still_unknown or r.unknown_unlisted["pixels"]:
@@ -385,7 +438,9 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         problems.append(f"{len(other_bad)} bad input(s): " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
         flags += ["--max-bad", str(len(other_bad))]
     if r.never_present:
-        warnings.append(f"class(es) never present in any mask: {', '.join(r.never_present)}")
+        names = ", ".join(r.never_present[:EXAMPLES * 4]) + (
+            f" and {len(r.never_present) - EXAMPLES * 4} more" if len(r.never_present) > EXAMPLES * 4 else "")
+        warnings.append(f"class(es) never present in any mask: {names}")
     for sp, names in r.missing_per_split.items():
         warnings.append(f"class(es) absent from split {sp!r}: {', '.join(names)}")
     d = r.duplicates
@@ -395,16 +450,15 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     if d["within_split_pairs"]:
         warnings.append(f"{d['within_split_pairs']} duplicate image pair(s) within a split")
     sizes = r.images["sizes_wxh"]
-    size_flag = "HxW"
-    if sizes:
-        w, h = next(iter(sizes)).split("x")
-        size_flag = f"{h}x{w}"
-    command = ["imgshard", "convert", *_source_args(r.spec), "OUT", "--size", size_flag, *flags]
-    status = "no_data" if total == 0 else ("needs_flags" if r.bad else ("warnings" if warnings else "ok"))
+    size_flag, size_hint = suggest_size(sizes)
+    src = source_positional(r.spec) + source_args(r.spec, r.found)
+    command = ["imgshard", "convert", *source_positional(r.spec), "OUT", "--size", size_flag,
+               *source_args(r.spec, r.found), *given_label_args(given), *label_flags, *flags]
+    needs = bool(r.bad) or bool(label_flags)
+    status = "no_data" if total == 0 else ("needs_flags" if needs else ("warnings" if warnings else "ok"))
     hints = []
-    if len(sizes) > 1:
-        hints.append(f"{len(sizes)} different image sizes; --size {size_flag} is the most common one, and "
-                     "--fit cover or contain keeps the aspect ratio")
+    if size_hint:
+        hints.append(size_hint)
     if "--color-tolerance" in flags:
         hints.append(f"--color-tolerance {tol} snaps the colours within {tol} per channel of exactly one class")
     if "--unknown-color" in flags:
@@ -418,12 +472,13 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
                          "if they are genuine")
     if unknown_files:
         keys = sorted(unknown_files)[:4]
-        hints.append("see where: imgshard preview " + " ".join(shlex.quote(a) for a in _source_args(r.spec))
+        hints.append("see where: imgshard preview " + " ".join(shlex.quote(a) for a in src + given_label_args(given)
+                                                                + label_flags)
                      + " -o preview.png " + " ".join(f"--key {shlex.quote(k)}" for k in keys))
     return {
         "status": status,
         "convert_ok_without_flags": status in ("ok", "warnings"),
-        "flags": flags,
+        "flags": label_flags + flags,
         "command": " ".join(shlex.quote(a) for a in command),
         "problems": problems,
         "warnings": warnings,
@@ -442,6 +497,9 @@ def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     out: list[str] = []
     total = sum(r.splits.values())
     out.append(f"Source: {r.source}")
+    if r.labels:
+        out += format_labels(r.labels, limit) if "values" in r.labels else [
+            f"Layout: {r.labels['layout']} ({r.labels['why']})", f"Mask semantics: {r.labels['semantics']}"]
     out.append("Pairs: " + (", ".join(f"{k} {v}" for k, v in r.splits.items()) or "none") + f" (total {total})")
     im = r.images
     out.append("Image sizes (WxH): " + ", ".join(f"{k} x{v}" for k, v in list(im["sizes_wxh"].items())[:8])
@@ -452,7 +510,8 @@ def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     out.append("")
     out.append(f"Mask colours by class ({len(r.classes)} classes; share of all mask pixels):")
     width = max((len(c["name"]) for c in r.classes_table), default=4)
-    for c in r.classes_table:
+    shown = r.classes_table if len(r.classes_table) <= 3 * limit else [c for c in r.classes_table if c["pixels"]]
+    for c in shown[: 3 * limit]:
         snapped = f"  (+{c['snapped_pixels']} px snapped)" if c["snapped_pixels"] else ""
         never = "  NEVER PRESENT" if c["name"] in r.never_present else ""
         out.append(f"  {c['index']:>3} {c['name']:<{width}} {c['hex']}  {c['share']:7.3f}%  {c['pixels']:>12} px "
@@ -469,8 +528,11 @@ def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     if r.unknown_unlisted["pixels"]:
         out.append(f"  plus {r.unknown_unlisted['colors']} rarer colours in {r.unknown_unlisted['pixels']} px, "
                    "not listed")
+    if len(shown) < len(r.classes_table):
+        out.append(f"  ... {len(r.classes_table) - min(len(shown), 3 * limit)} more class(es) not listed (see --json)")
     if r.never_present:
-        out.append("Classes never present: " + ", ".join(r.never_present))
+        out.append("Classes never present: " + ", ".join(r.never_present[:limit])
+                   + (f" and {len(r.never_present) - limit} more" if len(r.never_present) > limit else ""))
     for sp, names in r.missing_per_split.items():
         out.append(f"Classes absent from {sp}: " + ", ".join(names))
     out.append("")

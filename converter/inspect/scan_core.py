@@ -20,7 +20,7 @@ import numpy as np
 
 from converter.discover.classfolders import detect_task
 from converter.discover.layout import BadInput, SourceSample
-from converter.options import DEFAULT_MAX_PIXELS, SourceSpec, Task, check_val_fraction
+from converter.options import DEFAULT_MAX_PIXELS, LabelOptions, SourceSpec, Task, check_val_fraction
 from converter.run.execute import map_unordered
 from converter.transform.decode import DecodeError
 
@@ -42,8 +42,11 @@ class ScanOptions:
     workers: int = 0  # 0 -> all cores
     task: Task | None = None
     val_fraction: float | None = None  # classification, flat layout
+    labels: LabelOptions | None = None  # mask semantics, ignore values, label map: as for convert
 
     def __post_init__(self) -> None:
+        if self.labels is not None and not isinstance(self.labels, LabelOptions):
+            raise TypeError(f"labels must be a LabelOptions. Received: {self.labels!r}")
         if self.task is not None:
             object.__setattr__(self, "task", Task.parse(self.task, "--task"))
         object.__setattr__(self, "val_fraction", check_val_fraction(self.val_fraction, self.task))
@@ -81,6 +84,10 @@ class FileSummary:
     image_format: str | None = None
     mask_size: tuple[int, int] | None = None
     mask_mode: str | None = None
+    mask_format: str | None = None
+    values: dict[int, int] | None = None  # index/binary masks: pixel value -> pixels
+    thin: dict[int, int] = field(default_factory=dict)  # void value (255, 65535) -> pixels touching another value
+    unknown_values: dict[int, int] = field(default_factory=dict)  # index masks: values with no class
     image_digest: str | None = None  # file bytes
     pixel_hash: str | None = None  # decoded pixels
     class_pixels: tuple[int, ...] | None = None  # exact colour matches per class

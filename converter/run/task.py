@@ -82,8 +82,8 @@ def warm_up(ctx: WorkerContext) -> None:
     costs next to nothing to build (see `ColorMap.inverted_lut`).
     """
     transform = _transformer(ctx)
-    if transform.colormap is not None:
-        transform.colormap.inverted_lut  # noqa: B018 - built on first access
+    if transform.semantics is not None:
+        transform.semantics.warm_up()
 
 
 def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], list[SampleEntry], Any]:
@@ -146,8 +146,8 @@ def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeE
 
     try:
         mask = decode_mask(read_source(sample.mask, relative_key_path(sample.mask, transform.base)),
-                           transform.max_pixels)
-        if transform.colormap is not None:
+                           transform.max_pixels, wide=transform.wide_masks)
+        if transform.semantics is not None:
             transform.mask_classes(mask, sample.mask)
     except DecodeError as e:
         return e

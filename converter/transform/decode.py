@@ -261,8 +261,12 @@ def pack_rgb(rgb: np.ndarray) -> np.ndarray:
     return out
 
 
-def decode_mask(src: SourceFile, max_pixels: int) -> MaskArray:
-    """Decode a colour, palette or greyscale mask (alpha ignored)."""
+def decode_mask(src: SourceFile, max_pixels: int, *, wide: bool = False) -> MaskArray:
+    """Decode a colour, palette or greyscale mask (alpha ignored).
+
+    `wide` (index masks): a 16-bit greyscale mask keeps its values above 255 (uint16
+    `indices`, no colour table) instead of being refused.
+    """
     header = _png_header(src.data)
     if header is not None:
         _check_png_limits(src, header, max_pixels)
@@ -286,6 +290,9 @@ def decode_mask(src: SourceFile, max_pixels: int) -> MaskArray:
     if im.mode in _WIDE_GREY:  # 16-bit grey masks: fine while every value is a grey level 0..255
         values = np.asarray(im)
         top = int(values.max()) if values.size else 0
+        if wide and top <= 0xFFFF and not (values.size and int(values.min()) < 0):
+            if top > 255:
+                return MaskArray(h, w, indices=values.astype(np.uint16), table=None, path=src.path)
         if top > 255 or (values.size and int(values.min()) < 0):
             raise DecodeError(
                 src.path, "mask_16bit",

@@ -99,7 +99,9 @@ def plan_geometry(src_size: tuple[int, int], out_size: tuple[int, int], fit: Fit
         scale = min(ow / sw, oh / sh)
         nw = min(ow, max(1, round(sw * scale)))
         nh = min(oh, max(1, round(sh * scale)))
-        return Geometry(src_size, out_size, (0.0, 0.0, float(sw), float(sh)), (nh, nw), ((oh - nh) // 2, (ow - nw) // 2))
+        # Pillow's ImageOps.pad centres with round() (half to even): 27 rows of padding put 14 above
+        return Geometry(src_size, out_size, (0.0, 0.0, float(sw), float(sh)), (nh, nw),
+                        (round((oh - nh) / 2), round((ow - nw) / 2)))
     if fit is Fit.CROP_OR_PAD:
         y0, ch, py = _center_crop_or_pad(sh, oh)
         x0, cw, px = _center_crop_or_pad(sw, ow)

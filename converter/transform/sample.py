@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from converter.discover.layout import SourceSample
-from converter.options import MaskEncoding, OutputOptions, UnknownColor
-from converter.transform.colormap import ColorMap, UnknownColors
+from converter.options import LabelOptions, MaskEncoding, MaskSemantics, OutputOptions, UnknownColor
 from converter.transform.decode import DecodeError, MaskArray, decode_image, decode_mask, read_source
-from converter.transform.resize import plan_geometry, resize_image, resize_nearest
+from converter.transform.resize import plan_geometry, resize_image
+from converter.transform.semantics import UnknownColorError, make_semantics
 from readers.manifest import ClassInfo, SampleEntry
 from readers.tasks import task_kind
 
@@ -29,24 +29,6 @@ class Transformed:
     label: int | None
     class_pixels: np.ndarray  # (C,) int64
     ignore_pixels: int
-
-
-class UnknownColorError(DecodeError):
-    """A mask holds colours that are not in the class table."""
-
-    def __init__(self, path: str, unknown: UnknownColors, colormap: ColorMap) -> None:
-        parts = []
-        for color, n in sorted(unknown.counts.items(), key=lambda kv: -kv[1])[:8]:
-            name, dist = colormap.nearest(color)
-            parts.append(f"{color} x{n} px (nearest {name!r}, distance {dist})")
-        for color, n in sorted(unknown.ambiguous.items(), key=lambda kv: -kv[1])[:8]:
-            parts.append(f"{color} x{n} px is within --color-tolerance of two classes (ambiguous)")
-        kind = "ambiguous_color" if unknown.ambiguous and not unknown.counts else "unknown_color"
-        super().__init__(
-            path, kind, "unknown mask colours: " + "; ".join(parts),
-            "fix the mask or class_dict.csv, or use --color-tolerance N / --unknown-color ignore",
-        )
-        self.unknown = unknown
 
 
 def relative_key_path(path: str, base: str) -> str:
@@ -70,8 +52,11 @@ class SampleTransformer:
         self.max_pixels = max_pixels
         self.kind = task_kind(options.task)
         self.segmentation = self.kind.dense
-        self.colormap = ColorMap(classes, options.color_tolerance) if self.segmentation else None
+        labels = options.labels if options.labels is not None else LabelOptions()
+        self.semantics = make_semantics(labels, classes, options.color_tolerance) if self.segmentation else None
         self.num_classes = len(classes)
+        #: index/binary masks keep 16-bit values; colour tables map grey levels 0..255 only
+        self.wide_masks = self.segmentation and labels.semantics in (MaskSemantics.INDEX, MaskSemantics.BINARY)
 
     def count_classes(self, mask: np.ndarray | None, label: int | None) -> tuple[np.ndarray, int]:
         """Per-class pixel counts of a stored mask (class map or one-hot), or a one-sample label count."""
@@ -83,7 +68,7 @@ class SampleTransformer:
         if mask.ndim == 3:  # one-hot planes; an all-zero row is the ignore index
             counts += mask.reshape(-1, mask.shape[-1]).sum(axis=0, dtype=np.int64)[: self.num_classes]
             return counts, int(mask.shape[0] * mask.shape[1] - counts.sum())
-        ignore = self.colormap.ignore_index  # type: ignore[union-attr]
+        ignore = self.semantics.ignore_index  # type: ignore[union-attr]
         if self.num_classes <= _COMPARE_UP_TO:
             # A class map holds class indices and the ignore index only: one comparison pass
             # per class is 3x faster than bincount (which widens every pixel to intp) here.
@@ -94,20 +79,18 @@ class SampleTransformer:
         counts += full[: self.num_classes]
         return counts, int(full[ignore])
 
-    def mask_classes(self, mask: MaskArray, path: str) -> np.ndarray:
-        """Look a decoded mask's colours up: the full-resolution uint16 class map.
+    def mask_classes(self, mask: MaskArray, path: str, geom=None) -> np.ndarray:
+        """The stored class map of a decoded mask at the output size (`geom`; None: planned here).
 
-        Raises `UnknownColorError` for ambiguous colours, and for unknown ones unless
-        `--unknown-color ignore`.
+        Raises `UnknownColorError` for ambiguous colours, and for unknown colours or values
+        unless `--unknown-color ignore`.
         """
-        cmap = self.colormap
-        if cmap is None:
+        semantics = self.semantics
+        if semantics is None:
             raise ValueError(f"mask_classes needs a segmentation task. Received: task={self.options.task.value!r}")
-        fail_on_unknown = self.options.unknown_color is UnknownColor.FAIL
-        classes, unknown = cmap.lookup(mask, stats=fail_on_unknown)
-        if unknown.ambiguous or (unknown.counts and fail_on_unknown):
-            raise UnknownColorError(path, unknown, cmap)
-        return classes
+        if geom is None:
+            geom = plan_geometry((mask.height, mask.width), self.options.size, self.options.fit)
+        return semantics.class_map(mask, geom, path, self.options.unknown_color is UnknownColor.FAIL)
 
     def __call__(self, sample: SourceSample) -> Transformed:
         opts = self.options
@@ -123,7 +106,7 @@ class SampleTransformer:
 
         if mask_src is None:
             raise DecodeError(sample.image, "missing_mask", "image without mask")
-        mask = decode_mask(mask_src, self.max_pixels)
+        mask = decode_mask(mask_src, self.max_pixels, wide=self.wide_masks)
         if (mask.height, mask.width) != image.shape[:2]:
             raise DecodeError(
                 sample.mask or "", "size_mismatch",
@@ -131,10 +114,7 @@ class SampleTransformer:
                 f"{image.shape[1]}x{image.shape[0]}",
                 "masks must have the same size as their images",
             )
-        classes = self.mask_classes(mask, sample.mask or "")
-        cmap = self.colormap
-        class_map = resize_nearest(classes, geom, cmap.ignore_index)  # type: ignore[union-attr]
-        class_map = cmap.finish(class_map, ignore_unknown=True)  # type: ignore[union-attr]
+        class_map = self.mask_classes(mask, sample.mask or "", geom)
         class_pixels, ignore_pixels = self.count_classes(class_map, None)
         if opts.mask_encoding is MaskEncoding.ONEHOT:
             planes = np.arange(self.num_classes, dtype=class_map.dtype)

@@ -1,0 +1,418 @@
+"""Source layouts, detected in one place: each layout is a small object with a name.
+
+A layout says whether a folder looks like it (`detect(root)` -> the evidence, or None),
+lists its image/mask pairs per split (`pairs(root, spec)`), and gives the mask semantics
+its files mean (`defaults(root)`). `detect_layout` asks every layout; when two match it
+stops and names the choices (`--layout NAME` forces one). Known layouts:
+
+* ``camvid``: ``SRC/{split}/`` + ``SRC/{split}_labels/``, ``class_dict.csv`` (colour masks);
+* ``voc``: ``JPEGImages/`` + ``SegmentationClass*/`` (palette index masks, 255 = void),
+  split lists ``ImageSets/Segmentation/*.txt``; labelme2voc output (``class_names.txt``);
+* ``cityscapes``: ``leftImg8bit/<split>/<city>/*_leftImg8bit.png`` +
+  ``gtFine/<split>/<city>/*_gtFine_labelIds.png`` (label ids -> 19 train ids);
+* ``ade``: ``images/<split>/`` + ``annotations/<split>/`` (ADE20K: 0 = other, reduced);
+* ``mmseg``: ``img_dir/<split>/`` + ``ann_dir/<split>/`` (index masks);
+* ``unet``: an image folder + a mask folder (``image``/``label``, ``images``/``masks``, ...),
+  at the top or in each split folder (``train/image`` + ``train/label``);
+* ``explicit``: ``--images DIR --masks DIR``;
+* ``classfolders``: class folders (classification), only when no folder looks like masks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from converter.discover.layout import (
+    LABELS_SUFFIX,
+    WELL_KNOWN_SPLITS,
+    BadInput,
+    Discovery,
+    LayoutDefaults,
+    SourceSample,
+    check_files,
+)
+from converter.discover.pairing import Pairing, infer_suffixes, pair_by_name, read_split_list
+from converter.options import MaskSemantics, SourceSpec
+
+#: Folder names that hold masks, at any depth ("never guess classification next to these").
+MASK_DIR_NAMES = frozenset({"label", "labels", "mask", "masks", "ann_dir", "annotations", "annotation", "gt", "gts",
+                            "gtfine", "gtcoarse", "groundtruth", "ground_truth", "1st_manual", "segmentations"})
+IMAGE_DIR_NAMES = ("image", "images", "img", "imgs", "input", "inputs", "jpegimages", "img_dir", "leftimg8bit")
+#: Folders looked into per level when searching for mask folders (class-folder datasets have thousands).
+MASK_SEARCH_FOLDERS = 200
+VOC_MASK_DIRS = ("SegmentationClass", "SegmentationClassPNG", "SegmentationClassAug", "SegmentationClassRaw")
+
+
+class LayoutError(ValueError):
+    """The source folder matches more than one layout, or not the one --layout names."""
+
+
+class LayoutNotFound(FileNotFoundError):
+    """The source folder matches no layout."""
+
+
+def is_mask_dir_name(name: str) -> bool:
+    low = name.lower()
+    return (low in MASK_DIR_NAMES or low.endswith(LABELS_SUFFIX) or low.startswith("segmentationclass")
+            or "groundtruth" in low or low.endswith("_masks") or low.endswith("_gt"))
+
+
+def _is_image_dir_name(name: str) -> bool:
+    low = name.lower()
+    return low in IMAGE_DIR_NAMES or low.endswith("_images") or "input" in low
+
+
+def subdirs(folder: str) -> list[str]:
+    """Sub-folders of `folder` (hidden ones skipped), sorted; directory entries' types, no stat per file."""
+    try:
+        with os.scandir(folder) as it:
+            return sorted(e.name for e in it if not e.name.startswith(".") and e.is_dir())
+    except OSError:
+        return []
+
+
+def mask_dirs_below(root: str, depth: int = 3) -> list[str]:
+    """Mask-looking folders below `root` (relative paths), up to `depth` levels down."""
+    found = []
+    level = [""]
+    for _ in range(depth):
+        nxt = []
+        for rel in level:
+            for d in subdirs(os.path.join(root, rel)):
+                path = os.path.join(rel, d) if rel else d
+                if is_mask_dir_name(d):
+                    found.append(path)
+                nxt.append(path)
+        level = nxt[:MASK_SEARCH_FOLDERS]
+    return found
+
+
+@dataclass
+class Listing:
+    """What a layout found: splits in order, samples, problems, and how it paired them."""
+
+    splits: list[str]
+    samples: list[SourceSample] = field(default_factory=list)
+    bad: list[BadInput] = field(default_factory=list)
+    suffixes: tuple[str, str] | None = None  # (image, mask) suffixes inferred from the names
+    unpaired_images: int = 0
+
+    def add(self, p: Pairing) -> None:
+        self.samples += p.samples
+        self.bad += p.bad
+        self.unpaired_images += p.unpaired_images
+
+
+def _suffixes(spec: SourceSpec, images_dir: str, masks_dir: str) -> tuple[str | None, str | None, bool]:
+    """(image suffix, mask suffix, inferred?) for a folder pair: given ones, else found from names."""
+    if spec.image_suffix is not None or spec.mask_suffix is not None:
+        return spec.image_suffix or "", spec.mask_suffix if spec.mask_suffix is not None else "", False
+    from converter.discover.layout import list_images
+
+    found = infer_suffixes([os.path.splitext(r)[0] for r in list_images(images_dir)][:200],
+                           [os.path.splitext(r)[0] for r in list_images(masks_dir)])
+    if found is None:
+        return None, None, False
+    return found[0], found[1], True
+
+
+def _pair_split(listing: Listing, spec: SourceSpec, images_dir: str, masks_dir: str, split: str,
+                key_prefix: str, **kw) -> set[str]:
+    """Pair one folder pair into `listing`; the bases that had an image."""
+    isuf, msuf, inferred = _suffixes(spec, images_dir, masks_dir)
+    if inferred:
+        listing.suffixes = (isuf or "", msuf or "")
+    p = pair_by_name(images_dir, masks_dir, split, key_prefix, image_suffix=isuf, mask_suffix=msuf, **kw)
+    listing.add(p)
+    return p.images_found
+
+
+def _with_split_lists(listing_splits: dict[str, tuple[str, str]], spec: SourceSpec, lists: dict[str, str],
+                      masks_drive: bool = False) -> Listing:
+    """Pairs of (split -> (images_dir, masks_dir)) folders; split lists restrict and name splits."""
+    if lists:  # a listed name is looked up in every folder pair (flat img_dir/, or train/ and val/)
+        out = Listing(list(lists))
+        for name, path in lists.items():
+            only = set(read_split_list(path))
+            found: set[str] = set()
+            for images_dir, masks_dir in listing_splits.values():
+                found |= _pair_split(out, spec, images_dir, masks_dir, name, f"{name}/", only=only,
+                                     list_file=path, report_missing=False)
+            first = next(iter(listing_splits.values()), ("", ""))[0]
+            out.bad += [BadInput(path, f"lists {b!r}, but no image/mask pair of that name was found",
+                                 f"add the pair (e.g. below {first}) or remove the line", f"{name}/{b}",
+                                 "missing_image") for b in sorted(only - found)]
+        return out
+    out = Listing(list(listing_splits))
+    for split, (images_dir, masks_dir) in listing_splits.items():
+        _pair_split(out, spec, images_dir, masks_dir, split, f"{split}/", masks_drive=masks_drive)
+    return out
+
+
+class Layout:
+    """Base: a name, detection, pairing, defaults."""
+
+    name = ""
+
+    def detect(self, root: str) -> str | None:
+        raise NotImplementedError
+
+    def pairs(self, root: str, spec: SourceSpec) -> Listing:
+        raise NotImplementedError
+
+    def defaults(self, root: str) -> LayoutDefaults:
+        return LayoutDefaults()
+
+
+class CamVid(Layout):
+    name = "camvid"
+
+    def detect(self, root: str) -> str | None:
+        dirs = subdirs(root)
+        pairs = [d for d in dirs if d + LABELS_SUFFIX in dirs]
+        return f"folder pairs {', '.join(f'{d}/ + {d}{LABELS_SUFFIX}/' for d in pairs)}" if pairs else None
+
+    def pairs(self, root: str, spec: SourceSpec) -> Listing:
+        dirs = subdirs(root)
+        splits = [d for d in dirs if not d.endswith(LABELS_SUFFIX) and (d + LABELS_SUFFIX in dirs or d in WELL_KNOWN_SPLITS)]
+        return _with_split_lists({s: (os.path.join(root, s), os.path.join(root, s + LABELS_SUFFIX)) for s in splits},
+                                 spec, dict(spec.split_lists))
+
+
+def voc_base(root: str) -> tuple[str, str] | None:
+    """(folder holding JPEGImages, its mask folder name) for VOC / labelme2voc layouts."""
+    for base in (root, os.path.join(root, "VOC2012"), os.path.join(root, "VOCdevkit", "VOC2012")):
+        if os.path.isdir(os.path.join(base, "JPEGImages")):
+            for m in VOC_MASK_DIRS:
+                if os.path.isdir(os.path.join(base, m)):
+                    return base, m
+    return None
+
+
+class Voc(Layout):
+    name = "voc"
+
+    def detect(self, root: str) -> str | None:
+        found = voc_base(root)
+        if found is None:
+            return None
+        base, m = found
+        rel = os.path.relpath(base, root)
+        where = "" if rel == "." else rel + "/"
+        lists = self._lists(base)
+        return (f"{where}JPEGImages/ + {where}{m}/" + (f", split lists {where}ImageSets/Segmentation/"
+                                                        f"{{{','.join(lists)}}}.txt" if lists else ""))
+
+    @staticmethod
+    def _lists(base: str) -> dict[str, str]:
+        folder = os.path.join(base, "ImageSets", "Segmentation")
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".txt"))
+        except OSError:
+            return {}
+        lists = {os.path.splitext(n)[0]: os.path.join(folder, n) for n in names}
+        if "trainval" in lists and "train" in lists and "val" in lists:
+            del lists["trainval"]  # train + val again: every sample once
+        return lists
+
+    def pairs(self, root: str, spec: SourceSpec) -> Listing:
+        base, m = voc_base(root)  # type: ignore[misc]
+        lists = dict(spec.split_lists) or self._lists(base)
+        folders = {"train": (os.path.join(base, "JPEGImages"), os.path.join(base, m))}
+        return _with_split_lists(folders, spec, lists, masks_drive=True)
+
+    def defaults(self, root: str) -> LayoutDefaults:
+        from converter.discover.labelmaps import VOC_CLASSES
+
+        base, _ = voc_base(root)  # type: ignore[misc]
+        names = os.path.join(base, "class_names.txt")
+        if os.path.isfile(names):  # labelme2voc
+            return LayoutDefaults(MaskSemantics.INDEX, (255,), names_file=names)
+        return LayoutDefaults(MaskSemantics.INDEX, (255,), class_names=VOC_CLASSES)
+
+
+class Cityscapes(Layout):
+    name = "cityscapes"
+
+    @staticmethod
+    def _gt(root: str) -> str | None:
+        for gt in ("gtFine", "gtCoarse"):
+            if os.path.isdir(os.path.join(root, gt)):
+                return gt
+        return None
+
+    def detect(self, root: str) -> str | None:
+        gt = self._gt(root)
+        if os.path.isdir(os.path.join(root, "leftImg8bit")) and gt:
+            return f"leftImg8bit/ + {gt}/ (cities below each split)"
+        return None
+
+    def pairs(self, root: str, spec: SourceSpec) -> Listing:
+        gt = self._gt(root) or "gtFine"
+        spec_suffix = SourceSpec(root=root, image_suffix=spec.image_suffix or "_leftImg8bit",
+                                 mask_suffix=spec.mask_suffix or f"_{gt}_labelIds")
+        images = os.path.join(root, "leftImg8bit")
+        splits = [s for s in subdirs(images) if os.path.isdir(os.path.join(root, gt, s))]
+        return _with_split_lists({s: (os.path.join(images, s), os.path.join(root, gt, s)) for s in splits},
+                                 spec_suffix, dict(spec.split_lists))
+
+    def defaults(self, root: str) -> LayoutDefaults:
+        return LayoutDefaults(MaskSemantics.INDEX, label_map="cityscapes")
+
+
+class FolderPair(Layout):
+    """``<images>/<split>/`` + ``<masks>/<split>/`` (ADE20K, mmsegmentation)."""
+
+    images_name = ""
+    masks_name = ""
+    reduce_zero_label = False
+
+    def detect(self, root: str) -> str | None:
+        if os.path.isdir(os.path.join(root, self.images_name)) and os.path.isdir(os.path.join(root, self.masks_name)):
+            splits = subdirs(os.path.join(root, self.images_name))
+            return f"{self.images_name}/ + {self.masks_name}/" + (f" with splits {', '.join(splits)}" if splits else "")
+        return None
+
+    def pairs(self, root: str, spec: SourceSpec) -> Listing:
+        images, masks = os.path.join(root, self.images_name), os.path.join(root, self.masks_name)
+        splits = [s for s in subdirs(images) if os.path.isdir(os.path.join(masks, s))]
+        folders = {s: (os.path.join(images, s), os.path.join(masks, s)) for s in splits} or {"train": (images, masks)}
+        return _with_split_lists(folders, spec, dict(spec.split_lists))
+
+    def defaults(self, root: str) -> LayoutDefaults:
+        return LayoutDefaults(MaskSemantics.INDEX, reduce_zero_label=self.reduce_zero_label)
+
+
+class Ade(FolderPair):
+    name = "ade"
+    images_name, masks_name, reduce_zero_label = "images", "annotations", True
+
+
+class Mmseg(FolderPair):
+    name = "mmseg"
+    images_name, masks_name = "img_dir", "ann_dir"
+
+
+def _unet_pair(folder: str) -> tuple[str, str] | None:
+    dirs = subdirs(folder)
+    imgs = [d for d in dirs if _is_image_dir_name(d)]
+    masks = [d for d in dirs if is_mask_dir_name(d)]
+    if len(imgs) == 1 and len(masks) == 1:
+        return imgs[0], masks[0]
+    if len(imgs) == 1 and len(masks) > 1:
+        raise LayoutError(f"{folder} holds the image folder {imgs[0]}/ and several mask folders {masks}. "
+                          f"Pick one: --images {os.path.join(folder, imgs[0])} --masks {os.path.join(folder, masks[0])}")
+    return None
+
+
+class Unet(Layout):
+    name = "unet"
+
+    def _folders(self, root: str) -> dict[str, tuple[str, str]]:
+        top = _unet_pair(root)
+        if top is not None:
+            return {"train": (os.path.join(root, top[0]), os.path.join(root, top[1]))}
+        out = {}
+        for split in subdirs(root):
+            pair = _unet_pair(os.path.join(root, split))
+            if pair is not None:
+                out[split] = (os.path.join(root, split, pair[0]), os.path.join(root, split, pair[1]))
+        return out
+
+    def detect(self, root: str) -> str | None:
+        folders = self._folders(root)
+        if not folders:
+            return None
+        return "image + mask folders: " + ", ".join(
+            f"{os.path.relpath(i, root)}/ + {os.path.relpath(m, root)}/" for i, m in folders.values())
+
+    def pairs(self, root: str, spec: SourceSpec) -> Listing:
+        return _with_split_lists(self._folders(root), spec, dict(spec.split_lists))
+
+
+class Explicit(Layout):
+    name = "explicit"
+
+    def detect(self, root: str) -> str | None:
+        return None  # only with --images/--masks (`discover`)
+
+    def pairs(self, root: str, spec: SourceSpec) -> Listing:
+        images, masks = os.path.abspath(spec.images), os.path.abspath(spec.masks)  # type: ignore[arg-type]
+        return _with_split_lists({spec.split: (images, masks)}, spec, dict(spec.split_lists))
+
+
+LAYOUTS: dict[str, Layout] = {lay.name: lay for lay in (CamVid(), Voc(), Cityscapes(), Ade(), Mmseg(), Unet(), Explicit())}
+#: Asked first; `unet` (any image folder + mask folder) only when none of these matches.
+_SPECIFIC = ("camvid", "voc", "cityscapes", "ade", "mmseg")
+
+
+@dataclass(frozen=True)
+class Detected:
+    layout: Layout
+    why: str
+    forced: bool = False
+
+
+def detect_layout(root: str, forced: str | None = None) -> Detected:
+    """The segmentation layout of `root` (see the module docstring); `forced`: --layout NAME."""
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"Source folder not found: {root}. Pass the folder that holds the images and masks "
+                                "(e.g. train/ and train_labels/).")
+    if forced is not None:
+        if forced not in LAYOUTS:
+            raise LayoutError(f"--layout {forced} is not a segmentation layout; choose one of {sorted(LAYOUTS)}")
+        why = LAYOUTS[forced].detect(root)
+        if why is None:
+            raise LayoutError(f"--layout {forced}: {root} does not have its folders. {_expected(forced)}")
+        return Detected(LAYOUTS[forced], why, True)
+    hits = [(LAYOUTS[n], why) for n in _SPECIFIC for why in [LAYOUTS[n].detect(root)] if why is not None]
+    if not hits:
+        why = LAYOUTS["unet"].detect(root)
+        hits = [(LAYOUTS["unet"], why)] if why is not None else []
+    if len(hits) == 1:
+        return Detected(*hits[0])
+    if len(hits) > 1:
+        choices = "\n".join(f"  --layout {lay.name}: {why}" for lay, why in hits)
+        raise LayoutError(f"{root} looks like more than one layout; choose one:\n{choices}\n"
+                          "(or name the folders: --images DIR --masks DIR)")
+    raise LayoutNotFound(
+        f"No split folders found in {root}: it matches no known layout. Expected the CamVid layout ({root}/train/ "
+        f"with images, {root}/train_labels/ with masks and {root}/class_dict.csv), or one of: Pascal VOC (JPEGImages/ + "
+        "SegmentationClass/), Cityscapes (leftImg8bit/ + gtFine/), ADE20K (images/ + annotations/), mmseg "
+        "(img_dir/ + ann_dir/), image/ + label/ (or images/ + masks/). Found folders: "
+        f"{subdirs(root)}. For other layouts pass --images DIR --masks DIR.")
+
+
+def discover(spec: SourceSpec) -> Discovery:
+    """List samples and source problems for a `SourceSpec` (the layout detected or forced)."""
+    if spec.root is not None:
+        root = os.path.abspath(spec.root)
+        det = detect_layout(root, spec.layout)
+        listing = det.layout.pairs(root, spec)
+        defaults = det.layout.defaults(root)
+        csv_path = spec.classes or (os.path.join(root, "class_dict.csv")
+                                    if os.path.isfile(os.path.join(root, "class_dict.csv")) or det.layout.name == "camvid"
+                                    else None)
+    else:
+        images = os.path.abspath(spec.images)  # type: ignore[arg-type]
+        if not os.path.isdir(images):
+            raise FileNotFoundError(f"--images folder not found: {images}")
+        if spec.masks is None:
+            raise ValueError("--images needs --masks DIR for segmentation.")
+        if not os.path.isdir(os.path.abspath(spec.masks)):
+            raise FileNotFoundError(f"--masks folder not found: {os.path.abspath(spec.masks)}")
+        det = Detected(LAYOUTS["explicit"], f"--images {spec.images} --masks {spec.masks}", True)
+        listing = det.layout.pairs(images, spec)
+        defaults = LayoutDefaults()
+        csv_path = spec.classes
+    kept, bad = check_files(listing.samples, listing.bad)
+    return Discovery(tuple(kept), tuple(bad), tuple(listing.splits), csv_path, layout=det.layout.name, why=det.why,
+                     defaults=defaults, suffixes=listing.suffixes, unpaired_images=listing.unpaired_images)
+
+
+def _expected(name: str) -> str:
+    return {"camvid": "Expected SRC/train/ + SRC/train_labels/.", "voc": "Expected JPEGImages/ + SegmentationClass/.",
+            "cityscapes": "Expected leftImg8bit/ + gtFine/.", "ade": "Expected images/ + annotations/.",
+            "mmseg": "Expected img_dir/ + ann_dir/.", "unet": "Expected image/ + label/ or images/ + masks/.",
+            }.get(name, "")
