@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from converter import __version__
-from converter.discover.classes import load_class_table
+from converter.discover.sources import discover_sources
 from converter.discover.layout import SourceSample
-from converter.options import OutputOptions
+from converter.options import OutputOptions, SourceSpec
 from converter.publish.manifest import publish_manifest
 from converter.transform.sample import SampleTransformer
 from converter.write.base import ShardWriter
@@ -41,8 +41,8 @@ def make_many(root: Path, n: int) -> tuple[Path, Path]:
     src, out = root / "src", root / "out"
     variants = make_variants(root / "variants")
     grow_tree(src, variants, 0, n)
-    options = OutputOptions(size="8x8")
-    classes = load_class_table(src / "class_dict.csv")
+    # the options and classes a run resolves for this tree (mask semantics included)
+    _, classes, options = discover_sources(SourceSpec(root=str(src)), OutputOptions(size="8x8"))
     transform = SampleTransformer(options, classes, str(src), 10**9)
     done = [transform(SourceSample("train", f"train/s{i:08d}.png", str(src / "train" / f"s{i:08d}.png"),
                                    str(src / "train_labels" / f"s{i:08d}_L.png"))) for i in range(VARIANTS)]
