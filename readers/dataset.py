@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import numpy as np
 
+from readers.augment import check_augment, check_start_step, sample_ids
 from readers.errors import FIX_HINT, ShardError, describe, shard_error
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
 from readers.formats import FileFormat, check_compression
@@ -32,6 +33,8 @@ from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
+
+    from readers.augment import Augment
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +255,10 @@ class Dataset:
         drop_remainder: bool = False,
         input_context: "tf.distribute.InputContext | None" = None,
         shuffle_buffer: int | None = None,
+        augment: "Augment | None" = None,
+        epoch: int = 0,
+        start_step: int = 0,
+        augment_on: str = "host",
     ) -> "tf.data.Dataset":
         """A `tf.data.Dataset` of (x, y) batches for `model.fit`.
 
@@ -277,16 +284,19 @@ class Dataset:
             shuffle_buffer: records in the shuffle buffer. Default: as many as fit in
                 256 MB (`readers.formats.pipeline.SHUFFLE_BUFFER_BYTES`) at the shards'
                 average record size, at least one batch, at most the whole split.
+            augment: a `readers.augment.Augment` for every batch (docs/AUGMENT.md).
+            epoch, start_step: the first pass is epoch `epoch` from batch `start_step`, later
+                ones the next epochs; the stream is a pure function of (seed, epoch, step).
+            augment_on: "host", or "device" for `readers.device.augment_batch` (compact mode).
 
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
         Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
         name the shard file: uncompressed TFRecord and all NPZ shards are read by
         loader threads that raise `ShardError` naming the file and record (it surfaces
-        from TensorFlow as an `OpError` whose message holds it); gzip TFRecord shards
-        go through TensorFlow's reader, whose `DataLossError` ("corrupted record at
-        <offset>") does not name the file, so each file is checked to give exactly its
-        manifest record count and an `InvalidArgumentError` names the file otherwise
-        (see `readers.formats.tfrecord.reader._checked_reader`).
+        from TensorFlow as an `OpError` whose message holds it); so are gzip TFRecord
+        shards with a seed (read whole); without one they go through TensorFlow's reader,
+        checked per file so that an `InvalidArgumentError` names a file that gives fewer
+        records than its manifest count (`readers.formats.tfrecord.reader._checked_reader`).
 
         Speed: uncompressed TFRecord shards are memory-mapped and their image/mask bytes
         gathered straight into aligned batches (one copy; see
@@ -296,28 +306,20 @@ class Dataset:
         (`readers.formats.encoding`). The first call tunes glibc malloc for megabyte blocks
         (`readers.formats._allocator.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
         """
-        import tensorflow as tf
-
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), drop_remainder=bool(drop_remainder),
-                                  shuffle_buffer=shuffle_buffer)
+                                  shuffle_buffer=shuffle_buffer, augment=check_augment(augment), epoch=epoch,
+                                  start_step=start_step, augment_on=augment_on)
         tune_allocator()
         shards = self.shards(split)
         total = sum(s.records for s in shards)
         if input_context is not None:
             shards, options, total = self._pipeline_share(split, shards, options, input_context)
-        ds = self._adapter.tf_dataset(shards, self._spec, options)
         batches = total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
-        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
-        if repeat:
-            ds = ds.repeat()
-        ds = ds.prefetch(tf.data.AUTOTUNE)
-        tf_options = tf.data.Options()
-        tf_options.autotune.enabled = True
-        tf_options.deterministic = (not options.shuffle) or options.seed is not None
-        if input_context is not None:
-            tf_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        return ds.with_options(tf_options)
+        check_start_step(options.start_step, batches)
+        ids = sample_ids(shards) if options.augment is not None else None
+        ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
+        return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None)
 
     def _pipeline_share(self, split: str, shards: list[ShardRef], options: PipelineOptions,
                         input_context: "tf.distribute.InputContext") -> tuple[list[ShardRef], PipelineOptions, int]:
@@ -356,6 +358,8 @@ class Dataset:
         max_queue_size: int = 10,
         num_shards: int = 1,
         shard_index: int = 0,
+        augment: "Augment | None" = None,
+        epoch: int = 0,
     ) -> Any:
         """A `keras.utils.PyDataset` of (x, y) NumPy batches with random access.
 
@@ -364,17 +368,38 @@ class Dataset:
         num_shards/shard_index select shard files as in `records`. TFRecord shards are
         indexed by their record headers and read record by record; gzip TFRecord and
         deflated NPZ shards are decompressed whole and cached per worker (see
-        `readers.pydataset`).
+        `readers.pydataset`). `augment` and `epoch` as in `tf_dataset` (the same
+        TensorFlow batch function, so batch i of epoch e holds the same pixels when the
+        two see the same samples); the order is a pure function of (seed, epoch).
         """
         from readers.pydataset import make_pydataset
 
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
-                                  normalize=bool(normalize))
+                                  normalize=bool(normalize), augment=check_augment(augment), epoch=epoch)
         tune_allocator()
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
+        ids = sample_ids(shards) if options.augment is not None else None
         return make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
-                              use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
+                              use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size, ids=ids)
+
+
+def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
+                     distributed: bool) -> "tf.data.Dataset":
+    """Cardinality (unless resumed: the first pass is shorter), repeat, prefetch, options."""
+    import tensorflow as tf
+
+    if options.start_step == 0:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    tf_options = tf.data.Options()
+    tf_options.autotune.enabled = True
+    tf_options.deterministic = (not options.shuffle) or options.seed is not None
+    if distributed:
+        tf_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(tf_options)
 
 
 def _fields(options: PipelineOptions) -> dict[str, Any]:

@@ -58,6 +58,29 @@ def expand_batch(x: Any, y: Any = None, num_classes: int | None = None, *, norma
                   one_hot=one_hot, normalize=normalize)
 
 
+def augment_batch(x: Any, y: Any, params: Any, augment: Any, num_classes: int | None = None, *,
+                  ignore_index: int | None = 255, normalize: bool = True, one_hot: bool = True) -> tuple[Any, Any]:
+    """Augment and expand a compact batch on the accelerator (TensorFlow backend).
+
+    Pairs with `Dataset.tf_dataset(..., normalize=False, one_hot=False, augment=aug,
+    augment_on="device")`, whose batches are ((uint8 images, params), class maps): only
+    uint8 and 19 floats per sample cross to the device, where the same batch function
+    as the host path (`readers.augment.augment_tf`) resamples image and mask and jitters
+    the colours, then `expand_batch` casts and one-hot encodes. Call it in a custom
+    `train_step` (see docs/AUGMENT.md); it gives the same (x, y) as host-side
+    augmentation with the same seed. `y` may be labels (classification: left as is).
+    """
+    import tensorflow as tf
+
+    from readers.augment import augment_tf
+
+    segmentation = y is not None and len(y.shape) >= 3
+    x, y = augment_tf(augment, tf.convert_to_tensor(x), tf.convert_to_tensor(y) if y is not None else y,
+                      tf.convert_to_tensor(params, tf.float32), ignore_index=ignore_index,
+                      segmentation=segmentation, normalize=normalize)
+    return expand_batch(x, y, num_classes, normalize=False, one_hot=one_hot, ignore_index=ignore_index)
+
+
 def _build_class() -> type:
     import keras
 
@@ -100,4 +123,4 @@ _LAZY = LazyClass(__name__, "ExpandOnDevice", _build_class)
 __getattr__ = _LAZY.module_getattr()
 
 
-__all__ = ["ExpandOnDevice", "expand_batch"]
+__all__ = ["ExpandOnDevice", "augment_batch", "expand_batch"]

@@ -51,7 +51,7 @@ def _build_class() -> type:
 
         def __init__(self, readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,
                      options: PipelineOptions, *, workers: int = 1, use_multiprocessing: bool = False,
-                     max_queue_size: int = 10):
+                     max_queue_size: int = 10, ids: np.ndarray | None = None):
             super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
                              max_queue_size=max_queue_size)
             if len(readers) != len(counts):
@@ -64,10 +64,14 @@ def _build_class() -> type:
             self._shard_of = np.repeat(np.arange(len(counts)), counts)
             self._record_of = (np.concatenate([np.arange(c) for c in counts]) if len(counts)
                                else np.zeros(0, np.int64))
-            self._rng = np.random.default_rng(options.seed)
-            self._order = np.arange(len(self._shard_of))
-            if options.shuffle:
-                self._order = self._rng.permutation(len(self._shard_of))
+            self._seed = options.effective_seed()
+            self._ids = ids
+            self._augment = None
+            self.epoch = int(options.epoch)
+            self._order = self._epoch_order()
+
+        def _epoch_order(self) -> np.ndarray:
+            return epoch_order(self._seed, self.epoch, len(self._shard_of), self.options.shuffle)
 
         @property
         def num_samples(self) -> int:
@@ -86,33 +90,76 @@ def _build_class() -> type:
                 raise IndexError(f"batch index must be in [0, {n}). Received: {index}")
             bs = self.options.batch_size
             picked = self._order[index * bs:(index + 1) * bs]
-            spec = self.spec
-            images = np.empty((len(picked), *spec.image_shape), np.uint8)
-            if spec.segmentation:
-                targets = np.empty((len(picked), *spec.mask_shape), spec.mask_np_dtype.newbyteorder("="))
-            else:
-                targets = np.empty((len(picked),), np.int64)
-            def fill(j: int) -> None:
-                k = picked[j]
-                images[j], targets[j] = self.readers[self._shard_of[k]].read(int(self._record_of[k]))
+            images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
+            normalize = self.options.normalize
+            if self.options.augment is not None:
+                if self._augment is None:
+                    self._augment = augment_fn(self.spec, self.options)
+                ids = self._ids[picked] if self._ids is not None else picked.astype(np.uint64)
+                images, targets = augment_numpy(self._augment, self.spec, self.options, self._seed, self.epoch, ids,
+                                                images, targets)
+                normalize = False  # done by the augmentation
+            return expand_numpy(images, targets, self.spec, one_hot=self.options.one_hot, normalize=normalize)
 
-            if spec.encoded:  # decode the batch on the decoder threads (Pillow releases the GIL)
-                parallel_for(len(picked), fill)
-            else:
-                for j in range(len(picked)):
-                    fill(j)
-            return expand_numpy(images, targets, spec, one_hot=self.options.one_hot,
-                                normalize=self.options.normalize)
+        def __getstate__(self) -> dict:
+            state = dict(self.__dict__)
+            state["_augment"] = None  # a tf.function; rebuilt on first use in a worker
+            return state
 
         def on_epoch_end(self) -> None:
-            if self.options.shuffle:
-                self._order = self._rng.permutation(len(self._shard_of))
+            self.epoch += 1
+            self._order = self._epoch_order()
 
         def keys_order(self) -> np.ndarray:
             """(shard position in this dataset, record index) of every sample in the current order."""
             return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
 
     return ShardPyDataset
+
+
+def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records: np.ndarray,
+               spec: RecordSpec) -> tuple[np.ndarray, np.ndarray]:
+    """The compact (images, targets) of the records (shards[j], records[j])."""
+    images = np.empty((len(shards), *spec.image_shape), np.uint8)
+    if spec.segmentation:
+        targets = np.empty((len(shards), *spec.mask_shape), spec.mask_np_dtype.newbyteorder("="))
+    else:
+        targets = np.empty((len(shards),), np.int64)
+
+    def fill(j: int) -> None:
+        images[j], targets[j] = readers[int(shards[j])].read(int(records[j]))
+
+    if spec.encoded:  # decode the batch on the decoder threads (Pillow releases the GIL)
+        parallel_for(len(shards), fill)
+    else:
+        for j in range(len(shards)):
+            fill(j)
+    return images, targets
+
+
+def epoch_order(seed: int, epoch: int, n: int, shuffle: bool) -> np.ndarray:
+    """The sample order of `epoch`: a pure function of (seed, epoch)."""
+    if not shuffle:
+        return np.arange(n)
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def augment_fn(spec: RecordSpec, options: PipelineOptions) -> Any:
+    """`tf_dataset`'s augmentation batch function, without the expansion."""
+    from readers.augment import make_augment_tf
+
+    return make_augment_tf(options.augment, ignore_index=spec.ignore_index, segmentation=spec.segmentation,
+                           normalize=options.normalize)
+
+
+def augment_numpy(fn: Any, spec: RecordSpec, options: PipelineOptions, seed: int, epoch: int, ids: np.ndarray,
+                  images: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A NumPy batch through `fn` (from `augment_fn`) with the draws of (seed, epoch, ids)."""
+    from readers.augment import draw_params
+
+    params = draw_params(options.augment, spec.height, spec.width, seed, epoch, ids)
+    x, y = fn(images, targets, params)
+    return x.numpy(), y.numpy()
 
 
 _LAZY = LazyClass(__name__, "ShardPyDataset", _build_class)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Train a small Keras U-Net fed by (a) raw-PNG tf.data, (b) imgshard compact mode with
-device-side expansion, (c) one batch held in device memory; report step time,
+device-side expansion, (b2) the same with device-side augmentation (flip, scale, crop,
+colour jitter: `readers.device.augment_batch`), (c) one batch held in device memory; report step time,
 samples/s and the fraction of time spent waiting for input.
 
     python scripts/bench_gpu.py                      # 512x512, 50 steps (meant for a GPU)

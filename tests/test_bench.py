@@ -23,7 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 READER_ROWS = {
     "p1_tf_png", "p2_pydataset_png", "p3_saved_float32", "p3_saved_uint8", "p4_imgshard_float32",
     "p5_imgshard_compact", "p5_imgshard_compact_expand", "p6_imgshard_npz_deflate", "p6_np_load_deflate",
-    "p6_imgshard_npz_none", "p6_np_load_none",
+    "p6_imgshard_npz_none", "p6_np_load_none", "p8_plain_big", "p8_augment_float32", "p8_augment_compact",
+    "p8_augment_device_feed",
 }
 CONVERT_ROWS = {"decode_floor", "bare_transform", "naive_pillow", "convert_w1", "convert_w2"}
 
@@ -69,11 +70,12 @@ def test_bench_quick_mode_reports_every_pipeline_and_target(tmp_path):
 @pytest.mark.slow
 def test_bench_gpu_quick_mode_trains_all_three_feeds_on_cpu(tmp_path):
     proc, data = _run_quick("bench_gpu.py", tmp_path)
-    assert [f["name"] for f in data["feeds"]] == ["png_tf_data", "imgshard_compact", "in_device_memory"]
+    assert [f["name"] for f in data["feeds"]] == ["png_tf_data", "imgshard_compact", "imgshard_compact_augment",
+                                                  "in_device_memory"]
     for feed in data["feeds"]:
         assert feed["steps"] == 3 and feed["step_time_s"] > 0
         assert 0.0 <= feed["blocked_on_input_share"] <= 1.0
-    assert data["feeds"][2]["vs_ceiling"] == pytest.approx(1.0)
+    assert data["feeds"][3]["vs_ceiling"] == pytest.approx(1.0)
     assert "(b) imgshard compact" in proc.stdout
 
 

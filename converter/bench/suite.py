@@ -248,6 +248,7 @@ def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, 
     add("p5_imgshard_compact_expand", "5. compact + expand_batch (device side; on CPU here)", float_bytes,
         _tf_epoch(p5, lambda x, y: expand_batch(x, y, c)), note="expansion runs on the CPU: no accelerator")
 
+    rows.extend(augment_pipelines(opts, sources, work, say))
     for comp in ("deflate", "none"):
         out = os.path.join(work, f"npz_{comp}")
         say(f"converting to NPZ ({comp})")
@@ -261,6 +262,47 @@ def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, 
         add(f"p6_np_load_{comp}", f"6. np.load loop, 1 process ({name})", compact_bytes,
             _numpy_epoch(lambda paths=paths, rng=rng: baselines.np_load_batches(paths, bs, rng)))
     return rows
+
+
+#: The augmentation rows' recipe (issue 15); the crop is the bench size, the shards 1.25x it.
+AUGMENT_RECIPE = dict(hflip=0.5, scale=(0.75, 1.5), brightness=0.2, contrast=0.2, saturation=0.2, hue=0.02)
+
+
+def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, say: Say
+                      ) -> list[tuple[Row, Callable[[], int]]]:
+    """Pipeline 8: shards converted at 1.25x the training size (640x640 for 512x512), read
+    plain and with `Augment(**AUGMENT_RECIPE, crop=size)`, float32 + one-hot and compact."""
+    import readers
+    from readers.augment import Augment
+
+    h, w = opts.size
+    big = (h * 5 // 4, w * 5 // 4)
+    c = len(sources.colors)
+    out = os.path.join(work, "augment_src")
+    say(f"converting at {big[0]}x{big[1]} for the augmentation rows")
+    run_convert(sources.root, out, big, workers=os.cpu_count() or 1)
+    ds = readers.open(out)
+    split = next(iter(ds.splits))
+    aug = Augment(**AUGMENT_RECIPE, crop=(h, w))
+    bs, buf = opts.batch_size, opts.shuffle_buffer
+    recipe = "hflip, scale 0.75-1.5, crop, colour jitter"
+    plain = ds.tf_dataset(split, bs, shuffle_buffer=buf)
+    floats = ds.tf_dataset(split, bs, shuffle_buffer=buf, seed=opts.seed, augment=aug)
+    compact = ds.tf_dataset(split, bs, shuffle_buffer=buf, seed=opts.seed, augment=aug, normalize=False,
+                            one_hot=False)
+    device = ds.tf_dataset(split, bs, shuffle_buffer=buf, seed=opts.seed, augment=aug, normalize=False,
+                           one_hot=False, augment_on="device")
+    return [
+        (Row("p8_plain_big", f"8. imgshard {big[0]}x{big[1]} shards, float32 + one-hot, no augmentation",
+             "reader", 4 * big[0] * big[1] * (3 + c)), _tf_epoch(plain)),
+        (Row("p8_augment_float32", f"8. {big[0]}x{big[1]} shards augmented to {h}x{w}, float32 + one-hot",
+             "reader", 4 * h * w * (3 + c), note=recipe), _tf_epoch(floats)),
+        (Row("p8_augment_compact", f"8. {big[0]}x{big[1]} shards augmented to {h}x{w}, compact", "reader",
+             4 * h * w, note=recipe), _tf_epoch(compact)),
+        (Row("p8_augment_device_feed", f"8. {big[0]}x{big[1]} shards, augment_on='device': the host's part", "reader",
+             4 * big[0] * big[1], note="uint8 + 19 floats/sample; the GPU augments"),
+         _tf_epoch(device, lambda x, y: (x[0], y))),
+    ]
 
 
 def measure_readers(opts: BenchOptions, sources: Sources, tfr: str, work: str, result: BenchResult, say: Say) -> None:

@@ -1,4 +1,4 @@
-"""Feed a small Keras U-Net three ways and see how long the accelerator waits for input.
+"""Feed a small Keras U-Net four ways and see how long the accelerator waits for input.
 
 `scripts/bench_gpu.py` runs `run_train_bench`: a U-Net at the benchmark size trained
 for a fixed number of steps, each step a compiled `tf.function` (forward, loss,
@@ -8,6 +8,8 @@ before the next starts. It is fed by
 (a) pipeline 1: `tf.data` over raw PNGs (float32 x, one-hot y);
 (b) the imgshard reader in compact mode (uint8 x, uint8 class map) with the expansion
     done inside the step, on the device (`readers.device.expand_batch`);
+(b2) the same with `readers.augment.Augment` applied on the device
+    (`augment_on="device"`, `readers.device.augment_batch` in the step);
 (c) one float32 batch held in device memory and reused every step (the ceiling).
 
 For each it reports the median step time, samples/s, the share of the step spent
@@ -48,19 +50,24 @@ def build_unet(size: tuple[int, int], num_classes: int, *, base: int = 16, depth
     return keras.Model(inputs, outputs, name="small_unet")
 
 
-def make_step(model: Any, num_classes: int, *, compact: bool) -> Any:
-    """A compiled training step; with `compact` it expands uint8 (x, y) on the device first."""
+def make_step(model: Any, num_classes: int, *, compact: bool, augment: Any = None) -> Any:
+    """A compiled training step; with `compact` it expands uint8 (x, y) on the device first;
+    with `augment` (a `readers.augment.Augment`) x is (uint8 images, params) and the
+    augmentation runs on the device too (`readers.device.augment_batch`)."""
     import keras
     import tensorflow as tf
 
-    from readers.device import expand_batch
+    from readers.device import augment_batch, expand_batch
 
     loss_fn = keras.losses.CategoricalCrossentropy()
     optimizer = keras.optimizers.Adam(1e-3)
 
     @tf.function
     def step(x: Any, y: Any) -> Any:
-        if compact:
+        if augment is not None:
+            images, params = x
+            x, y = augment_batch(images, y, params, augment, num_classes)
+        elif compact:
             x, y = expand_batch(x, y, num_classes)
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
@@ -122,7 +129,7 @@ def device_name() -> str:
 def run_train_bench(pairs: Any, colors: Any, compact_dir: str, *, size: tuple[int, int], batch_size: int,
                     steps: int, warmup: int = 3, base_filters: int = 16, depth: int = 3,
                     shuffle_buffer: int = 64) -> dict[str, Any]:
-    """Train the same U-Net fed three ways (see the module docstring); returns the numbers."""
+    """Train the same U-Net fed four ways (see the module docstring); returns the numbers."""
     import tensorflow as tf
 
     import readers
@@ -151,6 +158,17 @@ def run_train_bench(pairs: Any, colors: Any, compact_dir: str, *, size: tuple[in
                             shuffle_buffer=shuffle_buffer)
     r = FeedResult("imgshard_compact", "(b) imgshard compact + expand_batch in the step", batch_size=batch_size)
     _train(make_step(fresh_model(), c, compact=True), iter(compact), steps, warmup, r)
+    results.append(r)
+
+    # (b2) the same, augmented on the device (hflip, scale, crop to the model's size, colour jitter)
+    from readers.augment import Augment
+
+    aug = Augment(hflip=0.5, scale=(0.75, 1.5), crop=tuple(size), brightness=0.2, contrast=0.2, saturation=0.2,
+                  hue=0.02)
+    augmented = ds.tf_dataset(split, batch_size, one_hot=False, normalize=False, repeat=True, seed=0,
+                              shuffle_buffer=shuffle_buffer, augment=aug, augment_on="device")
+    r = FeedResult("imgshard_compact_augment", "(b2) compact + augment_batch in the step", batch_size=batch_size)
+    _train(make_step(fresh_model(), c, compact=True, augment=aug), iter(augmented), steps, warmup, r)
     results.append(r)
 
     # (c) one batch held in device memory

@@ -39,17 +39,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--color-tolerance", type=int, default=0, metavar="N",
                    help="raw sources: snap colours within N of a class, as convert would (default 0)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="raw sources: as convert")
+    p.add_argument("--augment", metavar="SPEC",
+                   help="a converted dataset: show the samples augmented, as tf_dataset(augment=..., seed=--seed) "
+                        "gives them; SPEC is field=value,... of readers.augment.Augment, e.g. "
+                        "hflip=0.5,scale=0.5:2.0,crop=512x512,brightness=0.2 (docs/AUGMENT.md)")
+    p.add_argument("--epoch", type=int, default=0, help="with --augment: the training epoch to show (default 0)")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     from converter.inspect.preview import PreviewOptions, is_dataset, preview_dataset, preview_sources
 
+    augment = None
+    if args.augment is not None:
+        from readers.augment import parse_augment
+
+        augment = parse_augment(args.augment)
     options = PreviewOptions(split=args.split, n=args.n, seed=args.seed, keys=tuple(args.key),
-                             color_tolerance=args.color_tolerance)
+                             color_tolerance=args.color_tolerance, augment=augment, epoch=args.epoch)
     if args.src is not None and args.images is None and is_dataset(args.src):
         sheet = preview_dataset(args.src, args.output, options)
         what = "dataset"
+    elif augment is not None:
+        raise ValueError(f"--augment previews a converted dataset (a folder with imgshard.json). "
+                         f"Received: {args.src or args.images} (raw sources); convert it first.")
     else:
         spec = source_spec(args, split=args.split or "train")
         if args.images is not None and args.split is not None:

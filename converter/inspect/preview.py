@@ -58,6 +58,10 @@ class PreviewOptions:
     seed: int = 0
     keys: tuple[str, ...] = ()
     color_tolerance: int = 0  # raw sources only
+    #: A `readers.augment.Augment`: show each sample as training with `seed` sees it in
+    #: `epoch` (converted datasets only).
+    augment: Any = None
+    epoch: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= 1000:
@@ -348,6 +352,8 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[A
             readers_by_shard[si] = adapter.random_access(shards[si], spec)
         image, target = readers_by_shard[si].read(i)
         key = keys_of.get((si, i), f"{shards[si].entry.file}#{i}")
+        if options.augment is not None:
+            image, target = _augmented(options, image, target, key, spec)
         if task_kind(m.task).dense:
             target = np.asarray(target)
             if target.ndim == 3:  # one-hot planes -> class map, all-zero rows ignored
@@ -441,6 +447,15 @@ def _save(sheet: Sheet, out_png: str | os.PathLike) -> None:
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"-o: folder {folder} does not exist. Received: -o {out_png}")
     sheet.image.save(out_png, format="PNG", compress_level=1)  # noisy photos: level 6 is 10x slower
+
+
+def _augmented(options: PreviewOptions, image: Any, target: Any, key: str, spec: Any) -> tuple[Any, Any]:
+    """The sample as `tf_dataset(..., augment=options.augment, seed=options.seed)` gives it
+    in `options.epoch`; the key in the manifest decides the draws, as in training."""
+    from readers.augment import augment_sample
+
+    return augment_sample(options.augment, image, target if spec.segmentation else int(target), key=key,
+                          seed=options.seed, epoch=options.epoch, ignore_index=spec.ignore_index)
 
 
 def preview_dataset(path: str | os.PathLike, out_png: str | os.PathLike, options: PreviewOptions | None = None) -> Sheet:

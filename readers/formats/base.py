@@ -50,9 +50,11 @@ class FileAdapter(abc.ABC):
         return self.iter_shard(shard, spec)
 
     @abc.abstractmethod
-    def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions) -> "tf.data.Dataset":
+    def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions,
+                   ids: "np.ndarray | None" = None) -> "tf.data.Dataset":
         """One epoch of batched (x, y) over `shards`, expanded per `options` (no repeat,
-        no cardinality assertion, no final prefetch: the caller adds those)."""
+        no cardinality assertion, no final prefetch: the caller adds those). `ids`: one
+        uint64 per record of `shards` (its key's id) for augmentation draws."""
 
     @abc.abstractmethod
     def count_records(self, path: str, spec: RecordSpec, *, check_crc: bool = False) -> int:

@@ -14,10 +14,13 @@ frequent evaluation: `python_batches` builds the generator dataset so that tf.da
 instantiates its functions without Grappler, and compact mode adds no map.
 
 Order: shuffle=False gives shard order and record order, as `Dataset.records()`.
-shuffle=True shuffles the shard order every epoch (with the seed) and permutes records
-across a window of at least `options.buffer_records()` records (a block shuffle whose
-memory is bounded like a shuffle buffer); the seed makes it reproducible and every
-epoch reshuffles.
+shuffle=True shuffles the shard order every epoch and permutes records across a window
+of at least `options.buffer_records()` records (a block shuffle whose memory is bounded
+like a shuffle buffer). Each epoch is planned from the manifest's record counts with
+`np.random.default_rng([seed, epoch])` (`BatchGenerator.plan_epoch`), so the stream is
+a pure function of (seed, epoch, step): every epoch reshuffles, and a pipeline can start
+at any (epoch, step) without reading the shards that only earlier batches use. With
+augmentation, each batch carries its samples' parameters into `augment_map`.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import numpy as np
 
 from readers.errors import describe
 from readers.formats.encoding import parallel_for, row_layout
-from readers.formats.expand import make_expand_tf
+from readers.formats.expand import expand_tf, make_expand_tf
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import RecordSpec, ShardRef, y_signature
 
@@ -71,21 +74,46 @@ LoadFn = Callable[[ShardRef, RecordSpec], ShardArrays]
 
 
 def generator_dataset(shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions,
-                      load: LoadFn) -> "tf.data.Dataset":
-    """One epoch of expanded (x, y) batches from shards read by `load`."""
+                      load: LoadFn, ids: np.ndarray | None = None) -> "tf.data.Dataset":
+    """One epoch of expanded (x, y) batches from shards read by `load` (augmented per
+    `options.augment`, see `BatchGenerator`; `ids`: one uint64 per record, its key's id)."""
     import tensorflow as tf
 
     image_spec = tf.TensorSpec((None, *spec.image_shape), tf.uint8)
     y_shape, y_dtype = y_signature(spec)
+    lead = options.batch_size if options.drop_remainder else None
     if options.drop_remainder:
-        image_spec = tf.TensorSpec((options.batch_size, *spec.image_shape), tf.uint8)
-        y_shape = (options.batch_size, *y_shape[1:])
-    generator = BatchGenerator(list(shards), spec, options, load)
-    ds = python_batches(generator, (image_spec, tf.TensorSpec(y_shape, tf.dtypes.as_dtype(y_dtype))))
+        image_spec = tf.TensorSpec((lead, *spec.image_shape), tf.uint8)
+        y_shape = (lead, *y_shape[1:])
+    signature = (image_spec, tf.TensorSpec(y_shape, tf.dtypes.as_dtype(y_dtype)))
+    if options.augment is not None:
+        from readers.augment import PARAMS
+
+        signature += (tf.TensorSpec((lead, PARAMS), tf.float32),)
+    generator = BatchGenerator(list(shards), spec, options, load, ids)
+    ds = python_batches(generator, signature)
+    if options.augment is not None:
+        return ds.map(augment_map(spec, options), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if expansion_is_identity(spec, one_hot=options.one_hot, normalize=options.normalize):
         return ds  # compact mode: no map (a map is one more function to instantiate per epoch)
     expand = make_expand_tf(spec, one_hot=options.one_hot, normalize=options.normalize)
     return ds.map(expand, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def augment_map(spec: RecordSpec, options: PipelineOptions) -> Callable[..., Any]:
+    """(uint8 images, targets, params) -> expanded (x, y): augmentation, then one-hot; with
+    `options.augment_on == "device"`, ((images, params), targets) untouched (compact)."""
+    from readers.augment import make_augment_tf
+
+    if options.augment_on == "device":
+        return lambda images, targets, params: ((images, params), targets)
+    identity = expansion_is_identity(spec, one_hot=options.one_hot, normalize=False)
+
+    def expand(x: Any, y: Any) -> tuple[Any, Any]:
+        return expand_tf(x, y, spec, one_hot=options.one_hot, normalize=False)
+
+    return make_augment_tf(options.augment, ignore_index=spec.ignore_index, segmentation=spec.segmentation,
+                           normalize=options.normalize, expand=None if identity else expand)
 
 
 def expansion_is_identity(spec: RecordSpec, *, one_hot: bool, normalize: bool) -> bool:
@@ -247,15 +275,66 @@ def loader_pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 class BatchGenerator:
-    """Callable that `python_batches` calls once per epoch (per iterator); yields compact batches."""
+    """Callable that `python_batches` calls once per epoch (per iterator); yields compact batches.
 
-    def __init__(self, shards: list[ShardRef], spec: RecordSpec, options: PipelineOptions, load: LoadFn):
+    Each call plans one whole epoch from the manifest's record counts alone
+    (`plan_epoch`: which records form which batch, a pure function of (seed, epoch)),
+    then loads the shards that the batches from the start step on need, in order of
+    first use, and drops each after its last use. Call n is epoch `options.epoch + n`;
+    the first call starts at `options.start_step`, skipping the shards that only
+    earlier batches use without reading them. With `options.augment`, each batch also
+    carries the samples' augmentation parameters (`readers.augment.draw_params`,
+    from (seed, epoch, `ids`)).
+    """
+
+    def __init__(self, shards: list[ShardRef], spec: RecordSpec, options: PipelineOptions, load: LoadFn,
+                 ids: np.ndarray | None = None):
         self.shards = shards
         self.load = load
         self.spec = spec
         self.options = options
-        self.rng = np.random.default_rng(options.seed)  # advances every epoch: reshuffles
+        self.seed = options.effective_seed()
+        self.calls = 0
         self.window = options.buffer_records(shards)
+        counts = np.array([s.records for s in shards], np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.ids = ids
+
+    def plan_epoch(self, epoch: int) -> list[np.ndarray]:
+        """The batches of `epoch`, each an array of global record numbers (shard starts + record)."""
+        rng = np.random.default_rng([self.seed, int(epoch)])
+        opts = self.options
+        order = list(range(len(self.shards)))
+        if opts.shuffle and opts.record_shard is None:
+            rng.shuffle(order)
+        seq, offset = [], 0
+        for i in order:
+            n = int(self.starts[i + 1] - self.starts[i])
+            idx = np.arange(n)
+            if opts.record_shard is not None:
+                num, index = opts.record_shard
+                idx = idx[(idx + offset) % num == index]
+            offset += n
+            seq.append(self.starts[i] + idx)
+        bs = opts.batch_size
+        if not opts.shuffle:
+            flat = np.concatenate(seq) if seq else np.zeros(0, np.int64)
+            return _cut(flat, bs, opts.drop_remainder)
+        batches: list[np.ndarray] = []
+        window = np.zeros(0, np.int64)  # leftover samples of the previous window first
+        for part in seq + [None]:
+            final = part is None
+            if not final:
+                window = np.concatenate([window, part])
+                if len(window) < self.window:
+                    continue
+            perm = window[rng.permutation(len(window))]
+            full = len(perm) // bs * bs
+            batches.extend(_cut(perm[:full], bs, True))
+            window = perm[full:]
+            if final and len(window) and not opts.drop_remainder:
+                batches.append(window)
+        return batches
 
     def _loaded(self, order: list[int]) -> Iterator[ShardArrays]:
         """Shards in `order`, loaded `SHARDS_AHEAD` ahead by a thread pool."""
@@ -277,74 +356,50 @@ class BatchGenerator:
             for fut in pending:
                 fut.cancel()  # loads already running finish in the pool; their result is dropped
 
-    def __call__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        order = list(range(len(self.shards)))
-        if self.options.shuffle and self.options.record_shard is None:
-            self.rng.shuffle(order)
-        pieces = self._pieces(order)
-        if self.options.shuffle:
-            yield from self._shuffled(pieces)
-        else:
-            yield from self._sequential(pieces)
+    def __call__(self) -> Iterator[tuple[np.ndarray, ...]]:
+        epoch, start = self.options.epoch + self.calls, self.options.start_step if self.calls == 0 else 0
+        self.calls += 1
+        batches = self.plan_epoch(epoch)[start:]
+        shard_of = [np.searchsorted(self.starts, b, side="right") - 1 for b in batches]
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for n, owners in enumerate(shard_of):
+            for i in np.unique(owners).tolist():
+                first.setdefault(i, n)
+                last[i] = n
+        loads = self._loaded(sorted(first, key=first.__getitem__))
+        live: dict[int, ShardArrays] = {}
+        try:
+            for n, (batch, owners) in enumerate(zip(batches, shard_of)):
+                for i in sorted(set(owners.tolist()), key=first.__getitem__):
+                    if i not in live:
+                        live[i] = next(loads)
+                out = self._emit(batch, owners, live)
+                for i in set(owners.tolist()):
+                    if last[i] == n:
+                        del live[i]
+                yield out + self._extra(epoch, batch)
+        finally:
+            loads.close()
 
-    def _pieces(self, order: list[int]) -> Iterator[tuple[ShardArrays, np.ndarray]]:
-        """(shard arrays, indices of the records this pipeline keeps) per shard."""
-        offset = 0
-        for data in self._loaded(order):
-            n = len(data.images)
-            idx = np.arange(n)
-            if self.options.record_shard is not None:
-                num, index = self.options.record_shard
-                idx = idx[(idx + offset) % num == index]
-            offset += n
-            yield data, idx
+    def _extra(self, epoch: int, batch: np.ndarray) -> tuple[np.ndarray, ...]:
+        augment = self.options.augment
+        if augment is None:
+            return ()
+        from readers.augment import draw_params
 
-    def _emit(self, parts: list[tuple[ShardArrays, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        """Gather a batch from (shard, record indices) pieces; a contiguous run is a view."""
-        if len(parts) == 1 and isinstance(parts[0][0].images, np.ndarray):
-            data, idx = parts[0]
-            if idx.size and int(idx[-1]) - int(idx[0]) + 1 == idx.size:
-                sl = slice(int(idx[0]), int(idx[-1]) + 1)
-                return data.images[sl], data.targets[sl]
-        return self._gather([(d, int(i)) for d, ids in parts for i in ids])
+        ids = self.ids[batch] if self.ids is not None else batch.astype(np.uint64)
+        return (draw_params(augment, self.spec.height, self.spec.width, self.seed, epoch, ids),)
 
-    def _sequential(self, pieces: Iterator[tuple[ShardArrays, np.ndarray]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        bs = self.options.batch_size
-        parts: list[tuple[ShardArrays, np.ndarray]] = []
-        have = 0
-        for data, idx in pieces:
-            pos = 0
-            while pos < idx.size:
-                take = min(bs - have, idx.size - pos)
-                parts.append((data, idx[pos:pos + take]))
-                have += take
-                pos += take
-                if have == bs:
-                    yield self._emit(parts)
-                    parts, have = [], 0
-        if have and not self.options.drop_remainder:
-            yield self._emit(parts)
-
-    def _shuffled(self, pieces: Iterator[tuple[ShardArrays, np.ndarray]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        bs = self.options.batch_size
-        window: list[tuple[ShardArrays, int]] = []  # leftover samples of the previous window first
-
-        def flush(final: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            nonlocal window
-            samples, window = window, []
-            perm = self.rng.permutation(len(samples))
-            full = len(samples) // bs * bs
-            for start in range(0, full, bs):
-                yield self._gather([samples[j] for j in perm[start:start + bs]])
-            window = [samples[j] for j in perm[full:]]
-            if final and window and not self.options.drop_remainder:
-                yield self._gather(window)
-
-        for data, idx in pieces:
-            window.extend((data, int(i)) for i in idx)
-            if len(window) >= self.window:
-                yield from flush(final=False)
-        yield from flush(final=True)
+    def _emit(self, batch: np.ndarray, owners: np.ndarray, live: dict[int, ShardArrays]) -> tuple[np.ndarray, np.ndarray]:
+        """Gather a batch; a contiguous run of one shard's records is a view."""
+        records = batch - self.starts[owners]
+        if owners[0] == owners[-1] and (owners == owners[0]).all():
+            data = live[int(owners[0])]
+            lo, hi = int(records[0]), int(records[-1])
+            if isinstance(data.images, np.ndarray) and hi - lo + 1 == len(records) and (np.diff(records) == 1).all():
+                return data.images[lo:hi + 1], data.targets[lo:hi + 1]
+        return self._gather([(live[int(i)], int(r)) for i, r in zip(owners, records)])
 
     def _gather(self, samples: list[tuple[ShardArrays, int]]) -> tuple[np.ndarray, np.ndarray]:
         """Copy (raw) or decode (encoded shards, on the decoder threads) records into a batch."""
@@ -365,6 +420,12 @@ class BatchGenerator:
             for j in range(len(samples)):
                 fill(j)
         return images, targets
+
+
+def _cut(flat: np.ndarray, bs: int, drop_remainder: bool) -> list[np.ndarray]:
+    """`flat` in consecutive batches of `bs` (the last one shorter unless dropped)."""
+    end = len(flat) // bs * bs if drop_remainder else len(flat)
+    return [flat[i:min(i + bs, end)] for i in range(0, end, bs)]
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np.ndarray:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -27,8 +27,25 @@ class PipelineOptions:
     #: (num, index): keep every num-th record starting at index, over all shards in order
     #: (the fallback when there are fewer shards than input pipelines).
     record_shard: tuple[int, int] | None = None
+    #: The epoch of the first pass and the batch it starts at (`Dataset.tf_dataset`).
+    epoch: int = 0
+    start_step: int = 0
+    #: A `readers.augment.Augment`, or None; "host": applied in the pipeline, "device":
+    #: handed over as ((uint8 images, params), targets) for `readers.device.augment_batch`.
+    augment: Any = None
+    augment_on: str = "host"
 
     def __post_init__(self) -> None:
+        for name in ("epoch", "start_step"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0. Received: {name}={value!r}")
+        if self.augment_on not in ("host", "device"):
+            raise ValueError(f"augment_on must be 'host' or 'device'. Received: augment_on={self.augment_on!r}")
+        if self.augment_on == "device" and (self.augment is None or self.normalize or self.one_hot):
+            raise ValueError("augment_on='device' needs an augment and compact mode (normalize=False, "
+                             f"one_hot=False). Received: augment={self.augment!r}, normalize={self.normalize}, "
+                             f"one_hot={self.one_hot}")
         size = self.batch_size
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
             raise ValueError(f"batch_size must be a positive integer. Received: batch_size={self.batch_size!r}")
@@ -42,6 +59,24 @@ class PipelineOptions:
                 "shuffle_buffer must be a positive number of records or None. "
                 f"Received: shuffle_buffer={self.shuffle_buffer!r}"
             )
+
+    def effective_seed(self) -> int:
+        """The seed as a non-negative int; a fresh random one (per call) when None."""
+        if self.seed is None:
+            return int(np.random.SeedSequence().entropy) % (1 << 63)
+        return int(self.seed) % (1 << 64)
+
+    @property
+    def planned(self) -> bool:
+        """Whether the pipeline must be the planned generator (`readers.formats.batching`),
+        whose stream is a pure function of (seed, epoch, step): a seed, augmentation, or a
+        start other than the first batch of epoch 0."""
+        return self.seed is not None or self.requires_plan
+
+    @property
+    def requires_plan(self) -> bool:
+        """Augmentation or a resumed start: only the planned generator can do them."""
+        return self.augment is not None or self.epoch != 0 or self.start_step != 0
 
     def buffer_records(self, shards: Sequence[ShardRef]) -> int:
         """Shuffle buffer size in records: the explicit value, else as many records as

@@ -608,14 +608,15 @@ class NpzAdapter(FileAdapter):
                     record = Record(key, stored(data.images, i), label=int(data.targets[i]))
             yield record
 
-    def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions) -> "tf.data.Dataset":
+    def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions,
+                   ids: "np.ndarray | None" = None) -> "tf.data.Dataset":
         """Batched (x, y) from NPZ shards.
 
         Loader threads read whole shards (inflate + CRC, GIL free) ahead of a generator
         that cuts compact batches (see `readers.formats.batching` for order, shuffling and
         threads).
         """
-        return generator_dataset(shards, spec, options, _load_for_training)
+        return generator_dataset(shards, spec, options, _load_for_training, ids)
 
     def count_records(self, path: str, spec: RecordSpec, *, check_crc: bool = False) -> int:
         return count_npz_records(path, spec)

@@ -128,7 +128,8 @@ class TFRecordAdapter(FileAdapter):
             index += 1
 
     # -- tf.data --------------------------------------------------------------------------------
-    def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions) -> "tf.data.Dataset":
+    def tf_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec, options: PipelineOptions,
+                   ids: "np.ndarray | None" = None) -> "tf.data.Dataset":
         """Batched (x, y) from TFRecord shards.
 
         Uncompressed shards (with `ENGINE` = "mapped", the default) are memory-mapped and
@@ -138,12 +139,16 @@ class TFRecordAdapter(FileAdapter):
         from the page cache into a 64-byte-aligned batch that TensorFlow takes without a
         copy: one copy per byte in all, against three (read, parse, decode) plus a slower
         CRC for TensorFlow's reader. Damage raises `ShardError` naming file and record.
-        Gzip shards (and `ENGINE` = "tf") use `tf_reader_dataset`, TensorFlow's reader.
+        Gzip shards (and `ENGINE` = "tf") use `tf_reader_dataset`, TensorFlow's reader,
+        except for planned pipelines (a seed, augmentation, resume:
+        `PipelineOptions.planned`), which read gzip shards whole (`load_whole`) into the
+        generator pipeline so that the stream is a pure function of (seed, epoch, step).
         """
-        if spec.compression == "none" and ENGINE == "mapped":
+        if options.requires_plan or (ENGINE == "mapped" and (spec.compression == "none" or options.planned)):
             from readers.formats.batching import generator_dataset
 
-            return generator_dataset(shards, spec, options, load_mapped)
+            load = load_mapped if spec.compression == "none" else load_whole
+            return generator_dataset(shards, spec, options, load, ids)
         return self.tf_reader_dataset(shards, spec, options)
 
     def tf_reader_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec,
@@ -361,6 +366,18 @@ def load_mapped(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = 
     if spec.segmentation and spec.mask_codec != "raw":
         targets = mask_column(targets, spec, path)  # type: ignore[assignment]
     return ShardArrays(images, targets)
+
+
+def load_whole(shard: ShardRef, spec: RecordSpec) -> "ShardArrays":
+    """Every record of a (gzip) shard through the random-access reader (checked, named errors)."""
+    from readers.formats.batching import ShardArrays
+
+    reader = TFRecordRandomAccess(shard, spec)
+    try:
+        pairs = [reader.read(i) for i in range(shard.records)]
+    finally:
+        reader.close()
+    return ShardArrays([p[0] for p in pairs], [p[1] for p in pairs])
 
 
 def _view_stored(buf: np.ndarray, where: dict, name: str, path: str, index: int) -> np.ndarray:
