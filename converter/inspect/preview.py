@@ -324,6 +324,7 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[A
     """(manifest, split, samples) picked from a converted dataset (random access; no full pass)."""
     import readers
     from readers.formats.spec import RecordSpec
+    from readers.index import shard_keys
     from readers.formats.registry import get_adapter
 
     ds = readers.open(path)
@@ -334,11 +335,14 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[A
     shards = ds.shards(split)
     index: list[tuple[int, int]] = [(si, i) for si, s in enumerate(shards) for i in range(s.records)]
     keys_of = {}
-    for si, s in enumerate(shards):
-        for i, sample in enumerate(s.entry.samples):
-            keys_of[(si, i)] = sample.key
+    if options.keys:  # keys asked for: read the split's index files (never needed otherwise)
+        for si, s in enumerate(shards):
+            for i, key in enumerate(shard_keys(ds.path, s.entry)):
+                keys_of[(si, i)] = key
     picked = _pick({k: pos for pos, k in keys_of.items()}, index, options,
                    lambda k: f"no sample {k!r} in split {split!r} of {ds.path}")
+    for si in sorted({si for si, _ in picked} - {si for si, _ in keys_of}):  # the labels of random picks
+        keys_of.update(((si, i), key) for i, key in enumerate(shard_keys(ds.path, shards[si].entry)))
     spec = RecordSpec.from_manifest(m)
     adapter = get_adapter(m.format)
     readers_by_shard: dict[int, Any] = {}
