@@ -297,7 +297,7 @@ def test_a_no_op_run_on_200k_samples_stays_in_bounded_memory(tmp_path):
     assert os.waitstatus_to_exitcode(status) == 0, err
     assert f"Nothing new: {n} sample(s) already converted" in err
     peak_mb = usage.ru_maxrss / 1024
-    assert peak_mb < 300, f"no-op run peaked at {peak_mb:.0f} MB for {n} samples"
+    assert peak_mb < 220, f"no-op run peaked at {peak_mb:.0f} MB for {n} samples"
     assert _index_files(out) == indexes and manifest_bytes(out) == manifest
     print(f"\nno-op run over {n} samples: peak RSS {peak_mb:.0f} MB")
 

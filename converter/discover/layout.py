@@ -15,7 +15,7 @@ import logging
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class LayoutDefaults:
 
 @dataclass(frozen=True)
 class Discovery:
-    samples: tuple[SourceSample, ...]
+    samples: Sequence[SourceSample]  # a tuple, or a compact `converter.discover.samplelist.SampleList`
     bad: tuple[BadInput, ...]
     splits: tuple[str, ...]
     classes_csv: str | None
@@ -112,22 +112,6 @@ def list_images(folder: str, accept: Callable[[str], bool] = _is_image_name) -> 
                 log.info("skipping %s: not an image file extension", os.path.join(dirpath, name))
     out.sort()
     return out
-
-
-def check_files(samples, bad) -> tuple[list[SourceSample], list[BadInput]]:
-    """Samples whose image and mask `stat` as usable files, with their (size, mtime_ns)
-    kept for the planner (the one `stat` per source file of an incremental run), and the
-    problems of the others (image and mask both listed when both are bad)."""
-    bad = list(bad)
-    kept = []
-    for s in samples:
-        image_stat, p1 = stat_file(s.image, s.key)
-        mask_stat, p2 = stat_file(s.mask, s.key) if s.mask is not None else (None, None)
-        if p1 is not None or p2 is not None:
-            bad.extend(p for p in (p1, p2) if p is not None)
-        else:
-            kept.append(s._replace(image_stat=image_stat, mask_stat=mask_stat))
-    return kept, bad
 
 
 def stat_file(path: str, key: str) -> tuple[tuple[int, int] | None, BadInput | None]:

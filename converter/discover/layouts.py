@@ -29,11 +29,10 @@ from converter.discover.layout import (
     BadInput,
     Discovery,
     LayoutDefaults,
-    SourceSample,
-    check_files,
     list_images,
 )
 from converter.discover.pairing import Pairing, check_masks_folder, infer_suffixes, pair_by_name, read_split_list
+from converter.discover.samplelist import SampleBlock, SampleList
 from converter.options import MaskSemantics, SourceSpec
 
 #: Folder names that hold masks, at any depth ("never guess classification next to these").
@@ -94,37 +93,39 @@ class Listing:
     """What a layout found: splits in order, samples, problems, and how it paired them."""
 
     splits: list[str]
-    samples: list[SourceSample] = field(default_factory=list)
+    samples: list[SampleBlock] = field(default_factory=list)  # one per folder pair paired
     bad: list[BadInput] = field(default_factory=list)
     suffixes: tuple[str, str] | None = None  # (image, mask) suffixes inferred from the names
     unpaired_images: int = 0
 
     def add(self, p: Pairing) -> None:
-        self.samples += p.samples
+        self.samples.append(p.samples)
         self.bad += p.bad
         self.unpaired_images += p.unpaired_images
 
 
-def _suffixes(spec: SourceSpec, images_dir: str, masks_dir: str) -> tuple[str | None, str | None, bool]:
-    """(image suffix, mask suffix, inferred?) for a folder pair: given ones, else found from names."""
+def _suffixes(spec: SourceSpec, images_dir: str, masks_dir: str
+              ) -> tuple[str | None, str | None, bool, tuple[list[str], list[str]] | None]:
+    """(image suffix, mask suffix, inferred?, the folders' listings when taken) for a folder
+    pair: given ones, else found from names (each folder listed once, for this and the pairing)."""
     if spec.image_suffix is not None or spec.mask_suffix is not None:
-        return spec.image_suffix or "", spec.mask_suffix if spec.mask_suffix is not None else "", False
-    from converter.discover.layout import list_images
-
-    found = infer_suffixes([os.path.splitext(r)[0] for r in list_images(images_dir)][:200],
-                           [os.path.splitext(r)[0] for r in list_images(masks_dir)])
+        return spec.image_suffix or "", spec.mask_suffix if spec.mask_suffix is not None else "", False, None
+    listed = list_images(images_dir), list_images(masks_dir) if os.path.isdir(masks_dir) else []
+    found = infer_suffixes([os.path.splitext(r)[0] for r in listed[0][:200]],
+                           [os.path.splitext(r)[0] for r in listed[1]])
     if found is None:
-        return None, None, False
-    return found[0], found[1], True
+        return None, None, False, listed
+    return found[0], found[1], True, listed
 
 
 def _pair_split(listing: Listing, spec: SourceSpec, images_dir: str, masks_dir: str, split: str,
                 key_prefix: str, **kw) -> set[str]:
     """Pair one folder pair into `listing`; the bases that had an image."""
-    isuf, msuf, inferred = _suffixes(spec, images_dir, masks_dir)
+    isuf, msuf, inferred, listed = _suffixes(spec, images_dir, masks_dir)
     if inferred:
         listing.suffixes = (isuf or "", msuf or "")
-    p = pair_by_name(images_dir, masks_dir, split, key_prefix, image_suffix=isuf, mask_suffix=msuf, **kw)
+    p = pair_by_name(images_dir, masks_dir, split, key_prefix, image_suffix=isuf, mask_suffix=msuf, listed=listed, **kw)
+    del listed
     listing.add(p)
     return p.images_found
 
@@ -415,8 +416,10 @@ def discover(spec: SourceSpec) -> Discovery:
         listing = det.layout.pairs(images, spec)
         defaults = LayoutDefaults()
         csv_path = spec.classes
-    kept, bad = check_files(listing.samples, listing.bad)
-    return Discovery(tuple(kept), tuple(bad), tuple(listing.splits), csv_path, layout=det.layout.name, why=det.why,
+    bad = list(listing.bad)
+    for block in listing.samples:  # one stat per file, kept for the planner
+        block.check(bad)
+    return Discovery(SampleList(listing.samples), tuple(bad), tuple(listing.splits), csv_path, layout=det.layout.name, why=det.why,
                      defaults=defaults, suffixes=listing.suffixes, unpaired_images=listing.unpaired_images)
 
 

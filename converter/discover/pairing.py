@@ -15,7 +15,8 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-from converter.discover.layout import MASK_SUFFIXES, BadInput, SourceLayoutError, SourceSample, list_images
+from converter.discover.layout import MASK_SUFFIXES, BadInput, SourceLayoutError, list_images
+from converter.discover.samplelist import SampleBlock
 
 _SEPARATORS = "_-. "
 
@@ -24,7 +25,7 @@ _SEPARATORS = "_-. "
 class Pairing:
     """Samples and problems of one image folder / mask folder pair."""
 
-    samples: list[SourceSample] = field(default_factory=list)
+    samples: SampleBlock  # the pairs, by relative names
     bad: list[BadInput] = field(default_factory=list)
     unpaired_images: int = 0  # images without a mask that are not an error (VOC: JPEGImages holds more)
     images_found: set[str] = field(default_factory=set)  # bases ('<dir>/<base>') that have an image
@@ -91,22 +92,28 @@ def check_masks_folder(masks_dir: str, images_dir: str, images: int) -> None:
 def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *,
                  image_suffix: str | None = None, mask_suffix: str | None = None,
                  only: set[str] | None = None, list_file: str | None = None,
-                 masks_drive: bool = False, report_missing: bool = True) -> Pairing:
+                 masks_drive: bool = False, report_missing: bool = True,
+                 listed: tuple[list[str], list[str]] | None = None) -> Pairing:
     """Pair every image below `images_dir` with its mask below `masks_dir` (see the module docstring).
 
     `only`: bases ('<dir>/<base>') to keep (a split list; a listed name without an image
     or a mask is a bad input naming `list_file`). `masks_drive`: images without a mask
-    are not errors (counted in `unpaired_images`).
+    are not errors (counted in `unpaired_images`). `listed`: (images, masks) as `list_images`
+    gives them, when the caller listed the folders already.
     """
-    out = Pairing()
+    image_list, mask_list = listed if listed is not None else (list_images(images_dir), None)
+    flat: list[str] = []  # image, mask, ... relative names of the pairs
+    out = Pairing(SampleBlock(split, key_prefix, images_dir, masks_dir, []))
     images = {}
-    for rel in list_images(images_dir):
+    for rel in image_list:
         split_ = _split_name(rel, image_suffix)
         if split_ is not None:
             images.setdefault(split_[0], split_[1])
     check_masks_folder(masks_dir, images_dir, len(images))
     masks: dict[str, str] = {}
-    mask_list = list_images(masks_dir) if os.path.isdir(masks_dir) else []
+    del image_list
+    if mask_list is None:
+        mask_list = list_images(masks_dir) if os.path.isdir(masks_dir) else []
     for rel in mask_list:
         stem = os.path.splitext(rel)[0]
         if mask_suffix is not None:
@@ -122,7 +129,6 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
                 if suffix and stem.endswith(suffix):
                     masks[stem[: -len(suffix)]] = rel
     wanted = sorted(images) if only is None else sorted(only)
-    used: set[str] = set()
     for base in wanted:
         rel = images.get(base)
         if rel is None:
@@ -132,30 +138,46 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
                                     f"add the image to {images_dir} or remove the line", f"{key_prefix}{base}",
                                     "missing_image"))
             continue
-        out.images_found.add(base)
-        key = f"{key_prefix}{rel}"
-        image_path = os.path.join(images_dir, rel)
+        if only is not None:
+            out.images_found.add(base)
         mrel = masks.get(base)
         if mrel is None:
             if masks_drive and only is None:
                 out.unpaired_images += 1
                 continue
+            key, image_path = f"{key_prefix}{rel}", os.path.join(images_dir, rel)
             expect = f"{base}{mask_suffix if mask_suffix is not None else '_L'}.png"
             out.bad.append(BadInput(image_path, "image without mask",
                                     f"expected {os.path.join(masks_dir, expect)}"
                                     + ("" if mask_suffix is not None else f" or {base}.png") + f" in {masks_dir}",
                                     key, "missing_mask"))
             continue
-        used.add(mrel)
-        out.samples.append(SourceSample(split, key, image_path, os.path.join(masks_dir, mrel)))
+        flat += (rel, mrel)
+    del mask_list, wanted
+    out.samples = SampleBlock(split, key_prefix, images_dir, masks_dir, flat)
+    del flat
     if only is None:
-        for base, rel in sorted(masks.items()):
-            if rel in used or base in images:
+        reported: set[str] = set()
+        for base in sorted(masks):
+            rel = masks[base]
+            if base in images or rel in reported or _mask_used(rel, masks, images, mask_suffix):
                 continue
             out.bad.append(BadInput(os.path.join(masks_dir, rel), "mask without image",
                                     f"add the image to {images_dir} or remove the mask", None, "missing_image"))
-            used.add(rel)
+            reported.add(rel)
     return out
+
+
+def _mask_used(rel: str, masks: dict[str, str], images: dict[str, str], mask_suffix: str | None) -> bool:
+    """Whether an image took the mask `rel`: one of the bases its name gives (the names
+    `pair_by_name` files it under) has an image and maps to it. No set of the used masks."""
+    stem = os.path.splitext(rel)[0]
+    if mask_suffix is not None:
+        base = _base_of(stem, mask_suffix)
+        bases = [] if base is None else [base]
+    else:
+        bases = [stem] + [stem[: -len(s)] for s in MASK_SUFFIXES if s and stem.endswith(s)]
+    return any(b in images and masks.get(b) == rel for b in bases)
 
 
 def read_split_list(path: str) -> list[str]:
