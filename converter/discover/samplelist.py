@@ -12,8 +12,9 @@ rest of the converter sees, built on access in discovery's order.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -82,6 +83,20 @@ class SampleBlock:
     def _make(self, image: str, mask: str, st: list[int] | None) -> SourceSample:
         return SourceSample(self.split, self.key_prefix + image, self.image_base + image, self.mask_base + mask, None,
                             None if st is None else (st[0], st[1]), None if st is None else (st[2], st[3]))
+
+    def lookup_batches(self, size: int) -> Iterator[tuple[list[bytes], np.ndarray, str, Callable[[int], SourceSample]]]:
+        """(keys as UTF-8, their (n, 4) stats, split, row -> its `SourceSample`) per `size` pairs,
+        for the planner's lookup: no `SourceSample` is built for a pair it does not ask for.
+        Only after `check` (the stats)."""
+        pairs, prefix = self.pairs(), self.key_prefix
+        for start in range(0, len(self), size):
+            chunk = list(itertools.islice(pairs, size))
+            stats = self.stats[start:start + len(chunk)]  # type: ignore[index]
+
+            def sample(i: int, chunk=chunk, stats=stats) -> SourceSample:
+                return self._make(chunk[i][0], chunk[i][1], stats[i].tolist())
+
+            yield [(prefix + image).encode("utf-8") for image, _ in chunk], stats, self.split, sample
 
     def __iter__(self) -> Iterator[SourceSample]:
         pairs = self.pairs()

@@ -28,7 +28,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -181,6 +181,18 @@ def _batches(samples: Iterable[SourceSample]) -> Iterator[list[SourceSample]]:
         yield batch
 
 
+def _lookup_batches(samples: Iterable[SourceSample]) -> Iterator[tuple[list[bytes], np.ndarray, Any, Any]]:
+    """(keys as UTF-8, (n, 4) stats, split(s), row -> `SourceSample`) per batch of discovered samples;
+    straight from discovery's compact blocks when it has them (`SampleList`), no sample built per row."""
+    blocks = getattr(samples, "blocks", None)
+    if blocks is not None and all(b.stats is not None for b in blocks):
+        for block in blocks:
+            yield from block.lookup_batches(LOOKUP_BATCH)
+        return
+    for batch in _batches(samples):
+        yield [s.key.encode("utf-8") for s in batch], _stats(batch), [s.split for s in batch], batch.__getitem__
+
+
 def _stats(batch: list[SourceSample]) -> np.ndarray:
     """(n, 4) int64: image size, mtime, mask size, mtime (-1, 0 without a mask); stat where discovery did not."""
     no_mask = (-1, 0)
@@ -211,21 +223,23 @@ def _sort_samples(samples: Iterable[SourceSample], table: FingerprintTable, plan
     seen = np.zeros(len(table), bool)
     split_ids: dict[str, int] = {}
     shard_split = np.array([split_ids.setdefault(split, len(split_ids)) for split, _ in table.shards] or [0], np.int32)
-    for batch in _batches(samples):
-        stats = _stats(batch)
-        pos, found = table.lookup(key_hashes([s.key.encode("utf-8") for s in batch]))
+    for keys, stats, splits, sample_at in _lookup_batches(samples):
+        pos, found = table.lookup(key_hashes(keys))
         if not len(table):
-            for sample in batch:
+            for i in range(len(keys)):
+                sample = sample_at(i)
                 sorting.new_by_split.setdefault(sample.split, []).append(sample)
             continue
-        moved = found & (shard_split[table.shard[pos]] != np.array([split_ids.get(s.split, -1) for s in batch]))
+        ids = (split_ids.get(splits, -1) if isinstance(splits, str)
+               else np.array([split_ids.get(s, -1) for s in splits]))
+        moved = found & (shard_split[table.shard[pos]] != ids)
         if moved.any():
             i = int(np.flatnonzero(moved)[0])
-            _moved(batch[i], table.shards[table.shard[pos[i]]][0])
+            _moved(sample_at(i), table.shards[table.shard[pos[i]]][0])
         same = found & (table.stat_hash[pos] == stat_hash(stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3]))
         seen[pos[found]] = True
         for i in np.flatnonzero(~same):
-            sample = batch[i]
+            sample = sample_at(int(i))
             if not found[i]:
                 sorting.new_by_split.setdefault(sample.split, []).append(sample)
                 continue
