@@ -49,3 +49,4 @@ def test_discovered_samples_match_the_folders_with_stats_and_problems(tmp_path):
     assert found.samples[2:5] == samples[2:5] and found.samples == tuple(samples)
     kinds = sorted((os.path.basename(b.path), b.kind) for b in found.bad)
     assert kinds == [("empty.png", "empty_file"), ("orphan_L.png", "missing_image")]
+

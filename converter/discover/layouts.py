@@ -31,7 +31,8 @@ from converter.discover.layout import (
     LayoutDefaults,
     list_images,
 )
-from converter.discover.pairing import Pairing, check_masks_folder, infer_suffixes, pair_by_name, read_split_list
+from converter.discover.pairing import (Pairing, check_masks_folder, infer_suffixes, name_stem, pair_by_name,
+                                        read_split_list)
 from converter.discover.samplelist import SampleBlock, SampleList
 from converter.options import MaskSemantics, SourceSpec
 
@@ -111,8 +112,8 @@ def _suffixes(spec: SourceSpec, images_dir: str, masks_dir: str
     if spec.image_suffix is not None or spec.mask_suffix is not None:
         return spec.image_suffix or "", spec.mask_suffix if spec.mask_suffix is not None else "", False, None
     listed = list_images(images_dir), list_images(masks_dir) if os.path.isdir(masks_dir) else []
-    found = infer_suffixes([os.path.splitext(r)[0] for r in listed[0][:200]],
-                           [os.path.splitext(r)[0] for r in listed[1]])
+    found = infer_suffixes([name_stem(r) for r in listed[0][:200]],
+                           [name_stem(r) for r in listed[1]])
     if found is None:
         return None, None, False, listed
     return found[0], found[1], True, listed

@@ -31,9 +31,18 @@ class Pairing:
     images_found: set[str] = field(default_factory=set)  # bases ('<dir>/<base>') that have an image
 
 
+def name_stem(rel: str) -> str:
+    """`os.path.splitext(rel)[0]` for a '/'-separated name, without its per-call overhead
+    (discovery takes several stems per file of millions)."""
+    i, j = rel.rfind("."), rel.rfind("/")
+    if i > j + 1 and rel[j + 1] != ".":
+        return rel[:i]
+    return os.path.splitext(rel)[0]
+
+
 def _split_name(rel: str, suffix: str | None) -> tuple[str, str] | None:
     """('<dir>/<base>', rel) with the suffix removed; None when the name lacks the suffix."""
-    stem = os.path.splitext(rel)[0]
+    stem = name_stem(rel)
     if suffix:
         if not stem.endswith(suffix):
             return None
@@ -114,20 +123,17 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
     del image_list
     if mask_list is None:
         mask_list = list_images(masks_dir) if os.path.isdir(masks_dir) else []
-    for rel in mask_list:
-        stem = os.path.splitext(rel)[0]
+    for rel in mask_list:  # one pass: the first mask of a base, but "<stem>_L" (CamVid) wins over "<stem>"
+        stem = name_stem(rel)
         if mask_suffix is not None:
             base = _base_of(stem, mask_suffix)
             if base is not None:
                 masks.setdefault(base, rel)
-        else:
-            masks.setdefault(stem, rel)
-    if mask_suffix is None:  # "<stem>_L" (CamVid) wins over "<stem>"
-        for rel in mask_list:
-            stem = os.path.splitext(rel)[0]
-            for suffix in MASK_SUFFIXES:
-                if suffix and stem.endswith(suffix):
-                    masks[stem[: -len(suffix)]] = rel
+            continue
+        masks.setdefault(stem, rel)
+        for suffix in MASK_SUFFIXES:
+            if suffix and stem.endswith(suffix):
+                masks[stem[: -len(suffix)]] = rel
     wanted = sorted(images) if only is None else sorted(only)
     for base in wanted:
         rel = images.get(base)
@@ -171,7 +177,7 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
 def _mask_used(rel: str, masks: dict[str, str], images: dict[str, str], mask_suffix: str | None) -> bool:
     """Whether an image took the mask `rel`: one of the bases its name gives (the names
     `pair_by_name` files it under) has an image and maps to it. No set of the used masks."""
-    stem = os.path.splitext(rel)[0]
+    stem = name_stem(rel)
     if mask_suffix is not None:
         base = _base_of(stem, mask_suffix)
         bases = [] if base is None else [base]
