@@ -28,8 +28,9 @@ def test_discovered_samples_match_the_folders_with_stats_and_problems(tmp_path):
         for i in range(n):
             rel = f"{'sub/' if i % 3 == 0 else ''}f{r.randrange(10**6):06d}_{i}.png"
             _png(src / split / rel, rng)
-            _png(src / f"{split}_labels" / rel.replace(".png", "_L.png"), rng)
-            expected[f"{split}/{rel}"] = (str(src / split / rel), str(src / f"{split}_labels" / rel.replace(".png", "_L.png")))
+            mask = src / f"{split}_labels" / rel.replace(".png", "_L.png")
+            _png(mask, rng)
+            expected[f"{split}/{rel}"] = (str(src / split / rel), str(mask))
     (src / "train" / "empty.png").write_bytes(b"")  # a zero-byte image: a problem, not a sample
     _png(src / "train_labels" / "empty_L.png", rng)
     _png(src / "val_labels" / "orphan_L.png", rng)  # a mask without image
@@ -50,3 +51,23 @@ def test_discovered_samples_match_the_folders_with_stats_and_problems(tmp_path):
     kinds = sorted((os.path.basename(b.path), b.kind) for b in found.bad)
     assert kinds == [("empty.png", "empty_file"), ("orphan_L.png", "missing_image")]
 
+
+
+def test_pairing_precedence_and_orphan_masks_with_l_suffixed_names(tmp_path):
+    """`<stem>_L` wins over `<stem>`; an image named `b_L` takes `b_L_L`; each unused mask is
+    named once, in name order (the reference worked out by hand from the rules)."""
+    from converter.discover.pairing import pair_by_name
+
+    rng = np.random.default_rng(3)
+    images, masks = tmp_path / "img", tmp_path / "msk"
+    images.mkdir(), masks.mkdir()
+    for name in ("a", "b_L"):
+        _png(images / f"{name}.png", rng)
+    for name in ("a", "a_L", "b_L", "b_L_L", "c", "c_L", "d_L"):
+        _png(masks / f"{name}.png", rng)
+    p = pair_by_name(str(images), str(masks), "train", "train/")
+    p.samples.check([])
+    assert [(s.key, os.path.basename(s.mask)) for s in p.samples] == [("train/a.png", "a_L.png"),
+                                                                       ("train/b_L.png", "b_L_L.png")]
+    assert [(os.path.basename(b.path), b.reason) for b in p.bad] == [
+        ("b_L.png", "mask without image"), ("c_L.png", "mask without image"), ("d_L.png", "mask without image")]

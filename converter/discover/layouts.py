@@ -420,8 +420,8 @@ def discover(spec: SourceSpec) -> Discovery:
     bad = list(listing.bad)
     for block in listing.samples:  # one stat per file, kept for the planner
         block.check(bad)
-    return Discovery(SampleList(listing.samples), tuple(bad), tuple(listing.splits), csv_path, layout=det.layout.name, why=det.why,
-                     defaults=defaults, suffixes=listing.suffixes, unpaired_images=listing.unpaired_images)
+    return Discovery(SampleList(listing.samples), tuple(bad), tuple(listing.splits), csv_path, layout=det.layout.name,
+                     why=det.why, defaults=defaults, suffixes=listing.suffixes, unpaired_images=listing.unpaired_images)
 
 
 def _expected(name: str) -> str:
