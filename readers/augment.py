@@ -194,12 +194,21 @@ def augment_sample(augment: Augment, image: np.ndarray, target: Any, *, key: str
                    ignore_index: int | None = 255) -> tuple[np.ndarray, Any]:
     """One stored sample as `tf_dataset(..., augment=augment, seed=seed)` gives it in
     `epoch` (uint8 image; class map, one-hot planes, or the label unchanged); for
-    previews and checks. Imports TensorFlow."""
-    import tensorflow as tf
+    previews and checks. The host implementation (C, `readers.augment_host`) when built,
+    else TensorFlow."""
+    from readers.augment_host import fast_augment_available, warp_batch
 
     image = np.asarray(image)
     params = draw_params(augment, image.shape[0], image.shape[1], seed, epoch, key_ids([key]))
     segmentation = target is not None and np.ndim(target) >= 2
+    if fast_augment_available():
+        planes = segmentation and np.ndim(target) == 3
+        fill = 0 if planes else (255 if ignore_index is None else ignore_index)
+        x, y = warp_batch(augment, image[None], np.asarray(target)[None] if segmentation else None, params,
+                          normalize=False, mask_fill=fill)
+        return x[0], (y[0] if segmentation else target)
+    import tensorflow as tf
+
     targets = tf.constant(np.asarray(target)[None]) if segmentation else tf.constant([0], tf.int64)
     x, y = augment_tf(augment, tf.constant(image[None]), targets, tf.constant(params),
                       ignore_index=ignore_index, segmentation=segmentation, normalize=False)

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from readers._lazy import LazyClass
+from readers.augment_host import augment_expand, fast_augment_available
 from readers.formats.base import RandomAccessShard
 from readers.formats.encoding import parallel_for
 from readers.formats.expand import expand_numpy
@@ -91,15 +92,27 @@ def _build_class() -> type:
             bs = self.options.batch_size
             picked = self._order[index * bs:(index + 1) * bs]
             images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
-            normalize = self.options.normalize
             if self.options.augment is not None:
-                if self._augment is None:
-                    self._augment = augment_fn(self.spec, self.options)
-                ids = self._ids[picked] if self._ids is not None else picked.astype(np.uint64)
-                images, targets = augment_numpy(self._augment, self.spec, self.options, self._seed, self.epoch, ids,
-                                                images, targets)
-                normalize = False  # done by the augmentation
-            return expand_numpy(images, targets, self.spec, one_hot=self.options.one_hot, normalize=normalize)
+                return self._augmented(picked, images, targets)
+            return expand_numpy(images, targets, self.spec, one_hot=self.options.one_hot,
+                                normalize=self.options.normalize)
+
+        def _augmented(self, picked: np.ndarray, images: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """The batch augmented with the draws of (seed, epoch, sample ids), then expanded: in C
+            (`readers.augment_host`) when built, else through `tf_dataset`'s TensorFlow function."""
+            ids = self._ids[picked] if self._ids is not None else picked.astype(np.uint64)
+            opts = self.options
+            if fast_augment_available():
+                from readers.augment import draw_params
+
+                params = draw_params(opts.augment, self.spec.height, self.spec.width, self._seed, self.epoch, ids)
+                return augment_expand(opts.augment, self.spec, images, targets, params, normalize=opts.normalize,
+                                      one_hot=opts.one_hot)
+            if self._augment is None:
+                self._augment = augment_fn(self.spec, opts)
+            images, targets = augment_numpy(self._augment, self.spec, opts, self._seed, self.epoch, ids,
+                                            images, targets)
+            return expand_numpy(images, targets, self.spec, one_hot=opts.one_hot, normalize=False)
 
         def __getstate__(self) -> dict:
             state = dict(self.__dict__)
