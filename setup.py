@@ -2,7 +2,7 @@
 Pillow-exact image resampling (`converter/transform/_resample.c`) and the readers' fused
 batch augmentation (`readers/_warp.c`).
 
-Everything else lives in pyproject.toml. Both extensions are optional: without a C
+Everything else lives in pyproject.toml. All three are optional: without a C
 compiler the install still succeeds, every PNG is decoded by Pillow and every image
 is resized by Pillow (slower, same pixels), augmentation runs as TensorFlow ops; `imgshard bench` says which decoder ran.
 """

@@ -62,12 +62,23 @@ typedef struct {
     int mask_itemsize, mask_planes, mask_fill, classes, ignore;
 } Job;
 
-/* Per-sample scratch: the resampled image (float, 0-255) and where it is inside. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(IMGSHARD_PLAIN_C)
+/* AVX2 and baseline clones of the row loops, picked at load time (no FMA: the results are the
+ * same bits either way, since no multiply-add is contracted and no sum is reordered). */
+#define HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define HOT
+#endif
+
+/* Per-batch scratch. */
 typedef struct {
-    float *rgb;       /* rows * out_width * 3 */
-    uint8_t *valid;   /* rows * out_width */
-    float *vrow;      /* width * 3: two source rows blended (separable path) */
-    int *xa, *xb, *xn; /* out_width: bilinear taps and nearest column (separable path) */
+    float *rgb;        /* affine path: rows * out_width * 3 (all rows when contrast needs the mean) */
+    uint8_t *valid;    /* affine path: rows * out_width */
+    float *vrow;       /* separable: width * 3, two source rows blended */
+    float *planes;     /* separable: 3 * out_width, one output row, planar r | g | b */
+    float *colacc;     /* separable: width * 3, row-weighted column sums (contrast mean) */
+    float *rw, *cw;    /* separable: height row weights, width column weights */
+    int *xa, *xb, *xn; /* separable: out_width bilinear taps and nearest column */
     float *fx;
     uint8_t *vx;
 } Scratch;
@@ -87,44 +98,147 @@ static inline uint8_t round_u8(float v) {
     return (uint8_t)(int)((v + big) - big);
 }
 
-/* One output row of the separable path: taps per column were computed in `s`. */
-static void row_separable(const Job *job, const uint8_t *src, const float *p, int y, Scratch *s, float *rgb,
-                          uint8_t *valid) {
-    const int W = job->width, H = job->height, w = job->out_width;
-    double sy = (double)p[4] * y + (double)p[5];
-    int vy = sy > -0.5 && sy < H - 0.5;
-    double fl = floor_fast(sy);
-    float fy = (float)(sy - fl);
-    int ya = clampi((long)fl, H - 1), yb = clampi((long)fl + 1, H - 1);
-    if (!vy) {
-        memset(valid, 0, (size_t)w);
-        return;
+/* The colour transform: m = c M, v = M (delta + (1 - c) mean). */
+static void colour_params(const float *p, const double *mean, float *m, float *v) {
+    const float c = p[18], delta = p[17];
+    float off[3];
+    for (int k = 0; k < 9; k++) m[k] = p[8 + k] * c;
+    for (int k = 0; k < 3; k++) off[k] = mean ? delta + (1.0f - c) * (float)mean[k] : delta;
+    for (int k = 0; k < 3; k++) v[k] = p[8 + 3 * k] * off[0] + p[8 + 3 * k + 1] * off[1] + p[8 + 3 * k + 2] * off[2];
+}
+
+/* Colour, fill and output conversion of `count` pixels held planar (r, g, b); valid: NULL
+ * for all inside. `out` is the row's first value (float32 or uint8, interleaved). */
+HOT static void finish_planar(const Job *job, float *r, float *g, float *b, const uint8_t *valid, int count,
+                              const float *m, const float *v, void *out) {
+    if (job->photometric) {
+        for (int x = 0; x < count; x++) {
+            float o0 = m[0] * r[x] + m[1] * g[x] + m[2] * b[x] + v[0];
+            float o1 = m[3] * r[x] + m[4] * g[x] + m[5] * b[x] + v[1];
+            float o2 = m[6] * r[x] + m[7] * g[x] + m[8] * b[x] + v[2];
+            r[x] = o0 < 0.0f ? 0.0f : (o0 > 255.0f ? 255.0f : o0);
+            g[x] = o1 < 0.0f ? 0.0f : (o1 > 255.0f ? 255.0f : o1);
+            b[x] = o2 < 0.0f ? 0.0f : (o2 > 255.0f ? 255.0f : o2);
+        }
     }
-    /* Blend the two source rows over the columns this row reads. */
-    int lo = W, hi = -1;
+    if (valid) {
+        for (int x = 0; x < count; x++) {
+            r[x] = valid[x] ? r[x] : job->fill[0];
+            g[x] = valid[x] ? g[x] : job->fill[1];
+            b[x] = valid[x] ? b[x] : job->fill[2];
+        }
+    }
+    if (job->normalize) {
+        float *o = (float *)out;
+        const float scale = 1.0f / 255.0f;
+        for (int x = 0; x < count; x++) {
+            o[3 * x] = r[x] * scale;
+            o[3 * x + 1] = g[x] * scale;
+            o[3 * x + 2] = b[x] * scale;
+        }
+    } else {
+        uint8_t *o = (uint8_t *)out;
+        for (int x = 0; x < count; x++) {
+            o[3 * x] = round_u8(r[x] < 0.0f ? 0.0f : (r[x] > 255.0f ? 255.0f : r[x]));
+            o[3 * x + 1] = round_u8(g[x] < 0.0f ? 0.0f : (g[x] > 255.0f ? 255.0f : g[x]));
+            o[3 * x + 2] = round_u8(b[x] < 0.0f ? 0.0f : (b[x] > 255.0f ? 255.0f : b[x]));
+        }
+    }
+}
+
+HOT static void blend_rows(const uint8_t *top, const uint8_t *bot, float fy, float *out, int count) {
+    for (int k = 0; k < count; k++) {
+        float a = (float)top[k];
+        out[k] = a + ((float)bot[k] - a) * fy;
+    }
+}
+
+HOT static void axpy_row(const uint8_t *src, float weight, float *acc, int count) {
+    for (int k = 0; k < count; k++) acc[k] += weight * (float)src[k];
+}
+
+HOT static void gather_row(const float *v, const int *xa, const int *xb, const float *fx, float *r, float *g,
+                           float *b, int count) {
+    for (int x = 0; x < count; x++) {
+        const float *p = v + 3 * xa[x], *q = v + 3 * xb[x];
+        float f = fx[x];
+        r[x] = p[0] + (q[0] - p[0]) * f;
+        g[x] = p[1] + (q[1] - p[1]) * f;
+        b[x] = p[2] + (q[2] - p[2]) * f;
+    }
+}
+
+/* Separable (axis-aligned) sample: per column taps once; the contrast mean from row and
+ * column weights over the source (sum over inside outputs of the bilinear value equals
+ * sum_r sum_c rw[r] cw[c] src[r, c]), so every output row is written in one pass. */
+static void sample_separable(const Job *job, Py_ssize_t n, const float *p, Scratch *s) {
+    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height;
+    const uint8_t *src = job->images + (size_t)n * H * W * 3;
+    int lo = W, hi = 0, inside_x = 0;
     for (int x = 0; x < w; x++) {
-        if (!s->vx[x]) continue;
+        double sx = (double)p[0] * x + (double)p[2];
+        double fl = floor_fast(sx);
+        s->vx[x] = sx > -0.5 && sx < W - 0.5;
+        inside_x += s->vx[x];
+        s->xa[x] = clampi((long)fl, W - 1);
+        s->xb[x] = clampi((long)fl + 1, W - 1);
+        s->fx[x] = (float)(sx - fl);
+        s->xn[x] = clampi((long)floor_fast(sx + 0.5), W - 1);
         if (s->xa[x] < lo) lo = s->xa[x];
         if (s->xb[x] > hi) hi = s->xb[x];
     }
-    if (hi < lo) {
-        memset(valid, 0, (size_t)w);
-        return;
+    const int span = (hi - lo + 1) * 3;
+    for (int x = 0; x < w; x++) s->xa[x] -= lo, s->xb[x] -= lo;
+    float m[9], v[3];
+    if (job->photometric && job->contrast) {
+        double mean[3] = {0, 0, 0};
+        long inside_y = 0;
+        memset(s->rw, 0, sizeof(float) * (size_t)H);
+        memset(s->cw, 0, sizeof(float) * (size_t)W);
+        memset(s->colacc, 0, sizeof(float) * (size_t)span);
+        for (int y = 0; y < h; y++) {
+            double sy = (double)p[4] * y + (double)p[5];
+            if (!(sy > -0.5 && sy < H - 0.5)) continue;
+            double fl = floor_fast(sy);
+            float fy = (float)(sy - fl);
+            s->rw[clampi((long)fl, H - 1)] += 1.0f - fy;
+            s->rw[clampi((long)fl + 1, H - 1)] += fy;
+            inside_y++;
+        }
+        for (int x = 0; x < w; x++) {
+            if (!s->vx[x]) continue;
+            s->cw[s->xa[x]] += 1.0f - s->fx[x];
+            s->cw[s->xb[x]] += s->fx[x];
+        }
+        for (int r = 0; r < H; r++)
+            if (s->rw[r] != 0.0f) axpy_row(src + ((size_t)r * W + lo) * 3, s->rw[r], s->colacc, span);
+        for (int c = 0; c < hi - lo + 1; c++)
+            for (int k = 0; k < 3; k++) mean[k] += (double)s->cw[c] * s->colacc[3 * c + k];
+        double count = (double)inside_y * inside_x;
+        for (int k = 0; k < 3; k++) mean[k] /= count > 0 ? count : 1.0;
+        colour_params(p, mean, m, v);
+    } else {
+        colour_params(p, NULL, m, v);
     }
-    const uint8_t *top = src + (size_t)ya * W * 3, *bot = src + (size_t)yb * W * 3;
-    for (int k = lo * 3; k < (hi + 1) * 3; k++) {
-        float a = (float)top[k];
-        s->vrow[k] = a + ((float)bot[k] - a) * fy;
-    }
-    const float *v = s->vrow;
-    for (int x = 0; x < w; x++) {
-        valid[x] = s->vx[x];
-        if (!s->vx[x]) continue;
-        const float *a = v + 3 * s->xa[x], *b = v + 3 * s->xb[x];
-        float f = s->fx[x];
-        rgb[3 * x] = a[0] + (b[0] - a[0]) * f;
-        rgb[3 * x + 1] = a[1] + (b[1] - a[1]) * f;
-        rgb[3 * x + 2] = a[2] + (b[2] - a[2]) * f;
+    float *r = s->planes, *g = r + w, *b = g + w;
+    const size_t row_values = (size_t)w * 3, item = job->normalize ? sizeof(float) : 1;
+    char *out = (char *)job->out_images + (size_t)n * h * row_values * item;
+    for (int y = 0; y < h; y++) {
+        double sy = (double)p[4] * y + (double)p[5];
+        void *dst = out + (size_t)y * row_values * item;
+        if (!(sy > -0.5 && sy < H - 0.5)) {
+            for (int x = 0; x < w; x++) r[x] = job->fill[0], g[x] = job->fill[1], b[x] = job->fill[2];
+            Job plain = *job;
+            plain.photometric = 0;
+            finish_planar(&plain, r, g, b, NULL, w, m, v, dst);
+            continue;
+        }
+        double fl = floor_fast(sy);
+        const float fy = (float)(sy - fl);
+        const int ya = clampi((long)fl, H - 1), yb = clampi((long)fl + 1, H - 1);
+        blend_rows(src + ((size_t)ya * W + lo) * 3, src + ((size_t)yb * W + lo) * 3, fy, s->vrow, span);
+        gather_row(s->vrow, s->xa, s->xb, s->fx, r, g, b, w);
+        finish_planar(job, r, g, b, inside_x == w ? NULL : s->vx, w, m, v, dst);
     }
 }
 
@@ -151,32 +265,43 @@ static void row_affine(const Job *job, const uint8_t *src, const float *p, int y
     }
 }
 
-/* Colour, fill and output conversion of one row. m: c * M (row-major), v: offset. */
-static void row_finish(const Job *job, float *rgb, const uint8_t *valid, const float *m, const float *v,
-                       Py_ssize_t n, int y) {
-    const int w = job->out_width;
-    size_t base = ((size_t)n * job->out_height + y) * (size_t)w * 3;
-    if (job->photometric) {
-        for (int x = 0; x < w; x++) {
-            const float r = rgb[3 * x], g = rgb[3 * x + 1], b = rgb[3 * x + 2];
-            for (int k = 0; k < 3; k++) {
-                float o = m[3 * k] * r + m[3 * k + 1] * g + m[3 * k + 2] * b + v[k];
-                rgb[3 * x + k] = o < 0.0f ? 0.0f : (o > 255.0f ? 255.0f : o);
-            }
+/* The general affine sample: rows resampled into the scratch (all of them first when the
+ * contrast needs their mean), then colour and output per row. */
+static void sample_affine(const Job *job, Py_ssize_t n, const float *p, Scratch *s) {
+    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height;
+    const uint8_t *src = job->images + (size_t)n * H * W * 3;
+    const int all = job->photometric && job->contrast;
+    float m[9], v[3];
+    double sum[3] = {0, 0, 0};
+    long count = 0;
+    if (!all) colour_params(p, NULL, m, v);
+    float *r = s->planes, *g = r + w, *b = g + w;
+    const size_t row_values = (size_t)w * 3, item = job->normalize ? sizeof(float) : 1;
+    char *out = (char *)job->out_images + (size_t)n * h * row_values * item;
+    for (int pass = all ? 0 : 1; pass < 2; pass++) {
+        if (pass == 1 && all) {
+            double mean[3];
+            for (int k = 0; k < 3; k++) mean[k] = sum[k] / (count > 0 ? (double)count : 1.0);
+            colour_params(p, mean, m, v);
         }
-    }
-    for (int x = 0; x < w; x++) {
-        if (!valid[x]) rgb[3 * x] = job->fill[0], rgb[3 * x + 1] = job->fill[1], rgb[3 * x + 2] = job->fill[2];
-    }
-    if (job->normalize) {
-        float *of = (float *)job->out_images + base;
-        const float scale = 1.0f / 255.0f;
-        for (int k = 0; k < 3 * w; k++) of[k] = rgb[k] * scale;
-    } else {
-        uint8_t *ou = (uint8_t *)job->out_images + base;
-        for (int k = 0; k < 3 * w; k++) {
-            float o = rgb[k] < 0.0f ? 0.0f : (rgb[k] > 255.0f ? 255.0f : rgb[k]);
-            ou[k] = round_u8(o);
+        for (int y = 0; y < h; y++) {
+            float *rgb = s->rgb + (size_t)(all ? y : 0) * w * 3;
+            uint8_t *valid = s->valid + (size_t)(all ? y : 0) * w;
+            if (pass == 0 || !all) row_affine(job, src, p, y, rgb, valid);
+            if (pass == 0) {
+                for (int x = 0; x < w; x++) {
+                    if (!valid[x]) continue;
+                    sum[0] += rgb[3 * x], sum[1] += rgb[3 * x + 1], sum[2] += rgb[3 * x + 2];
+                    count++;
+                }
+                continue;
+            }
+            for (int x = 0; x < w; x++) {
+                r[x] = valid[x] ? rgb[3 * x] : 0.0f;
+                g[x] = valid[x] ? rgb[3 * x + 1] : 0.0f;
+                b[x] = valid[x] ? rgb[3 * x + 2] : 0.0f;
+            }
+            finish_planar(job, r, g, b, valid, w, m, v, out + (size_t)y * row_values * item);
         }
     }
 }
@@ -185,7 +310,8 @@ static inline int mask_value(const Job *job, const uint8_t *src, size_t index) {
     return job->mask_itemsize == 1 ? src[index] : ((const uint16_t *)src)[index];
 }
 
-/* Nearest-neighbour mask of one sample, from the same source coordinates as the image. */
+/* Nearest-neighbour mask of one sample, from the same source coordinates as the image
+ * (separable maps: `s` holds the columns). */
 static void warp_mask(const Job *job, Py_ssize_t n, const float *p, const Scratch *s) {
     const int W = job->width, H = job->height, w = job->out_width, h = job->out_height, K = job->mask_planes;
     const size_t plane = (size_t)H * W * K;
@@ -194,13 +320,14 @@ static void warp_mask(const Job *job, Py_ssize_t n, const float *p, const Scratc
     const int C = job->classes;
     for (int y = 0; y < h; y++) {
         const double bx = a01 * y + t0, by = a11 * y + t1;
-        size_t row = ((size_t)n * h + y) * (size_t)w;
         const int vy = by > -0.5 && by < H - 0.5;
         const size_t ny = (size_t)clampi((long)floor_fast(by + 0.5), H - 1) * W;
+        size_t row = ((size_t)n * h + y) * (size_t)w;
+        if (C > 0) memset((float *)job->out_masks + row * (size_t)C, 0, sizeof(float) * (size_t)w * C);
         for (int x = 0; x < w; x++) {
             int in;
             size_t at;
-            if (s) { /* separable: a10 = 0, so sy = by; columns precomputed */
+            if (s) { /* separable: a10 = 0, so sy = by */
                 in = vy && s->vx[x];
                 at = ny + s->xn[x];
             } else {
@@ -209,10 +336,8 @@ static void warp_mask(const Job *job, Py_ssize_t n, const float *p, const Scratc
                 at = (size_t)clampi((long)floor_fast(sy + 0.5), H - 1) * W + clampi((long)floor_fast(sx + 0.5), W - 1);
             }
             if (C > 0) {
-                float *o = (float *)job->out_masks + (row + x) * (size_t)C;
                 int cls = in ? mask_value(job, src, at) : job->mask_fill;
-                for (int k = 0; k < C; k++) o[k] = 0.0f;
-                if (cls < C && cls != job->ignore) o[cls] = 1.0f;
+                if (cls < C && cls != job->ignore) ((float *)job->out_masks)[(row + x) * (size_t)C + cls] = 1.0f;
             } else if (K == 1) {
                 int cls = in ? mask_value(job, src, at) : job->mask_fill;
                 if (job->mask_itemsize == 1)
@@ -221,88 +346,47 @@ static void warp_mask(const Job *job, Py_ssize_t n, const float *p, const Scratc
                     ((uint16_t *)job->out_masks)[row + x] = (uint16_t)cls;
             } else {
                 for (int k = 0; k < K; k++) {
-                    int v = in ? mask_value(job, src, at * K + k) : 0;
+                    int val = in ? mask_value(job, src, at * K + k) : 0;
                     if (job->mask_itemsize == 1)
-                        ((uint8_t *)job->out_masks)[(row + x) * K + k] = (uint8_t)v;
+                        ((uint8_t *)job->out_masks)[(row + x) * K + k] = (uint8_t)val;
                     else
-                        ((uint16_t *)job->out_masks)[(row + x) * K + k] = (uint16_t)v;
+                        ((uint16_t *)job->out_masks)[(row + x) * K + k] = (uint16_t)val;
                 }
             }
         }
     }
 }
 
-static void warp_sample(const Job *job, Py_ssize_t n, Scratch *s) {
-    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height;
-    const float *p = job->params + (size_t)n * NPARAMS;
-    const uint8_t *src = job->images + (size_t)n * H * W * 3;
-    const int separable = p[1] == 0.0f && p[3] == 0.0f;
-    if (separable) {
-        for (int x = 0; x < w; x++) {
-            double sx = (double)p[0] * x + (double)p[2];
-            double fl = floor_fast(sx);
-            s->vx[x] = sx > -0.5 && sx < W - 0.5;
-            s->xa[x] = clampi((long)fl, W - 1);
-            s->xb[x] = clampi((long)fl + 1, W - 1);
-            s->fx[x] = (float)(sx - fl);
-            s->xn[x] = clampi((long)floor_fast(sx + 0.5), W - 1);
-        }
-    }
-    /* The colour transform: c M and M (delta + (1 - c) mean) (the mean needs the whole sample first). */
-    float m[9], v[3] = {0, 0, 0};
-    const float c = p[18], delta = p[17];
-    for (int k = 0; k < 9; k++) m[k] = p[8 + k] * c;
-    int rows = job->contrast ? h : 1;
-    if (!job->contrast)
-        for (int k = 0; k < 3; k++) v[k] = p[8 + 3 * k] * delta + p[8 + 3 * k + 1] * delta + p[8 + 3 * k + 2] * delta;
-    double sum[3] = {0, 0, 0};
-    long count = 0;
-    for (int y = 0; y < h; y++) {
-        float *rgb = s->rgb + (size_t)(job->contrast ? y : 0) * w * 3;
-        uint8_t *valid = s->valid + (size_t)(job->contrast ? y : 0) * w;
-        if (separable)
-            row_separable(job, src, p, y, s, rgb, valid);
-        else
-            row_affine(job, src, p, y, rgb, valid);
-        if (job->contrast) {
-            for (int x = 0; x < w; x++) {
-                if (!valid[x]) continue;
-                sum[0] += rgb[3 * x], sum[1] += rgb[3 * x + 1], sum[2] += rgb[3 * x + 2];
-                count++;
-            }
-        } else {
-            row_finish(job, rgb, valid, m, v, n, y);
-        }
-    }
-    if (job->contrast) {
-        float off[3];
-        float cnt = (float)(count > 0 ? count : 1);
-        for (int k = 0; k < 3; k++) off[k] = delta + (1.0f - c) * (float)(sum[k] / cnt);
-        for (int k = 0; k < 3; k++)
-            v[k] = p[8 + 3 * k] * off[0] + p[8 + 3 * k + 1] * off[1] + p[8 + 3 * k + 2] * off[2];
-        for (int y = 0; y < rows; y++)
-            row_finish(job, s->rgb + (size_t)y * w * 3, s->valid + (size_t)y * w, m, v, n, y);
-    }
-    if (job->masks) warp_mask(job, n, p, separable ? s : NULL);
-}
-
 static int run(const Job *job) {
-    const int w = job->out_width, rows = job->contrast ? job->out_height : 1;
+    const int W = job->width, H = job->height, w = job->out_width;
+    const int rows = job->photometric && job->contrast ? job->out_height : 1;
     Scratch s;
     s.rgb = malloc(sizeof(float) * (size_t)rows * w * 3);
     s.valid = malloc((size_t)rows * w);
-    s.vrow = malloc(sizeof(float) * (size_t)job->width * 3);
+    s.vrow = malloc(sizeof(float) * ((size_t)W * 3 * 2 + (size_t)H + (size_t)W + 3 * (size_t)w + w));
     s.xa = malloc(sizeof(int) * (size_t)w * 3);
-    s.fx = malloc(sizeof(float) * (size_t)w);
     s.vx = malloc((size_t)w);
-    if (!s.rgb || !s.valid || !s.vrow || !s.xa || !s.fx || !s.vx) {
-        free(s.rgb), free(s.valid), free(s.vrow), free(s.xa), free(s.fx), free(s.vx);
+    if (!s.rgb || !s.valid || !s.vrow || !s.xa || !s.vx) {
+        free(s.rgb), free(s.valid), free(s.vrow), free(s.xa), free(s.vx);
         return -1;
     }
+    s.colacc = s.vrow + (size_t)W * 3;
+    s.rw = s.colacc + (size_t)W * 3;
+    s.cw = s.rw + H;
+    s.planes = s.cw + W;
+    s.fx = s.planes + 3 * (size_t)w;
     s.xb = s.xa + w;
     s.xn = s.xb + w;
-    for (Py_ssize_t n = 0; n < job->batch; n++) warp_sample(job, n, &s);
-    free(s.rgb), free(s.valid), free(s.vrow), free(s.xa), free(s.fx), free(s.vx);
+    for (Py_ssize_t n = 0; n < job->batch; n++) {
+        const float *p = job->params + (size_t)n * NPARAMS;
+        const int separable = p[1] == 0.0f && p[3] == 0.0f;
+        if (separable)
+            sample_separable(job, n, p, &s);
+        else
+            sample_affine(job, n, p, &s);
+        if (job->masks) warp_mask(job, n, p, separable ? &s : NULL);
+    }
+    free(s.rgb), free(s.valid), free(s.vrow), free(s.xa), free(s.vx);
     return 0;
 }
 

@@ -434,12 +434,13 @@ def _separable_mask(targets: "tf.Tensor", params: "tf.Tensor", size: list[int], 
     return tf.where(valid, out, tf.constant(fill, targets.dtype))
 
 
-def _transform(data: "tf.Tensor", params: "tf.Tensor", size: list[int], method: str, fill: float) -> "tf.Tensor":
+def _transform(data: "tf.Tensor", params: "tf.Tensor", size: list[int], method: str, fill: float,
+               fill_mode: str = "CONSTANT") -> "tf.Tensor":
     import tensorflow as tf
 
     return tf.raw_ops.ImageProjectiveTransformV3(
         images=data, transforms=params[:, TRANSFORM], output_shape=tf.constant(size, tf.int32),
-        fill_value=fill, interpolation=method, fill_mode="CONSTANT")
+        fill_value=fill, interpolation=method, fill_mode=fill_mode)
 
 
 def _projective(images: "tf.Tensor", params: "tf.Tensor", size: list[int]) -> tuple["tf.Tensor", "tf.Tensor"]:
@@ -447,7 +448,9 @@ def _projective(images: "tf.Tensor", params: "tf.Tensor", size: list[int]) -> tu
     source pixel exists (the mask's rule)."""
     import tensorflow as tf
 
-    x = _transform(tf.cast(images, tf.float32), params, size, "BILINEAR", 0.0)
+    # "NEAREST" fill: taps outside the image repeat the edge (as the separable path and the
+    # C kernel clamp them) instead of blending with 0 within half a pixel of the border.
+    x = _transform(tf.cast(images, tf.float32), params, size, "BILINEAR", 0.0, "NEAREST")
     valid = _transform(tf.ones_like(images[..., :1]), params, size, "NEAREST", 0.0) > 0
     return x, valid
 

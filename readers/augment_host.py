@@ -116,7 +116,7 @@ def make_host_map(spec: "RecordSpec", augment: Augment, *, normalize: bool, one_
     elif one_hot:
         y_out, y_tail = tf.float32, (h, w, spec.num_classes)
     else:
-        y_out, y_tail = (tf.uint8 if spec.mask_encoding == "onehot" else y_dtype), (h, w)
+        y_out, y_tail = (tf.uint8 if spec.mask_encoding == "onehot" else tf.dtypes.as_dtype(y_dtype)), (h, w)
 
     def host(images: np.ndarray, targets: np.ndarray, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         x, y = augment_expand(augment, spec, images, targets, params, normalize=normalize, one_hot=one_hot)
