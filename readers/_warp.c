@@ -29,7 +29,7 @@
  *
  * warp(images, params, out_images, batch, height, width, out_height, out_width,
  *      fill_r, fill_g, fill_b, normalize, photometric, contrast,
- *      masks, out_masks, mask_itemsize, mask_planes, mask_fill, one_hot_classes, ignore)
+ *      masks, out_masks, mask_itemsize, mask_planes, mask_fill, one_hot_classes, ignore, zeroed=False)
  *   images:    uint8 (batch, height, width, 3), C-contiguous
  *   params:    float32 (batch, 19)
  *   out_images: writable, (batch, out_height, out_width, 3) float32 or uint8
@@ -37,6 +37,8 @@
  *   out_masks: None, or writable: the masks' layout at the output size, or float32
  *              (..., one_hot_classes) when one_hot_classes > 0 (mask_planes must be 1)
  *   ignore:    the ignore index, or -1 for none (one-hot only)
+ *   zeroed:    out_masks is known to be all zeros (fresh calloc pages): one-hot output then
+ *              writes only the ones instead of clearing every plane first
  * Sizes are checked against the buffers (ValueError naming the argument). Plain C (the
  * compiler vectorises the row blends); the GIL is released while pixels are written.
  */
@@ -60,6 +62,7 @@ typedef struct {
     const uint8_t *masks;
     void *out_masks;
     int mask_itemsize, mask_planes, mask_fill, classes, ignore;
+    int zeroed; /* out_masks is all zeros already (one-hot: only the ones are written) */
 } Job;
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(IMGSHARD_PLAIN_C)
@@ -323,7 +326,16 @@ static void warp_mask(const Job *job, Py_ssize_t n, const float *p, const Scratc
         const int vy = by > -0.5 && by < H - 0.5;
         const size_t ny = (size_t)clampi((long)floor_fast(by + 0.5), H - 1) * W;
         size_t row = ((size_t)n * h + y) * (size_t)w;
-        if (C > 0) memset((float *)job->out_masks + row * (size_t)C, 0, sizeof(float) * (size_t)w * C);
+        if (C > 0 && !job->zeroed) memset((float *)job->out_masks + row * (size_t)C, 0, sizeof(float) * (size_t)w * C);
+        if (s && C > 0 && job->mask_itemsize == 1) { /* the usual case: uint8 class map -> one-hot */
+            float *o = (float *)job->out_masks + row * (size_t)C;
+            const uint8_t *srow = src + ny;
+            for (int x = 0; x < w; x++) {
+                int cls = vy && s->vx[x] ? srow[s->xn[x]] : job->mask_fill;
+                if (cls < C && cls != job->ignore) o[(size_t)x * C + cls] = 1.0f;
+            }
+            continue;
+        }
         for (int x = 0; x < w; x++) {
             int in;
             size_t at;
@@ -405,10 +417,10 @@ static PyObject *warp(PyObject *self, PyObject *args) {
     Job job;
     int fill[3];
     memset(&job, 0, sizeof(job));
-    if (!PyArg_ParseTuple(args, "y*y*w*niiiiiiipppOOiiiii", &images, &params, &out_images, &job.batch, &job.height,
+    if (!PyArg_ParseTuple(args, "y*y*w*niiiiiiipppOOiiiii|p", &images, &params, &out_images, &job.batch, &job.height,
                           &job.width, &job.out_height, &job.out_width, &fill[0], &fill[1], &fill[2], &job.normalize,
                           &job.photometric, &job.contrast, &masks_obj, &out_masks_obj, &job.mask_itemsize,
-                          &job.mask_planes, &job.mask_fill, &job.classes, &job.ignore))
+                          &job.mask_planes, &job.mask_fill, &job.classes, &job.ignore, &job.zeroed))
         return NULL;
     for (int k = 0; k < 3; k++) job.fill[k] = (float)fill[k];
     size_t B = (size_t)job.batch, out_pixels = B * job.out_height * job.out_width;

@@ -34,6 +34,11 @@ How it works:
   DALI's ColorTwist): brightness adds a delta, contrast scales around the per-channel
   mean, saturation blends with the luma (ITU-R 601), hue rotates the chroma plane of
   YIQ. Values are clipped to [0, 255] once, at the end; padding keeps `fill`.
+
+Two implementations: on the host a fused C kernel (`readers.augment_host`,
+`readers/_warp.c`: one pass per sample, straight into the batch), and the TensorFlow
+functions below (`augment_tf`), which run on the accelerator (`readers.device`) and as
+the fallback where the extension is not built or ``IMGSHARD_FAST_AUGMENT=0``.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ rounding order; tested in tests/test_warp.py).
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,10 +44,33 @@ def fast_augment_available() -> bool:
     return _warp is not None and flag not in ("0", "false", "no", "off")
 
 
-def _aligned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    from readers.formats.batching import aligned_empty
+#: Output blocks kept per size for reuse (see `_block`).
+POOL_BLOCKS = 4
+_pool: dict[int, list[np.ndarray]] = {}
+_pool_lock = threading.Lock()
 
-    return aligned_empty(shape, dtype)
+
+def _block(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> tuple[np.ndarray, bool]:
+    """(array on an `alignment`-byte boundary, whether it is all zeros) for one output batch.
+
+    A batch's outputs are tens of MB: fresh memory from the allocator is new pages, and the
+    page faults and the kernel's zeroing of them cost about as much as the augmentation. So
+    blocks are reused once nobody holds them any more (TensorFlow takes the arrays without a
+    copy and drops its reference when the tensor dies: the pool's reference is then the only
+    one left), up to `POOL_BLOCKS` per size; a fresh block comes zeroed (calloc)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize + alignment
+    with _pool_lock:
+        blocks = _pool.setdefault(nbytes, [])
+        raw = next((r for r in blocks if sys.getrefcount(r) <= 3), None)  # the list, r, the call
+        fresh = raw is None
+        if fresh:
+            raw = np.zeros(nbytes, np.uint8)
+            if len(blocks) < POOL_BLOCKS:
+                blocks.append(raw)
+        start = (-raw.ctypes.data) % alignment
+        view = raw[start:start + nbytes - alignment].view(dtype).reshape(shape)
+    return view, fresh
 
 
 def warp_batch(augment: Augment, images: np.ndarray, targets: np.ndarray | None, params: np.ndarray, *,
@@ -65,9 +90,10 @@ def warp_batch(augment: Augment, images: np.ndarray, targets: np.ndarray | None,
     if params.shape != (b, PARAMS):
         raise ValueError(f"params must be ({b}, {PARAMS}) float32 rows from draw_params. Received: {params.shape}")
     oh, ow = augment.output_size(h, w)
-    x = _aligned((b, oh, ow, 3), np.float32 if normalize else np.uint8)
+    x, _ = _block((b, oh, ow, 3), np.float32 if normalize else np.uint8)
     y = masks = None
     itemsize = planes = 1
+    zeroed = False
     if targets is not None:
         masks = np.ascontiguousarray(targets)
         if masks.dtype not in (np.uint8, np.uint16) or masks.shape[:3] != (b, h, w) or masks.ndim not in (3, 4):
@@ -76,13 +102,13 @@ def warp_batch(augment: Augment, images: np.ndarray, targets: np.ndarray | None,
         masks = masks.astype(masks.dtype.newbyteorder("="), copy=False)
         itemsize, planes = masks.dtype.itemsize, (masks.shape[3] if masks.ndim == 4 else 1)
         if one_hot_classes:
-            y = _aligned((b, oh, ow, one_hot_classes), np.float32)
+            y, zeroed = _block((b, oh, ow, one_hot_classes), np.float32)
         else:
-            y = _aligned((b, oh, ow, *masks.shape[3:]), masks.dtype)
+            y, _ = _block((b, oh, ow, *masks.shape[3:]), masks.dtype)
     fill = augment.fill_rgb()
     _warp.warp(images, params, x, b, h, w, oh, ow, *fill, normalize, augment.photometric, augment.contrast > 0,
                masks, y, itemsize, planes, int(mask_fill), int(one_hot_classes),
-               -1 if ignore_index is None else int(ignore_index))
+               -1 if ignore_index is None else int(ignore_index), zeroed)
     return x, y
 
 

@@ -194,3 +194,26 @@ def test_ci_requires_the_compiled_kernel():
     if os.environ.get("IMGSHARD_REQUIRE_FAST_PNG") != "1":
         pytest.skip("IMGSHARD_REQUIRE_FAST_PNG is not set (only CI requires the compiled extensions)")
     assert augment_host._warp is not None, "readers._warp did not build: is a C compiler installed?"
+
+
+@needs_kernel
+def test_output_blocks_are_reused_only_once_released():
+    """Batches still held (by the caller or a TensorFlow tensor) keep their memory; a
+    released block is reused and, for one-hot output, cleared again."""
+    tf = pytest.importorskip("tensorflow")
+    aug = RECIPES["photometric"]
+    rng = np.random.default_rng(9)
+    images = _textured(rng, 2, 22, 26)
+    masks = rng.integers(0, 4, (2, 22, 26)).astype(np.uint8)
+    params = [draw_params(aug, 22, 26, seed, 0, np.arange(2, dtype=np.uint64)) for seed in range(8)]
+    run = [augment_host.warp_batch(aug, images, masks, p, normalize=True, one_hot_classes=4, ignore_index=255)
+           for p in params]
+    held = [(tf.constant(x), tf.constant(y)) for x, y in run]  # numpy-backed tensors may share the memory
+    copies = [(x.copy(), y.copy()) for x, y in run]
+    del run
+    again = [augment_host.warp_batch(aug, images, masks, p, normalize=True, one_hot_classes=4, ignore_index=255)
+             for p in params]
+    for (tx, ty), (cx, cy), (ax, ay) in zip(held, copies, again):
+        assert np.array_equal(tx.numpy(), cx) and np.array_equal(ty.numpy(), cy)
+        assert np.array_equal(ax, cx) and np.array_equal(ay, cy)  # reused blocks give the same batches
+        assert set(np.unique(ay.sum(-1)).tolist()) <= {0.0, 1.0}
