@@ -336,6 +336,16 @@ static void warp_mask(const Job *job, Py_ssize_t n, const float *p, const Scratc
             }
             continue;
         }
+        if (s && C == 0 && K == 1 && job->mask_itemsize == 1) { /* uint8 class map -> class map */
+            uint8_t *o = (uint8_t *)job->out_masks + row;
+            const uint8_t *srow = src + ny;
+            if (!vy) {
+                memset(o, job->mask_fill, (size_t)w);
+                continue;
+            }
+            for (int x = 0; x < w; x++) o[x] = s->vx[x] ? srow[s->xn[x]] : (uint8_t)job->mask_fill;
+            continue;
+        }
         for (int x = 0; x < w; x++) {
             int in;
             size_t at;
