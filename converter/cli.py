@@ -22,7 +22,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from converter import __version__  # noqa: E402 - after the environment is set
 
 #: Subcommand modules, in the order `imgshard --help` lists them.
-COMMANDS = ("convert", "verify", "scan", "inspect", "preview", "bench")
+COMMANDS = ("convert", "compact", "verify", "scan", "inspect", "preview", "bench")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -15,20 +15,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from converter import __version__
 from converter.discover.layout import BadInput
 from converter.discover.sources import discover_sources
 from converter.run.execute import local_start, run_tasks
-from converter.plan.fingerprint import content_matches
+from converter.plan import fptable
 from converter.run.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.plan.shards import Plan, PlanError, make_plan
 from converter.fsutil import remove_files
 from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now, write_report
+from converter.publish.migrate import migrate
 from converter.publish.tfds import TFDS_FILES, sync_tfds_metadata
 from converter.transform.colormap import ignore_index_for, mask_dtype_for
 from converter.transform.semantics import make_semantics
-from converter.run.task import ShardResult, WorkerContext
+from converter.run.task import ShardResult, WorkerContext, content_changed
+from converter.write.index import write_refreshed_index
+from readers.index import table_samples
 from readers.manifest import (
     HISTORY_LIMIT,
     MANIFEST_NAME,
@@ -36,7 +41,6 @@ from readers.manifest import (
     Manifest,
     SampleEntry,
     ShardEntry,
-    SourceFingerprint,
     SplitEntry,
 )
 from readers.tasks import task_kind
@@ -64,6 +68,16 @@ class OutputWriteError(OSError):
     exit_code = EX_IOERR
 
 
+class EmptyDatasetError(BadInputError):
+    """The run would publish a dataset without a single sample (no dataset exists yet)."""
+
+
+class OutputFolderError(ValueError):
+    """OUT cannot be a dataset folder: it is a file, or one of its parents is (a usage error)."""
+
+    exit_code = 2
+
+
 @dataclass
 class ConvertResult:
     out_dir: str
@@ -78,6 +92,15 @@ class ConvertResult:
     report_path: str | None = None
     published: bool = False
     source: dict[str, object] = field(default_factory=dict)  # layout, why, mask semantics (segmentation)
+    results: list[ShardResult] = field(default_factory=list)
+
+    @property
+    def added(self) -> int:
+        return sum(r.added for r in self.results)
+
+    @property
+    def replaced(self) -> int:
+        return sum(r.replaced for r in self.results)
 
     @property
     def samples_written(self) -> int:
@@ -126,7 +149,7 @@ def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[Clas
         )
 
 
-def _check_shards_present(out_dir: str, old: Manifest) -> None:
+def check_shards_present(out_dir: str, old: Manifest) -> None:
     """Refuse to build on a damaged dataset: every listed shard must exist with its size (a cheap stat)."""
     damaged = []
     for _, shard in old.iter_shards():
@@ -168,9 +191,51 @@ def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOpti
     run = run or RunOptions()
     t0 = time.perf_counter()
     out_dir = os.path.abspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    with OutputLock(out_dir):
+    _make_output_folder(out_dir)
+    lock = _take_output_lock(out_dir)
+    try:
         return _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _make_output_folder(out_dir: str) -> None:
+    """Create OUT (and its parents); a path that cannot be a folder is a usage error
+    (exit 2), a folder that cannot be written an output error (exit 74), named in one line."""
+    blocker = next((p for p in _self_and_parents(out_dir) if os.path.lexists(p) and not os.path.isdir(p)), None)
+    if blocker is not None:
+        kind = "a broken symbolic link" if os.path.islink(blocker) and not os.path.exists(blocker) else "a file"
+        what = f"is {kind}" if blocker == out_dir else f"cannot be created: {blocker} is {kind}"
+        raise OutputFolderError(f"output folder {out_dir} {what}, not a folder. Give a folder path for OUT "
+                                "(it is created if missing), or move the file away.")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise _unwritable(out_dir, e) from e
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise _unwritable(out_dir, OSError(errno.EACCES, "not writable (read-only file system or permissions)"))
+
+
+def _self_and_parents(path: str) -> list[str]:
+    out = [path]
+    while os.path.dirname(out[-1]) != out[-1]:
+        out.append(os.path.dirname(out[-1]))
+    return out
+
+
+def _unwritable(out_dir: str, e: OSError) -> OutputWriteError:
+    return OutputWriteError(e.errno, f"cannot write to the output folder {out_dir}: {e.strerror or e}. Nothing was "
+                            "written. Choose a writable OUT, or fix its permissions or mount (read-only?).")
+
+
+def _take_output_lock(out_dir: str) -> OutputLock:
+    """OUT's lock, taken; a folder where the lock file cannot be created is an output error (74)."""
+    lock = OutputLock(out_dir)
+    try:
+        lock.__enter__()
+    except OSError as e:
+        raise _unwritable(out_dir, e) from e
+    return lock
 
 
 def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
@@ -178,7 +243,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     old = _prepare_output(out_dir, options, run, classes)
     base_manifest = None if run.rebuild else old
     next_index = {s: e.next_shard_index for s, e in old.splits.items()} if old is not None else {}
-    plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index)
+    plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index, root=out_dir)
     if run.rebuild and old is not None:
         plan.drop_shards |= {s.file for _, s in old.iter_shards()}
     for key in plan.changed_kept:
@@ -189,7 +254,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     if on_plan is not None:
         on_plan(plan)
 
-    result = ConvertResult(out_dir, old, plan, bad=list(found.bad))
+    result = ConvertResult(out_dir, old, plan, bad=list(found.bad))  # after the plan consumed the samples
     if task_kind(options.task).dense:
         result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json()}
     results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress)
@@ -201,10 +266,11 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     cmap = make_semantics(options.labels, classes) if task_kind(options.task).dense else None
     report = _report(result, options, run, cmap)
     if len(result.bad) > run.max_bad:
-        remove_files(out_dir, [t.file for t in plan.tasks])
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         result.report_path = _write_report_safely(out_dir, report | {"published": False})
         raise BadInputError(_bad_message(result, run, cmap), result.bad, result.report_path)
-
+    if old is None and not result.samples_written:  # a first run that found nothing to convert
+        _refuse_empty(spec, found, result, run, report)
     if not (result.written or plan.drop_shards or plan.refreshed):  # nothing new (or every new sample bad)
         result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True})
         return result
@@ -223,8 +289,19 @@ def _prepare_output(out_dir: str, options: OutputOptions, run: RunOptions,
     wait_for_orphans(out_dir)  # workers of a killed run finish their task or stop first
     sweep_leftovers(out_dir, old)
     if old is not None and not run.rebuild:
-        _check_shards_present(out_dir, old)
+        check_shards_present(out_dir, old)
+        if not old.indexed:  # version 1 or 2: per-sample data moves to index files first
+            old = _migrate(out_dir, old)
     return old
+
+
+def _migrate(out_dir: str, old: Manifest) -> Manifest:
+    try:
+        return migrate(out_dir, old)
+    except OSError as e:
+        cleanup_quietly(out_dir, [], old)
+        raise OutputWriteError(e.errno, f"Migrating {out_dir} to manifest version 3 failed: {e.strerror or e}. "
+                               "The previous dataset is intact; fix the disk and re-run.") from e
 
 
 def _write_shards(spec, out_dir, options, run, classes, old: Manifest | None, result: ConvertResult,
@@ -244,7 +321,7 @@ def _write_shards(spec, out_dir, options, run, classes, old: Manifest | None, re
     except OSError as e:
         # Source files never raise OSError here (the workers turn their errors into bad
         # inputs): this is the output folder failing (disk full, quota, I/O error...).
-        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         hint = ("Free space (or raise the quota) and re-run." if e.errno in (errno.ENOSPC, errno.EDQUOT)
                 else "Fix the disk or the folder's permissions and re-run.")
         raise OutputWriteError(
@@ -252,7 +329,7 @@ def _write_shards(spec, out_dir, options, run, classes, old: Manifest | None, re
             f"Nothing was published; the previous dataset is intact. {hint}"
         ) from e
     except BaseException:
-        remove_files(out_dir, [t.file for t in plan.tasks])
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise
     return results
 
@@ -267,13 +344,21 @@ def _collect(result: ConvertResult, results: list[ShardResult]) -> None:
             agg[1] += files
     result.bad.sort(key=lambda b: (b.path, b.reason))
     result.written = sorted((r.entry for r in results if r.entry is not None), key=lambda e: e.file)
+    result.results = results
 
 
 def _publish(spec, out_dir, options, run, classes, old: Manifest | None, result: ConvertResult,
              report: dict) -> ConvertResult:
-    """TFDS files, then the manifest (last); then the shards it no longer lists go."""
+    """Refreshed index files, TFDS files, then the manifest (last); then the shards and index
+    files it no longer lists go."""
     plan = result.plan
-    manifest = _assemble(old, result, options, classes, plan, spec.base, rebuild=run.rebuild)
+    try:
+        refreshed = refresh_indexes(out_dir, old, plan) if not run.rebuild else {}
+    except OSError as e:
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
+        raise OutputWriteError(e.errno, f"Writing an index file in {out_dir} failed: {e.strerror or e}. "
+                               "Nothing was published; the previous dataset is intact.") from e
+    manifest = _assemble(old, result, options, classes, plan, spec.base, refreshed, rebuild=run.rebuild)
     try:
         sync_tfds_metadata(out_dir, manifest)  # before the manifest: the manifest is published last
         publish_manifest(out_dir, manifest)
@@ -284,17 +369,39 @@ def _publish(spec, out_dir, options, run, classes, old: Manifest | None, result:
                 f"{e.strerror or e}. Check the disk, then run `imgshard verify OUT`."
             ) from e
         _restore_tfds_metadata(out_dir, old)
-        _cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
+        cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise OutputWriteError(
             e.errno, f"Publishing {MANIFEST_NAME} in {out_dir} failed: {e.strerror or e}. "
             "The previous dataset is intact; fix the disk and re-run."
         ) from e
-    remove_files(out_dir, sorted(plan.drop_shards))
+    remove_files(out_dir, sorted(plan.drop_shards) + stale_indexes(old, manifest))
     result.manifest = manifest
     result.published = True
     report["history"] = manifest.history[-1]
     result.report_path = _write_report_safely(out_dir, report | {"published": True})
     return result
+
+
+def _refuse_empty(spec: SourceSpec, found, result: ConvertResult, run: RunOptions, report: dict) -> None:
+    """A first run without a single sample publishes nothing and fails (exit 65), so cron learns."""
+    remove_files(result.out_dir, [t.file for t in result.plan.tasks])
+    result.report_path = _write_report_safely(result.out_dir, report | {"published": False, "empty": True})
+    raise EmptyDatasetError(_empty_message(spec, found, result, run), result.bad, result.report_path)
+
+
+def _empty_message(spec: SourceSpec, found, result: ConvertResult, run: RunOptions) -> str:
+    """Why a first run has no sample to publish: no sources at all, or every one bad."""
+    if not result.bad:
+        splits = ", ".join(found.splits) or "none"
+        return (f"nothing to convert: no source images found under {spec.base} (splits: {splits}), and "
+                f"{result.out_dir} holds no dataset yet; nothing was published. Put the source "
+                "images in SRC's split (or class) folders, or point SRC at the right folder.")
+    lines = [f"nothing to convert: every source is bad ({len(result.bad)} file(s), within --max-bad "
+             f"{run.max_bad}), so the dataset would have no sample; nothing was published."]
+    lines += [f"  {b}" for b in result.bad[:20]]
+    if len(result.bad) > 20:
+        lines.append(f"  ... and {len(result.bad) - 20} more (see {result.report_path})")
+    return "\n".join(lines)
 
 
 def _is_published(out_dir: str, manifest: Manifest) -> bool:
@@ -305,7 +412,7 @@ def _is_published(out_dir: str, manifest: Manifest) -> bool:
         return False
 
 
-def _cleanup_quietly(out_dir: str, files: list[str], old: Manifest | None) -> None:
+def cleanup_quietly(out_dir: str, files: list[str], old: Manifest | None) -> None:
     """Remove this run's shards after a write failure; a failure here only leaves
     leftovers (unlisted, swept by the next run) and must not hide the first error."""
     try:
@@ -336,30 +443,55 @@ def _restore_tfds_metadata(out_dir: str, old: Manifest | None) -> None:
         log.warning("could not restore the TFDS metadata in %s (%s); the next run rewrites it", out_dir, e)
 
 
+def refresh_indexes(out_dir: str, old: Manifest | None, plan: Plan) -> dict[str, ShardEntry]:
+    """Shards whose sources were only touched (new mtime, same content): a new index file each
+    (a new name: the published one stays as it is until the new manifest replaces it)."""
+    out: dict[str, ShardEntry] = {}
+    if old is None:
+        return out
+    for _, shard in old.iter_shards():
+        rows = plan.refreshed.get(shard.file)
+        if not rows or shard.file in plan.drop_shards:
+            continue
+        out[shard.file] = dataclasses.replace(shard, index=write_refreshed_index(out_dir, shard, rows))
+    return out
+
+
+def stale_indexes(old: Manifest | None, new: Manifest) -> list[str]:
+    """Index files of the previous manifest that the new one no longer lists (removed after publishing)."""
+    if old is None:
+        return []
+    listed = {s.index.file for _, s in new.iter_shards() if s.index is not None}
+    return sorted(s.index.file for _, s in old.iter_shards() if s.index is not None and s.index.file not in listed)
+
+
 def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputOptions,
-              classes: tuple[ClassInfo, ...], plan: Plan, source_base: str, *, rebuild: bool = False) -> Manifest:
+              classes: tuple[ClassInfo, ...], plan: Plan, source_base: str, refreshed: dict[str, ShardEntry], *,
+              rebuild: bool = False) -> Manifest:
     """The new manifest: the previous shards (all dropped with --rebuild) plus this run's."""
     old = None if rebuild else previous
     splits: dict[str, list[ShardEntry]] = {}
     if old is not None:
         for split, entry in old.splits.items():
-            splits[split] = [s for s in entry.shards if s.file not in plan.drop_shards]
+            splits[split] = [refreshed.get(s.file, s) for s in entry.shards if s.file not in plan.drop_shards]
     split_of = {t.file: t.split for t in plan.tasks}
     for e in result.written:
         splits.setdefault(split_of[e.file], []).append(e)
-    if plan.refreshed:
-        for split, shards in splits.items():
-            splits[split] = [
-                s if not any(x.key in plan.refreshed for x in s.samples)
-                else dataclasses.replace(s, samples=tuple(plan.refreshed.get(x.key, x) for x in s.samples))
-                for s in shards
-            ]
     split_entries = {
         name: SplitEntry(tuple(sorted(shards, key=lambda s: s.file)), plan.next_index.get(name, 0))
         for name, shards in splits.items()
     }
+    samples = sum(e.num_samples for e in split_entries.values())
+    if rebuild:
+        try:
+            counts = rebuild_counts(previous, result.out_dir, split_entries, source_base)
+        except (OSError, ValueError) as e:  # a damaged previous dataset: what --rebuild is for
+            log.warning("the history counts of this --rebuild are approximate: %s", e)
+            counts = {"added": result.added, "replaced": 0, "pruned": 0, "approximate": True}
+    else:
+        counts = {"added": result.added, "replaced": result.replaced, "pruned": plan.pruned}
     history = list(previous.history) if previous is not None else []
-    history.append(history_entry(previous, split_entries, source_base, rebuild=rebuild))
+    history.append(history_entry(counts, samples, rebuild=rebuild))
     return Manifest(
         tool_version=__version__,
         task=options.task.value,
@@ -374,43 +506,39 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
     )
 
 
-def history_entry(previous: Manifest | None, splits: dict[str, SplitEntry], source_base: str, *,
-                  rebuild: bool = False) -> dict:
-    """One history line, counted exactly from the samples of the previous and new manifests.
-
-    added: keys now listed that the previous manifest did not list; pruned: the
-    reverse; replaced: keys in both whose image or mask content (digest) changed.
-    """
-    before: dict[str, SampleEntry] = {}
-    if previous is not None:
-        for _, shard in previous.iter_shards():
-            for s in shard.samples:
-                before[s.key] = s
-    after = {s.key: s for entry in splits.values() for shard in entry.shards for s in shard.samples}
-
-    def same_file(new: SourceFingerprint | None, old: SourceFingerprint | None) -> bool:
-        if new is None or old is None:
-            return new is old
-        if new.algorithm == old.algorithm:
-            return new.digest == old.digest
-        # an old manifest's digest (sha256, version 1): hash the file as it was just read
-        path = new.path if os.path.isabs(new.path) else os.path.join(source_base, new.path)
-        return new.size == old.size and content_matches(path, old.digest)
-
-    def same(new: SampleEntry, old: SampleEntry) -> bool:
-        return new.label == old.label and same_file(new.image, old.image) and same_file(new.mask, old.mask)
-
-    entry = {
-        "time": utc_now(),
-        "added": sum(1 for k in after if k not in before),
-        "replaced": sum(1 for k, e in after.items() if k in before and e is not before[k] and not same(e, before[k])),
-        "pruned": sum(1 for k in before if k not in after),
-        "samples": len(after),
-        "tool_version": __version__,
-    }
+def history_entry(counts: dict[str, int], samples: int, *, rebuild: bool = False) -> dict:
+    """One history line: added (keys now listed that the previous manifest did not list),
+    replaced (keys in both whose image or mask content changed), pruned (keys dropped)."""
+    entry = {"time": utc_now(), **counts, "samples": samples, "tool_version": __version__}
     if rebuild:
         entry["rebuild"] = True
     return entry
+
+
+def rebuild_counts(previous: Manifest | None, out_dir: str, splits: dict[str, SplitEntry],
+                   source_base: str) -> dict[str, int]:
+    """History counts of a --rebuild, from the previous and new datasets' compact tables
+    (key hashes; the exact comparison only for keys whose sources' stats differ)."""
+    new = fptable.build(((name, s) for name in sorted(splits) for s in splits[name].shards), out_dir)
+    if previous is None:
+        return {"added": len(new), "replaced": 0, "pruned": 0}
+    old = fptable.build(previous.iter_shards(), out_dir)
+    _, i_old, i_new = np.intersect1d(old.key_hash, new.key_hash, assume_unique=True, return_indices=True)
+    moved = np.flatnonzero(old.stat_hash[i_old] != new.stat_hash[i_new])
+    replaced = 0
+    rows: dict[tuple[int, int], np.ndarray] = {}  # (table, shard id) -> its index rows, loaded on demand
+
+    def sample(table: fptable.FingerprintTable, which: int, row: int) -> SampleEntry:
+        sid = int(table.shard[row])
+        if (which, sid) not in rows:
+            rows[(which, sid)] = fptable.shard_table(out_dir, table.shards[sid][1])
+        return table_samples(rows[(which, sid)][[int(table.record[row])]])[0]
+
+    for j in moved:
+        a, b = sample(new, 1, i_new[j]), sample(old, 0, i_old[j])
+        replaced += content_changed(a, b, source_base)
+    common = len(i_old)
+    return {"added": len(new) - common, "replaced": replaced, "pruned": len(old) - common}
 
 
 def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap) -> dict:

@@ -22,10 +22,12 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Temporary file, fsync, rename, fsync of the folder."""
+def write_atomic(path: str, data: bytes, *, sync_dir: bool = True) -> None:
+    """Temporary file, fsync, rename, fsync of the folder (`sync_dir=False`: the caller
+    fsyncs the folder once for many files, as a run's publish does for its index files).
+    The temporary name holds the pid and a random part: two writers never share it."""
     folder = os.path.dirname(path) or "."
-    tmp = os.path.join(folder, f"{TMP_PREFIX}{os.path.basename(path)}-{os.getpid()}")
+    tmp = os.path.join(folder, f"{TMP_PREFIX}{os.path.basename(path)}-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -38,7 +40,8 @@ def write_atomic(path: str, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
-    fsync_dir(folder)
+    if sync_dir:
+        fsync_dir(folder)
 
 
 def remove_files(out_dir: str, names: Iterable[str]) -> None:

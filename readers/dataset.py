@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import numpy as np
 
@@ -39,10 +39,19 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 
+class SampleLocation(NamedTuple):
+    """Where a sample's record is (`Dataset.find`)."""
+
+    split: str
+    file: str  # shard file, relative to the dataset folder
+    record: int  # record index in the shard
+
+
 def open(path: str | os.PathLike) -> "Dataset":  # noqa: A001 - readers.open mirrors io.open
     """Open a converted dataset: the folder holding `imgshard.json`, or that file.
 
-    Loads the manifest and `os.stat`s every shard. A missing shard raises
+    Loads the manifest (shard lists only: per-sample data stays in the index files
+    until `Dataset.keys` or `Dataset.find` asks) and `os.stat`s every shard. A missing shard raises
     `FileNotFoundError`; a shard whose size differs from the manifest raises
     `readers.errors.ShardError` (a `ValueError`); both name the file and the fix.
     """
@@ -160,6 +169,46 @@ class Dataset:
             logger.warning(message)
             warnings.warn(message, stacklevel=3)
         return [ref for ref in refs if ref.position % num_shards == shard_index]
+
+    # -- per-sample data (index files, read on demand) -------------------------------------------
+    def keys(self, split: str) -> list[str]:
+        """The keys of `split` in `records(split)` order.
+
+        Reads the split's index files (one per shard, checked against their digest in the
+        manifest; `readers.index`): `open` loads none of them. Versions 1 and 2 keep
+        the keys in the manifest itself.
+        """
+        from readers.index import shard_keys
+
+        out: list[str] = []
+        for ref in self.shards(split):
+            out += shard_keys(self._path, ref.entry)
+        return out
+
+    def find(self, key: str) -> SampleLocation:
+        """Where the record of `key` is: (split, shard file, record index).
+
+        Reads index files one at a time until the key is found (never all of them at
+        once). Raises KeyError naming the dataset when no split holds `key`.
+        """
+        from readers.index import read_index
+
+        if not isinstance(key, str):
+            raise TypeError(f"key must be a str. Received: {type(key).__name__}")
+        wanted = key.encode("utf-8")
+        for split in sorted(self._refs):
+            for ref in self._refs[split]:
+                entry = ref.entry
+                if entry.index is None:
+                    keys = entry.keys
+                    if key in keys:
+                        return SampleLocation(split, entry.file, keys.index(key))
+                    continue
+                hits = np.flatnonzero(read_index(self._path, entry)["key"] == wanted)
+                if len(hits):
+                    return SampleLocation(split, entry.file, int(hits[0]))
+        raise KeyError(f"No sample with key {key!r} in {self._path}. Keys look like "
+                       "'train/NAME.png' (split/relative source path); list them with Dataset.keys(split).")
 
     # -- NumPy ----------------------------------------------------------------------------------
     def records(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> Iterator[Record]:
@@ -394,4 +443,4 @@ def _check_shard_file(path: str, expected: int, real_root: str) -> None:
         )
 
 
-__all__ = ["Dataset", "open"]
+__all__ = ["Dataset", "SampleLocation", "open"]

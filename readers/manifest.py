@@ -4,10 +4,10 @@ This module has no dependency beyond the standard library so that both sides (an
 any tool of the user's) can import it cheaply. The converter builds a `Manifest`,
 publishes it last and atomically; the readers start from it and nothing else.
 
-Layout of the JSON document (format version 2)::
+Layout of the JSON document (format version 3)::
 
     {
-      "imgshard_manifest": 2,
+      "imgshard_manifest": 3,
       "tool_version": "0.1.0",
       "task": "segmentation",            # or "classification"
       "format": "tfrecord",              # or "npz"
@@ -23,10 +23,9 @@ Layout of the JSON document (format version 2)::
             {"file": "train-00000.tfrecord", "records": 75, "bytes": 58982400,
              "digest": "xxh3_128:...", "class_pixels": [..], "ignore_pixels": 0,
              "class_images": [..],      # optional: records in which each class occurs
-             "samples": [{"key": "train/0001.png",
-                          "image": {"path": "train/0001.png", "size": 1, "mtime_ns": 1,
-                                    "digest": "xxh3_128:..."},
-                          "mask": {...} or null}, ...]},
+             "source_bytes": 123456,    # bytes of the sources of its records
+             "index": {"file": "train-00000.tfrecord.9f2c4e1a0b7d3366.idx.npy", "bytes": 4242,
+                       "digest": "xxh3_128:..."}},
           ]
         }
       },
@@ -37,7 +36,17 @@ Layout of the JSON document (format version 2)::
 Shard files are always named relative to the dataset folder; a manifest naming a path
 outside it (absolute, or with ``..``) is refused.
 
-Version 1 (imgshard 0.1.0) differs only in the digests of shards and source files:
+Per-sample data (keys, source fingerprints, record positions) lives in one index file
+per shard (`readers.index`), so the manifest grows with the number of shards, not
+samples. Version 2 held it inline: each shard entry had
+``"samples": [{"key": ..., "image": {"path", "size", "mtime_ns", "digest"}, "mask": ...}]``
+and no ``index``. Versions 1 and 2 are read as before (their `ShardEntry.samples` are
+filled, `ShardEntry.index` is None); the converter migrates such a dataset to version 3
+in place (`converter.migrate`) on its first run. `Manifest.dumps` writes version 3 when
+every shard has an index file and the version-2 layout when none has (only old tools
+and tests build those).
+
+Version 1 (imgshard 0.1.0) differs from version 2 only in the digests of shards and source files:
 they held ``"sha256": HEX`` instead of ``"digest": "ALGORITHM:HEX"``. Version 1
 manifests are read as version 2 with ``"sha256:HEX"`` digests, and written back as
 version 2 (shards and sources written later get xxh3-128 digests).
@@ -53,8 +62,9 @@ from pathlib import PurePosixPath
 from typing import Any, Iterator, Mapping, Sequence
 
 MANIFEST_NAME = "imgshard.json"
-MANIFEST_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+MANIFEST_VERSION = 3
+LEGACY_VERSION = 2  # inline per-sample data
+READABLE_VERSIONS = (1, 2, 3)
 REPORTS_DIR = "reports"
 HISTORY_LIMIT = 50
 
@@ -85,7 +95,7 @@ MAX_IMAGE_SIDE = 1 << 16            # pixels per side (PNG allows more; no train
 MAX_RECORD_BYTES = (1 << 31) - 1    # image (or one-hot mask) bytes of one record: a TFRecord/protobuf limit
 MAX_CLASSES = 65535                 # uint16 class maps keep 65535 for the ignore index
 MAX_COUNT = (1 << 63) - 1           # records, bytes, pixel counts: int64
-MAX_MANIFEST_BYTES = 1 << 30        # the JSON document (about 300 bytes per sample)
+MAX_MANIFEST_BYTES = 1 << 30        # the JSON document (versions 1-2: about 300 bytes per sample; 3: per shard)
 MAX_INT_DIGITS = 20                 # an int64 in JSON (a 5000-digit integer is refused before int())
 IMAGE_CHANNELS = (1, 3)
 
@@ -138,12 +148,25 @@ def _validate_fingerprint(d: Any, at: str, path: str) -> None:
     _need(isinstance(digest, str), f"{at}.digest", path, "a string", digest)
 
 
-def _validate_shard(d: Any, at: str, path: str) -> None:
-    _need_dict(d, at, path, ("file", "records", "bytes"))
+def _validate_index(d: Any, at: str, path: str) -> None:
+    """A version-3 shard's index file reference: a plain relative name, its size, its digest."""
+    _need_dict(d, at, path, ("file", "bytes", "digest"))
     _check_relative(d["file"], f"{at}.file", path)
-    for name in ("records", "bytes", "ignore_pixels"):
+    _need_int(d["bytes"], f"{at}.bytes", path)
+    _need(isinstance(d["digest"], str) and ":" in d["digest"], f"{at}.digest", path, "'ALGORITHM:HEX'",
+          d["digest"])
+
+
+def _validate_shard(d: Any, at: str, path: str, version: int = 3) -> None:
+    _need_dict(d, at, path, ("file", "records", "bytes") + (("index",) if version >= 3 else ()))
+    _check_relative(d["file"], f"{at}.file", path)
+    for name in ("records", "bytes", "ignore_pixels", "source_bytes"):
         if name in d:
             _need_int(d[name], f"{at}.{name}", path)
+    if version >= 3:  # per-sample data lives in the index file, never inline
+        _validate_index(d["index"], f"{at}.index", path)
+        _need("samples" not in d, f"{at}.samples", path, "absent in a version-3 manifest (the index file holds them)",
+              "a list")
     digest = d.get("digest", d.get("sha256"))  # version 1: "sha256"
     _need(isinstance(digest, str), f"{at}.digest", path, "a string", digest)
     for name in ("class_pixels", "class_images"):
@@ -200,7 +223,8 @@ def validate(d: Any, path: str = MANIFEST_NAME) -> None:
 
     Types (integers are JSON integers, never strings, floats or booleans), ranges (counts
     >= 0 and within int64, image sides in [1, `MAX_IMAGE_SIDE`], channels 1 or 3, at most
-    `MAX_RECORD_BYTES` per record, class colours in [0, 255]) and relative shard names.
+    `MAX_RECORD_BYTES` per record, class colours in [0, 255]), relative shard names, and
+    for version 3 each shard's index file (relative name, bytes, digest; no inline samples).
     Everything that reads a manifest goes through here (`Manifest.from_json`).
     """
     _need_dict(d, "", path, ("imgshard_manifest", "task", "format", "image", "classes", "splits"))
@@ -230,7 +254,7 @@ def validate(d: Any, path: str = MANIFEST_NAME) -> None:
         shards = split.get("shards", [])
         _need(isinstance(shards, list), f"splits.{name}.shards", path, "a list", shards)
         for i, shard in enumerate(shards):
-            _validate_shard(shard, f"splits.{name}.shards[{i}]", path)
+            _validate_shard(shard, f"splits.{name}.shards[{i}]", path, version)
 
 
 def _refuse_number(text: str) -> Any:
@@ -344,6 +368,28 @@ class SampleEntry:
 
 
 @dataclass(frozen=True)
+class IndexRef:
+    """A shard's index file (version 3): its name, size and digest (see `readers.index`)."""
+
+    file: str
+    bytes: int
+    digest: str  # "xxh3_128:HEX"
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "bytes": self.bytes, "digest": self.digest}
+
+    @classmethod
+    def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME) -> "IndexRef":
+        if not isinstance(d, Mapping):
+            raise ManifestError(f"{manifest_path}: a shard's index must be an object. Received: {d!r}")
+        ref = cls(_check_relative(d["file"], "index file", manifest_path), int(d["bytes"]), str(d["digest"]))
+        if ref.bytes < 0 or ":" not in ref.digest:
+            raise ManifestError(f"{manifest_path}: index {ref.file!r} needs bytes >= 0 and an 'ALGORITHM:HEX' "
+                                f"digest. Received: bytes={ref.bytes}, digest={ref.digest!r}")
+        return ref
+
+
+@dataclass(frozen=True)
 class ShardEntry:
     file: str
     records: int
@@ -351,30 +397,53 @@ class ShardEntry:
     digest: str  # "ALGORITHM:HEX" of the file, e.g. "xxh3_128:..." ("sha256:..." from version 1)
     class_pixels: tuple[int, ...] = ()
     ignore_pixels: int = 0
+    #: Per-sample entries: filled only from manifests of versions 1 and 2 (inline data).
     samples: tuple[SampleEntry, ...] = ()
     #: Per class, the number of records in which it occurs (optional: empty in manifests
     #: written before it existed). Median-frequency class weights need it.
     class_images: tuple[int, ...] = ()
+    #: Version 3: the shard's index file (per-sample data); None in versions 1 and 2.
+    index: IndexRef | None = None
+    #: Bytes of the sources of the shard's records (version 3; summed from `samples` before).
+    source_bytes: int = 0
 
     @property
     def keys(self) -> list[str]:
+        """Keys from the inline samples (versions 1, 2); `readers.index.shard_keys` reads any version."""
         return [s.key for s in self.samples]
 
+    @property
+    def total_source_bytes(self) -> int:
+        if self.index is not None:
+            return self.source_bytes
+        return sum(s.image.size + (s.mask.size if s.mask else 0) for s in self.samples)
+
     def to_json(self) -> dict:
-        return {
+        d = {
             "file": self.file,
             "records": self.records,
             "bytes": self.bytes,
             "digest": self.digest,
             "class_pixels": list(self.class_pixels),
             "ignore_pixels": self.ignore_pixels,
-            "samples": [s.to_json() for s in self.samples],
             **({"class_images": list(self.class_images)} if self.class_images else {}),
         }
+        if self.index is not None:
+            d["index"] = self.index.to_json()
+            d["source_bytes"] = self.source_bytes
+        else:
+            d["samples"] = [s.to_json() for s in self.samples]
+        return d
 
     @classmethod
-    def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME) -> "ShardEntry":
+    def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME, version: int = MANIFEST_VERSION) -> "ShardEntry":
         samples = tuple(SampleEntry.from_json(s) for s in d.get("samples", ()))
+        index = None
+        if version >= 3:
+            if "index" not in d or samples:
+                raise ManifestError(f"{manifest_path}: shard {d.get('file')!r} of a version-3 manifest must name "
+                                    "its index file and list no samples inline.")
+            index = IndexRef.from_json(d["index"], manifest_path)
         entry = cls(
             file=_check_relative(d["file"], "shard file", manifest_path),
             records=int(d["records"]),
@@ -384,6 +453,8 @@ class ShardEntry:
             ignore_pixels=int(d.get("ignore_pixels", 0)),
             samples=samples,
             class_images=tuple(int(c) for c in d.get("class_images", ())),
+            index=index,
+            source_bytes=int(d.get("source_bytes", 0)),
         )
         if samples and len(samples) != entry.records:
             raise ManifestError(
@@ -424,9 +495,9 @@ class SplitEntry:
         return {"next_shard_index": self.next_shard_index, "shards": [s.to_json() for s in self.shards]}
 
     @classmethod
-    def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME) -> "SplitEntry":
+    def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME, version: int = MANIFEST_VERSION) -> "SplitEntry":
         return cls(
-            shards=tuple(ShardEntry.from_json(s, manifest_path) for s in d.get("shards", ())),
+            shards=tuple(ShardEntry.from_json(s, manifest_path, version) for s in d.get("shards", ())),
             next_shard_index=int(d.get("next_shard_index", 0)),
         )
 
@@ -471,9 +542,21 @@ class Manifest:
                 yield name, shard
 
     # -- (de)serialisation ---------------------------------------------------------
+    @property
+    def indexed(self) -> bool:
+        """Whether every shard has an index file (the dataset is in the version-3 layout)."""
+        return all(s.index is not None for _, s in self.iter_shards())
+
     def to_json(self) -> dict:
+        """Version 3 when every shard has its index file; the version-2 layout (inline
+        samples) when none has; a mix is refused (it would lose per-sample data)."""
+        shards = [s for _, s in self.iter_shards()]
+        indexed = sum(s.index is not None for s in shards)
+        if 0 < indexed < len(shards):
+            raise ValueError(f"{indexed} of {len(shards)} shards have an index file: a manifest cannot mix "
+                             "version-3 shards with inline samples. Migrate every shard first (converter.migrate).")
         return {
-            "imgshard_manifest": MANIFEST_VERSION,  # what to_json writes, whatever version was read
+            "imgshard_manifest": MANIFEST_VERSION if indexed == len(shards) else LEGACY_VERSION,
             "tool_version": self.tool_version,
             "task": self.task,
             "format": self.format,
@@ -501,7 +584,7 @@ class Manifest:
             splits = {}
             for name, s in d["splits"].items():
                 _check_relative(name, "split name", manifest_path)
-                splits[name] = SplitEntry.from_json(s, manifest_path)
+                splits[name] = SplitEntry.from_json(s, manifest_path, version)
             return cls(
                 version=version,
                 tool_version=str(d.get("tool_version", "?")),
@@ -549,6 +632,7 @@ __all__ = [
     "REPORTS_DIR",
     "HISTORY_LIMIT",
     "ClassInfo",
+    "IndexRef",
     "Manifest",
     "ManifestError",
     "SampleEntry",

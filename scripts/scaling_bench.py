@@ -11,19 +11,25 @@ texture, colour masks) converted to --size (default 512x512), it measures in one
   (cluster start-up not counted, as on a running cluster), and `--backend dask`
   without --scheduler (a LocalCluster of 2 workers, its start-up counted);
 * the bytes that cross the (shared) storage per sample: sources read, shards written;
-* the manifest: its bytes per sample (it lists every sample with the fingerprints of
-  its sources), and the time to load and to write one scaled up to --manifest-samples.
+* the manifest: its bytes per sample (version 3 lists shards only; the per-sample
+  fingerprints are in the index files), and the time to load and to write one scaled
+  up to --manifest-samples.
+
+With --many N[,N...] it measures instead what per-sample bookkeeping costs at many
+tiny samples: build, no-op run, 1% append, `readers.open` (scripts/many_bench.py).
 
 Every configuration runs --repeats times into a fresh folder, interleaved; the median
 is reported, with speed-ups against one local worker (these machines are shared and
 noisy: compare the ratios). Prints a table and writes JSON (--json).
 
     python scripts/scaling_bench.py --n 96 --json scaling.json
+    python scripts/scaling_bench.py --many 10000,50000,200000 --json many.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -56,7 +62,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--manifest-samples", type=int, default=200_000,
                    help="scale the manifest up to this many samples to time loading it (default 200000)")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--many", metavar="N[,N...]",
+                   help="instead: per-sample overhead at N tiny 8x8 pairs (build, no-op, 1%% append, open; "
+                        "see scripts/many_bench.py), e.g. --many 10000,50000,200000")
     args = p.parse_args(argv)
+    if args.many:
+        try:
+            args.many = [int(x) for x in args.many.split(",")]
+        except ValueError:
+            p.error(f"--many takes sample counts such as 10000,50000. Received: {args.many!r}")
+        if min(args.many) < 100:
+            p.error(f"--many counts must be >= 100. Received: {args.many}")
     unknown = set(args.configs.split(",")) - set(CONFIGS)
     if unknown:
         p.error(f"--configs must be a subset of {CONFIGS}. Received: {sorted(unknown)}")
@@ -166,7 +182,7 @@ class LoopbackCluster:
 
 def manifest_cost(out: str, target_samples: int) -> dict:
     """Bytes per sample of the manifest, and load/dump time of one scaled to `target_samples`."""
-    from readers.manifest import MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
+    from readers.manifest import MANIFEST_NAME, Manifest, SplitEntry
 
     path = os.path.join(out, MANIFEST_NAME)
     manifest = Manifest.load(out)
@@ -175,8 +191,7 @@ def manifest_cost(out: str, target_samples: int) -> dict:
     shards = [s for _, s in manifest.iter_shards()]
     copies = max(1, target_samples // n)
     big_shards = tuple(
-        ShardEntry(f"train-{i * len(shards) + j:05d}.tfrecord", s.records, s.bytes, s.digest, s.class_pixels,
-                   s.ignore_pixels, s.samples)
+        dataclasses.replace(s, file=f"train-{i * len(shards) + j:05d}.tfrecord")
         for i in range(copies) for j, s in enumerate(shards)
     )
     big = manifest.replace(splits={"train": SplitEntry(big_shards, len(big_shards))})
@@ -300,4 +315,11 @@ def _print_table(res: dict, configs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    _args = parse_args()
+    if _args.many:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from many_bench import main_many
+
+        main_many(_args.many, _args.repeats, _args.json)
+    else:
+        main(_args)

@@ -7,6 +7,7 @@ files are hard links into a fully generated one, so adding samples costs nothing
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -105,6 +106,27 @@ def assert_whole(out: Path, expected_keys: set[str] | None = None, *, allow_warn
         counts = record_keys(out)
         assert set(counts) == expected_keys, (sorted(set(counts) ^ expected_keys))[:10]
         assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1][:10]
+
+
+def as_version_2(out: Path) -> dict:
+    """Rewrite a dataset as imgshard wrote it before version 3: every sample inline in the
+    manifest, no index files. Returns the manifest's JSON document."""
+    import dataclasses
+
+    from readers.index import shard_samples
+    from readers.manifest import Manifest, SplitEntry
+
+    m = Manifest.load(out)
+    splits = {name: SplitEntry(tuple(dataclasses.replace(sh, samples=tuple(shard_samples(str(out), sh)), index=None)
+                                     for sh in e.shards), e.next_shard_index)
+              for name, e in m.splits.items()}
+    legacy = m.replace(splits=splits, version=2)
+    (out / MANIFEST_NAME).write_text(legacy.dumps())
+    for _, sh in m.iter_shards():
+        (out / sh.index.file).unlink()
+    doc = json.loads((out / MANIFEST_NAME).read_text())
+    assert doc["imgshard_manifest"] == 2 and all("samples" in sh for sp in doc["splits"].values() for sh in sp["shards"])
+    return doc
 
 
 def startup_seconds() -> float:

@@ -16,6 +16,7 @@ from converter.convert import BadInputError, convert
 from converter.discover.classfolders import val_hash_fraction
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.plan.shards import PlanError
+from readers.index import shard_samples
 from readers.manifest import Manifest
 
 ONE_WORKER = RunOptions(workers=1)
@@ -65,7 +66,8 @@ def test_classification_records_carry_folder_labels(classification_src, tmp_path
         assert ds.class_pixel_counts(split).tolist() == counts.tolist()
     manifest = Manifest.load(tmp_path / "out")
     assert manifest.mask is None
-    assert all(s.label == seen[s.key][1] for _, sh in manifest.iter_shards() for s in sh.samples)
+    assert all(s.label == seen[s.key][1] for _, sh in manifest.iter_shards()
+               for s in shard_samples(str(tmp_path / "out"), sh))
 
 
 def test_pixels_equal_pillow_oriented_rgb_for_every_file_kind(classification_src, tmp_path):

@@ -12,8 +12,10 @@ import readers
 from converter.testing import synth
 from converter.convert import convert
 from converter.options import OutputOptions, RunOptions, SourceSpec
+from readers.index import shard_keys, shard_samples
 from readers.manifest import Manifest
 from tests._cron import (
+    as_version_2,
     assert_whole,
     convert_args,
     link_samples,
@@ -87,7 +89,7 @@ def test_touched_source_with_same_content_writes_no_shard(full, tmp_path):
     os.utime(image, ns=(image.stat().st_atime_ns, image.stat().st_mtime_ns + 10**9))
     assert run_cli(convert_args(src, out)) == 0
     assert shard_hashes(out) == hashes
-    entry = next(s for _, sh in Manifest.load(out).iter_shards() for s in sh.samples if s.key == f"train/{image.name}")
+    entry = next(s for _, sh in Manifest.load(out).iter_shards() for s in shard_samples(str(out), sh) if s.key == f"train/{image.name}")
     assert entry.image.mtime_ns == image.stat().st_mtime_ns  # fingerprint refreshed, so no re-hash next time
     assert Manifest.load(out).history[-1]["added"] == 0
 
@@ -169,8 +171,9 @@ def test_changed_source_with_on_change_replace_rewrites_only_its_shard(full, tmp
     key = sorted(k for k in source_keys(src) if k.startswith("train/"))[0]
     old_image = _record(out, key).image.copy()
     before = Manifest.load(out)
-    owner = next(sh.file for _, sh in before.iter_shards() if key in sh.keys)
+    owner = next(sh.file for _, sh in before.iter_shards() if key in shard_keys(str(out), sh))
     hashes = shard_hashes(out)
+    old_keys = shard_keys(str(out), next(sh for _, sh in before.iter_shards() if sh.file == owner))
     _change_image(src, key, 99)
     assert run_cli(convert_args(src, out, "--on-change", "replace")) == 0
     after_hashes = shard_hashes(out)
@@ -182,9 +185,8 @@ def test_changed_source_with_on_change_replace_rewrites_only_its_shard(full, tmp
     after = Manifest.load(out)
     assert after.history[-1]["replaced"] == 1 and after.history[-1]["added"] == 0
     # record order inside the rewritten shard is the old one
-    new_owner = next(sh for _, sh in after.iter_shards() if key in sh.keys)
-    old_owner = next(sh for _, sh in before.iter_shards() if sh.file == owner)
-    assert new_owner.keys == old_owner.keys
+    new_owner = next(sh for _, sh in after.iter_shards() if key in shard_keys(str(out), sh))
+    assert shard_keys(str(out), new_owner) == old_keys
     assert_whole(out, source_keys(src))
 
 
@@ -253,7 +255,7 @@ def _as_version_1(out: Path) -> None:
     from readers.manifest import MANIFEST_NAME
 
     path = out / MANIFEST_NAME
-    doc = json.loads(path.read_text())
+    doc = as_version_2(out) if json.loads(path.read_text())["imgshard_manifest"] == 3 else json.loads(path.read_text())
     doc["imgshard_manifest"] = 1
     base = out.parent / "src"
     for split in doc["splits"].values():
@@ -269,7 +271,7 @@ def _as_version_1(out: Path) -> None:
     path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n")
 
 
-def test_version_1_manifests_are_read_compared_with_sha256_and_written_back_as_version_2(full, tmp_path, capsys):
+def test_version_1_manifests_are_read_compared_with_sha256_and_migrated_to_version_3(full, tmp_path, capsys):
     src, out = tmp_path / "src", tmp_path / "out"
     _grow(full, src, 3)
     assert run_cli(convert_args(src, out)) == 0
@@ -298,11 +300,12 @@ def test_version_1_manifests_are_read_compared_with_sha256_and_written_back_as_v
     assert run_cli(convert_args(src, out, "--on-change", "replace")) == 0
     new = Manifest.load(out)
     doc = json.loads((out / "imgshard.json").read_text())
-    assert doc["imgshard_manifest"] == 2
+    assert doc["imgshard_manifest"] == 3 and not any("samples" in sh for sp in doc["splits"].values()
+                                                     for sh in sp["shards"])
     assert new.history[-1]["replaced"] == 1 and new.history[-1]["added"] == 0
-    by_key = {s.key: s for _, sh in new.iter_shards() for s in sh.samples}
+    by_key = {s.key: s for _, sh in new.iter_shards() for s in shard_samples(str(out), sh)}
     assert by_key[key].image.algorithm == "xxh3_128"
-    owner = next(sh for _, sh in new.iter_shards() if key in sh.keys)
+    owner = next(sh for _, sh in new.iter_shards() if key in shard_keys(str(out), sh))
     assert owner.digest.startswith("xxh3_128:")  # the rewritten shard
     assert {sh.digest.split(":")[0] for _, sh in new.iter_shards()} == {"sha256", "xxh3_128"}
     assert "sha256" in {s.image.algorithm for s in by_key.values()}
@@ -315,14 +318,14 @@ def test_version_1_manifests_are_read_compared_with_sha256_and_written_back_as_v
     assert last["replaced"] == 0 and last["added"] == 0 and last.get("rebuild") is True
 
 
-def test_manifest_versions_other_than_1_and_2_are_refused_with_the_fix(full, tmp_path):
+def test_manifest_versions_other_than_1_2_and_3_are_refused_with_the_fix(full, tmp_path):
     from readers.manifest import MANIFEST_NAME, ManifestError
 
     src, out = tmp_path / "src", tmp_path / "out"
     _grow(full, src, 1)
     assert run_cli(convert_args(src, out)) == 0
     doc = json.loads((out / MANIFEST_NAME).read_text())
-    doc["imgshard_manifest"] = 3
+    doc["imgshard_manifest"] = 4
     (out / MANIFEST_NAME).write_text(json.dumps(doc))
-    with pytest.raises(ManifestError, match=r"version 3.*reads versions 1, 2.*Upgrade imgshard"):
+    with pytest.raises(ManifestError, match=r"version 4.*reads versions 1, 2, 3.*Upgrade imgshard"):
         Manifest.load(out)

@@ -134,7 +134,8 @@ def summary(result, seconds: float) -> str:
     if not result.written and not plan.drop_shards:
         lines.append(f"Nothing new: {plan.unchanged} sample(s) already converted in {result.out_dir}; no shard changed.")
         if plan.refreshed and result.published:
-            lines.append(f"(updated the modification times of {len(plan.refreshed)} unchanged source(s) in the manifest)")
+            touched = sum(len(rows) for rows in plan.refreshed.values())
+            lines.append(f"(updated the modification times of {touched} unchanged source(s) in the index files)")
     else:
         n = result.samples_written
         rate = n / seconds if seconds > 0 else 0.0

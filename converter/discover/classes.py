@@ -11,6 +11,8 @@ import csv
 import io
 import os
 
+from converter.plan.fingerprint import open_regular
+from readers.files import NotRegularFileError
 from readers.manifest import ClassInfo
 
 
@@ -34,8 +36,11 @@ def load_class_table(path: str | os.PathLike) -> tuple[ClassInfo, ...]:
     """Read classes in file order; class index = row index."""
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
+        f, _ = open_regular(path)
+        with f:
             raw = f.read()
+    except NotRegularFileError as e:
+        raise ClassTableError(f"Class table: {e}. Pass --classes with a real CSV file.") from e
     except FileNotFoundError:
         raise FileNotFoundError(
             f"Class table not found: {path}. Put a class_dict.csv (name,r,g,b) in the source folder "

@@ -31,6 +31,7 @@ from converter.discover.layout import (
     BadInput,
     Discovery,
     SourceSample,
+    stat_file,
     list_images,
 )
 from converter.discover.layouts import mask_dirs_below
@@ -156,12 +157,16 @@ def _class_samples(class_root: str, classes: list[str], key_prefix: str, split_o
 
 
 def _finish(samples: list[SourceSample], bad: list[BadInput], splits: list[str]) -> Discovery:
+    # zero bytes, dangling links, link loops, FIFOs: listed as bad inputs, never opened;
+    # the one stat per source is kept for incremental runs
+    kept = []
     for s in samples:
-        if os.path.getsize(s.image) == 0:
-            bad.append(BadInput(s.image, "zero-byte file", "re-copy the file from its origin", s.key, "empty_file"))
-    empty = {b.key for b in bad if b.kind == "empty_file"}
-    kept = tuple(s for s in samples if s.key not in empty)
-    return Discovery(kept, tuple(bad), tuple(splits), None)
+        image_stat, problem = stat_file(s.image, s.key)
+        if problem is not None:
+            bad.append(problem)
+        else:
+            kept.append(s._replace(image_stat=image_stat))
+    return Discovery(tuple(kept), tuple(bad), tuple(splits), None)
 
 
 def _check_classes(classes: list[str], where: str) -> tuple[ClassInfo, ...]:

@@ -15,7 +15,7 @@ import logging
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 
 log = logging.getLogger(__name__)
@@ -28,15 +28,19 @@ LABELS_SUFFIX = "_labels"
 WELL_KNOWN_SPLITS = ("train", "val", "valid", "validation", "test")
 
 
-@dataclass(frozen=True)
-class SourceSample:
-    """One sample to convert: its key (stable identity), split and files."""
+class SourceSample(NamedTuple):
+    """One sample to convert: its key (stable identity), split and files.
+
+    A NamedTuple, not a frozen dataclass: discovery makes one per source pair on every
+    run (millions on large datasets), and a tuple is built 5x faster."""
 
     split: str
     key: str
     image: str  # absolute path
     mask: str | None = None  # absolute path; None for classification
     label: int | None = None  # classification only
+    image_stat: tuple[int, int] | None = None  # (size, mtime_ns) from discovery's one stat; None: not taken
+    mask_stat: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,12 @@ class BadInput:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}" + (f" ({self.fix})" if self.fix else "")
+
+
+class SourceLayoutError(ValueError):
+    """The source folders are laid out wrongly (a mask folder that is a file); exit 65."""
+
+    exit_code = 65
 
 
 @dataclass(frozen=True)
@@ -105,32 +115,35 @@ def list_images(folder: str, accept: Callable[[str], bool] = _is_image_name) -> 
 
 
 def check_files(samples, bad) -> tuple[list[SourceSample], list[BadInput]]:
-    """Samples whose image and mask `stat` as usable files, and the problems of the others
-    (image and mask both listed when both are bad)."""
+    """Samples whose image and mask `stat` as usable files, with their (size, mtime_ns)
+    kept for the planner (the one `stat` per source file of an incremental run), and the
+    problems of the others (image and mask both listed when both are bad)."""
     bad = list(bad)
     kept = []
     for s in samples:
-        problems = [p for p in (_file_problem(s.image, s.key),
-                                _file_problem(s.mask, s.key) if s.mask is not None else None) if p is not None]
-        if problems:
-            bad.extend(problems)
+        image_stat, p1 = stat_file(s.image, s.key)
+        mask_stat, p2 = stat_file(s.mask, s.key) if s.mask is not None else (None, None)
+        if p1 is not None or p2 is not None:
+            bad.extend(p for p in (p1, p2) if p is not None)
         else:
-            kept.append(s)
+            kept.append(s._replace(image_stat=image_stat, mask_stat=mask_stat))
     return kept, bad
 
 
-def _file_problem(path: str, key: str) -> BadInput | None:
-    """A problem that `stat` alone shows (zero bytes, dangling link, not a regular file), or None."""
+def stat_file(path: str, key: str) -> tuple[tuple[int, int] | None, BadInput | None]:
+    """((size, mtime_ns), None) of a usable source file, or (None, the problem `stat` shows:
+    zero bytes, dangling link, not a regular file)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return BadInput(path, "unreadable: the file (or the target of its symbolic link) does not exist",
-                        "fix or remove the broken link", key, "unreadable")
+        return None, BadInput(path, "unreadable: the file (or the target of its symbolic link) does not exist",
+                              "fix or remove the broken link", key, "unreadable")
     except OSError as e:
-        return BadInput(path, f"unreadable: {e.strerror or e}", "check the file's permissions", key, "unreadable")
+        return None, BadInput(path, f"unreadable: {e.strerror or e}", "check the file's permissions", key,
+                              "unreadable")
     if not stat.S_ISREG(st.st_mode):
-        return BadInput(path, "unreadable: not a regular file (a FIFO, socket or device)",
-                        "replace it with a real image file", key, "unreadable")
+        return None, BadInput(path, "unreadable: not a regular file (a FIFO, socket or device)",
+                              "replace it with a real image file", key, "unreadable")
     if st.st_size == 0:
-        return BadInput(path, "zero-byte file", "re-copy the file from its origin", key, "empty_file")
-    return None
+        return None, BadInput(path, "zero-byte file", "re-copy the file from its origin", key, "empty_file")
+    return (st.st_size, st.st_mtime_ns), None

@@ -31,8 +31,9 @@ from converter.discover.layout import (
     LayoutDefaults,
     SourceSample,
     check_files,
+    list_images,
 )
-from converter.discover.pairing import Pairing, infer_suffixes, pair_by_name, read_split_list
+from converter.discover.pairing import Pairing, check_masks_folder, infer_suffixes, pair_by_name, read_split_list
 from converter.options import MaskSemantics, SourceSpec
 
 #: Folder names that hold masks, at any depth ("never guess classification next to these").
@@ -354,6 +355,13 @@ class Detected:
     forced: bool = False
 
 
+def _check_labels_folders(root: str) -> None:
+    """A `SPLIT_labels` that is a file (beside its SPLIT/ folder) is named as such, not as "no layout"."""
+    for d in subdirs(root):
+        images = os.path.join(root, d)
+        check_masks_folder(images + LABELS_SUFFIX, images, len(list_images(images)))
+
+
 def detect_layout(root: str, forced: str | None = None) -> Detected:
     """The segmentation layout of `root` (see the module docstring); `forced`: --layout NAME."""
     if not os.path.isdir(root):
@@ -376,6 +384,7 @@ def detect_layout(root: str, forced: str | None = None) -> Detected:
         choices = "\n".join(f"  --layout {lay.name}: {why}" for lay, why in hits)
         raise LayoutError(f"{root} looks like more than one layout; choose one:\n{choices}\n"
                           "(or name the folders: --images DIR --masks DIR)")
+    _check_labels_folders(root)
     raise LayoutNotFound(
         f"No split folders found in {root}: it matches no known layout. Expected the CamVid layout ({root}/train/ "
         f"with images, {root}/train_labels/ with masks and {root}/class_dict.csv), or one of: Pascal VOC (JPEGImages/ + "

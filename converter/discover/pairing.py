@@ -15,7 +15,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-from converter.discover.layout import MASK_SUFFIXES, BadInput, SourceSample, list_images
+from converter.discover.layout import MASK_SUFFIXES, BadInput, SourceLayoutError, SourceSample, list_images
 
 _SEPARATORS = "_-. "
 
@@ -80,6 +80,14 @@ def infer_suffixes(image_stems: list[str], mask_stems: list[str]) -> tuple[str, 
     return None
 
 
+def check_masks_folder(masks_dir: str, images_dir: str, images: int) -> None:
+    """A mask folder that is a file is one named error, not "image without mask" per image."""
+    if os.path.lexists(masks_dir) and not os.path.isdir(masks_dir):
+        raise SourceLayoutError(
+            f"{masks_dir} is a file, not a folder of masks, so none of the {images} image(s) in {images_dir} "
+            f"has a mask. Replace it with a folder holding the masks (<stem>_L.png or <stem>.png).")
+
+
 def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *,
                  image_suffix: str | None = None, mask_suffix: str | None = None,
                  only: set[str] | None = None, list_file: str | None = None,
@@ -96,6 +104,7 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
         split_ = _split_name(rel, image_suffix)
         if split_ is not None:
             images.setdefault(split_[0], split_[1])
+    check_masks_folder(masks_dir, images_dir, len(images))
     masks: dict[str, str] = {}
     mask_list = list_images(masks_dir) if os.path.isdir(masks_dir) else []
     for rel in mask_list:

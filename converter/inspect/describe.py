@@ -1,6 +1,7 @@
 """`imgshard inspect`: describe a converted dataset from its manifest (no shard is read).
 
-Sizes on disk come from `os.stat`; source sizes from the manifest's fingerprints; per
+Sizes on disk come from `os.stat`; source sizes from the shards' ``source_bytes``
+(version 3; the inline fingerprints of versions 1 and 2); per
 class pixel shares from the shards' ``class_pixels``. A class's share of a split is its
 pixels over all pixels of the split's records (records x H x W), so the class shares
 and the ignore share add up to 100%. For classification the share is of records.
@@ -66,7 +67,7 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
             on_disk += size
             if size != shard.bytes:
                 problems.append(f"{shard.file}: {size} bytes on disk, manifest says {shard.bytes}")
-        source = sum(s.image.size + (s.mask.size if s.mask else 0) for shard in entry.shards for s in shard.samples)
+        source = sum(shard.total_source_bytes for shard in entry.shards)  # no index file is read
         nbytes = sum(s.bytes for s in entry.shards)
         n = entry.num_samples
         denom = n * h * w if segmentation else n

@@ -324,6 +324,7 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[A
     """(manifest, split, samples) picked from a converted dataset (random access; no full pass)."""
     import readers
     from readers.formats.spec import RecordSpec
+    from readers.index import shard_keys
     from readers.formats.registry import get_adapter
 
     ds = readers.open(path)
@@ -334,11 +335,14 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[A
     shards = ds.shards(split)
     index: list[tuple[int, int]] = [(si, i) for si, s in enumerate(shards) for i in range(s.records)]
     keys_of = {}
-    for si, s in enumerate(shards):
-        for i, sample in enumerate(s.entry.samples):
-            keys_of[(si, i)] = sample.key
+    if options.keys:  # keys asked for: read the split's index files (never needed otherwise)
+        for si, s in enumerate(shards):
+            for i, key in enumerate(shard_keys(ds.path, s.entry)):
+                keys_of[(si, i)] = key
     picked = _pick({k: pos for pos, k in keys_of.items()}, index, options,
                    lambda k: f"no sample {k!r} in split {split!r} of {ds.path}")
+    for si in sorted({si for si, _ in picked} - {si for si, _ in keys_of}):  # the labels of random picks
+        keys_of.update(((si, i), key) for i, key in enumerate(shard_keys(ds.path, shards[si].entry)))
     spec = RecordSpec.from_manifest(m)
     adapter = get_adapter(m.format)
     readers_by_shard: dict[int, Any] = {}
@@ -442,7 +446,20 @@ def _save(sheet: Sheet, out_png: str | os.PathLike) -> None:
     folder = os.path.dirname(os.path.abspath(out_png))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"-o: folder {folder} does not exist. Received: -o {out_png}")
-    sheet.image.save(out_png, format="PNG", compress_level=1)  # noisy photos: level 6 is 10x slower
+    if os.path.isdir(out_png):
+        raise PreviewOutputError(f"-o {out_png} is a folder; give the PNG file to write, e.g. -o {out_png}/preview.png")
+    try:
+        sheet.image.save(out_png, format="PNG", compress_level=1)  # noisy photos: level 6 is 10x slower
+    except OSError as e:
+        raise PreviewOutputError(f"cannot write -o {out_png}: {e.strerror or e}. Choose a writable path.", 74) from e
+
+
+class PreviewOutputError(ValueError):
+    """The contact sheet cannot be written where -o says (a folder, read-only, full)."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _augmented(options: PreviewOptions, image: Any, target: Any, key: str, spec: Any) -> tuple[Any, Any]:

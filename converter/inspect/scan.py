@@ -125,8 +125,11 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
     if values is not None:
         s.mask_size = (mask.width, mask.height)
         return s
-    cmap = _colormap(classes)
-    class_map, unknown = cmap.lookup(mask)
+    try:  # a colour mask from the fast path is unfiltered here: a bad row filter shows now
+        class_map, unknown = _colormap(classes).lookup(mask)
+    except DecodeError as e:
+        s.errors.append(bad_input(e, sample.key))
+        return s
     known = class_map[class_map < AMBIGUOUS]
     s.class_pixels = tuple(int(c) for c in np.bincount(known, minlength=len(classes))[: len(classes)])
     items = sorted(unknown.counts.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -416,8 +419,11 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     warnings: list[str] = []
     total = sum(r.splits.values())
     flags: list[str] = []
+    no_good = total > 0 and all(s.errors for s in r.summaries)
     if total == 0:
         problems.append("no image/mask pairs found")
+    elif no_good:
+        problems.append("every pair is bad: convert would have no sample to publish, whatever --max-bad says")
     tol, still_unknown = suggest_tolerance(r.unknown_colors, r.options.color_tolerance)
     unknown_files = {k for u in r.unknown_colors for k in u.examples}
     unmatched = [u for u in r.unknown_colors if u.status != "snapped"]
@@ -455,7 +461,7 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     command = ["imgshard", "convert", *source_positional(r.spec), "OUT", "--size", size_flag,
                *source_args(r.spec, r.found), *given_label_args(given), *label_flags, *flags]
     needs = bool(r.bad) or bool(label_flags)
-    status = "no_data" if total == 0 else ("needs_flags" if needs else ("warnings" if warnings else "ok"))
+    status = "no_data" if total == 0 or no_good else ("needs_flags" if needs else ("warnings" if warnings else "ok"))
     hints = []
     if size_hint:
         hints.append(size_hint)

@@ -108,7 +108,7 @@ def file_header(data: bytes) -> tuple[str | None, str | None]:
     try:
         with Image.open(io.BytesIO(data)) as im:
             return im.mode, im.format
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return None, None
 
 

@@ -9,12 +9,15 @@ Checks every shard the manifest lists, without TensorFlow:
   walked header by header, so a file cut exactly at a record boundary (which
   TensorFlow reads as a shorter valid file) is caught; NPZ members' ``.npy`` headers
   give their shapes (never unpickled: an object dtype is an error);
+* its index file (version 3: the per-sample data, `readers.index`) exists, has the
+  manifest's size and digest, and holds what an index holds (fields and types, one row
+  per record in record order, no key twice); damage is named with the index file;
 * no sample key is listed twice in the dataset (nothing duplicated).
 
 With ``deep=True`` every record is also decoded (CRCs checked): image shape and
 dtype, mask or label shape and dtype, class indices below ``num_classes`` or equal to
 the ignore index (one-hot planes 0/1 with at most one class per pixel), keys equal to
-the manifest's keys in order, and per-shard class pixel counts equal to the
+the index file's keys in order, and per-shard class pixel counts equal to the
 manifest's.
 
 Leftover temporary files and shard files the manifest does not list (a crashed or
@@ -40,13 +43,14 @@ from typing import Callable, Iterator
 import numpy as np
 
 from converter.fsutil import TMP_PREFIX
-from converter.plan.fingerprint import algorithm_of, digest_file
+from converter.plan.fingerprint import algorithm_of, digest_bytes, digest_file
 from readers.errors import describe
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
 from readers.formats import FileFormat, check_compression
 from readers.formats.base import CountError
 from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
+from readers.index import IndexFileError, decode_index, is_index_name, read_bounded
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
 
 
@@ -137,47 +141,112 @@ def _verify_once(out_dir: str | os.PathLike, deep: bool, on_shard: Callable[[str
         report.seconds = time.perf_counter() - t0
         return report
 
-    _check_unique_keys(manifest, report)
+    keys = _KeyCheck()
     for split, entry in manifest.iter_shards():
         report.shards += 1
         report.records += entry.records
         report.bytes += entry.bytes
-        found = _check_shard(root, split, entry, fmt, spec, deep)
+        shard_keys = _check_index(root, split, entry, report)
+        keys.add(entry, shard_keys)
+        found = _check_shard(root, split, entry, fmt, spec, deep, shard_keys)
         report.errors.extend(found)
         if on_shard is not None:
             on_shard(entry.file)
+    keys.report_duplicates(manifest, root, report)
     _leftovers(root, manifest, report)
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _check_unique_keys(manifest: Manifest, report: VerifyReport) -> None:
-    seen: dict[str, str] = {}
-    for split, shard in manifest.iter_shards():
-        for i, s in enumerate(shard.samples):
-            if s.key in seen:
-                report.errors.append(Problem(
-                    shard.file, f"key {s.key!r} is also listed in {seen[s.key]} (a duplicated sample)", i, split))
-            else:
-                seen[s.key] = shard.file
+def _check_index(root: str, split: str, entry: ShardEntry, report: VerifyReport) -> np.ndarray | None:
+    """The shard's keys (UTF-8 bytes, record order) from its index file or the inline samples;
+    None, with the damage named, when the index file is missing or damaged."""
+    if entry.index is None:  # version 1 or 2: the manifest holds the samples
+        return np.array([k.encode("utf-8") for k in entry.keys], dtype=object) if entry.samples else None
+    name = entry.index.file
+    path = os.path.join(root, name)
+    if not os.path.lexists(path):
+        report.errors.append(Problem(name, f"missing: the index file of {entry.file} does not exist", None, split))
+        return None
+    try:
+        data = read_bounded(root, path, entry.index.bytes, entry.file)
+    except IndexFileError as e:
+        report.errors.append(Problem(name, f"cannot read it ({describe(e.__cause__ or e)})", None, split))
+        return None
+    problems = []
+    if len(data) != entry.index.bytes:
+        problems.append(f"size is {len(data)} bytes, the manifest says {entry.index.bytes}")
+    try:
+        digest = digest_bytes(data, algorithm_of(entry.index.digest))
+    except ValueError as e:
+        problems.append(f"cannot check its digest: {e}")
+    else:
+        if digest != entry.index.digest:
+            problems.append(f"digest is {digest}, the manifest says {entry.index.digest} (the content changed)")
+    try:
+        table = decode_index(data, name, entry.records)
+    except IndexFileError as e:
+        problems.append(str(e).replace(f"{name}: ", "", 1))
+        table = None
+    report.errors.extend(Problem(name, f"index of {entry.file}: {p}", None, split) for p in problems)
+    return table["key"] if table is not None and not problems else None
+
+
+class _KeyCheck:
+    """No key twice in the dataset: a 16-byte hash of every key (no per-sample objects),
+    compared at the end."""
+
+    def __init__(self) -> None:
+        self.hashes: list[np.ndarray] = []
+        self.entries: list[ShardEntry] = []
+
+    def add(self, entry: ShardEntry, keys: np.ndarray | None) -> None:
+        if keys is None:
+            return
+        from converter.plan.fptable import key_hashes
+
+        self.hashes.append(key_hashes(list(keys)))
+        self.entries.append(entry)
+
+    def report_duplicates(self, manifest: Manifest, root: str, report: VerifyReport) -> None:
+        if not self.hashes:
+            return
+        hashes = np.concatenate(self.hashes)
+        shard = np.concatenate([np.full(len(h), i, np.int32) for i, h in enumerate(self.hashes)])
+        record = np.concatenate([np.arange(len(h), dtype=np.int64) for h in self.hashes])
+        order = np.argsort(hashes, kind="stable")
+        dup = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
+        split_of = {s.file: name for name, s in manifest.iter_shards()}
+        for d in dup[:100]:
+            first, again = self.entries[shard[order[d]]], self.entries[shard[order[d + 1]]]
+            at = int(record[order[d + 1]])
+            report.errors.append(Problem(again.file, f"key {_key_at(root, again, at)!r} is also listed in "
+                                         f"{first.file} (a duplicated sample)", at, split_of.get(again.file)))
+
+
+def _key_at(root: str, entry: ShardEntry, record: int) -> str:
+    from readers.index import shard_keys
+
+    return shard_keys(root, entry)[record]
 
 
 def _leftovers(root: str, manifest: Manifest, report: VerifyReport) -> None:
-    from converter.publish.manifest import is_shard_name
+    from converter.publish.manifest import is_shard_name, listed_files
 
-    listed = {s.file for _, s in manifest.iter_shards()}
+    listed = listed_files(manifest)
     for name in sorted(os.listdir(root)):
         if name.startswith(TMP_PREFIX):
             report.warnings.append(Problem(
                 name, "leftover temporary file of a crashed or running convert (the next convert removes it)"))
-        elif is_shard_name(name) and name not in listed:
+        elif (is_shard_name(name) or is_index_name(name)) and name not in listed:
+            what = "shard" if is_shard_name(name) else "index"
             report.warnings.append(Problem(
-                name, "shard file not listed in the manifest (left by a crashed or running convert, "
+                name, f"{what} file not listed in the manifest (left by a crashed or running convert, "
                 "or dropped by a rewrite; the next convert removes it)"))
 
 
 def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec: RecordSpec,
-                 deep: bool) -> list[Problem]:
+                 deep: bool, keys: np.ndarray | None = None) -> list[Problem]:
     path = os.path.join(root, entry.file)
 
     def problem(text: str, record: int | None = None) -> Problem:
@@ -214,7 +283,7 @@ def _check_shard(root: str, split: str, entry: ShardEntry, fmt: FileFormat, spec
         out.append(problem(f"holds {count} records, the manifest says {entry.records}"
                            + (" (cut at a record boundary)" if count < entry.records else "")))
     if deep and record_problem is None and count == entry.records:  # else the broken record is named already
-        out.extend(problem(p.problem, p.record) for p in _deep(path, split, entry, fmt, spec))
+        out.extend(problem(p.problem, p.record) for p in _deep(path, split, entry, fmt, spec, keys))
     return out
 
 
@@ -237,10 +306,11 @@ def _count(path: str, fmt: FileFormat, spec: RecordSpec, *, check_crc: bool) -> 
         return None, Problem("", e.reason, e.record)
 
 
-def _deep(path: str, split: str, entry: ShardEntry, fmt: FileFormat, spec: RecordSpec) -> Iterator[Problem]:
+def _deep(path: str, split: str, entry: ShardEntry, fmt: FileFormat, spec: RecordSpec,
+          index_keys: np.ndarray | None) -> Iterator[Problem]:
     """Decode every record; yield what is wrong (file names are filled in by the caller)."""
     adapter = get_adapter(fmt)
-    keys = entry.keys
+    keys = [k.decode("utf-8") for k in index_keys] if index_keys is not None else []
     ref = ShardRef(path, entry, 0)
     class_pixels = np.zeros(spec.num_classes, np.int64)
     ignore_pixels = 0

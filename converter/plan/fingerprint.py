@@ -15,9 +15,12 @@ are written; `xxhsum -H2 FILE` (xxHash's command line tool) prints the same hex.
 from __future__ import annotations
 
 import hashlib
-from typing import Callable
+import os
+from typing import BinaryIO, Callable
 
 import xxhash
+
+from readers.files import open_regular_file
 
 DEFAULT_ALGORITHM = "xxh3_128"
 CHUNK_BYTES = 1 << 20
@@ -43,10 +46,23 @@ def digest_bytes(data: bytes | memoryview, algorithm: str = DEFAULT_ALGORITHM) -
     return f"{algorithm}:{h.hexdigest()}"  # type: ignore[attr-defined]
 
 
+def open_regular(path: str) -> tuple[BinaryIO, os.stat_result]:
+    """(binary file, its fstat) for a regular file; `readers.files.NotRegularFileError`
+    otherwise (opened with O_NONBLOCK and checked on what was opened: a FIFO, a device such
+    as /dev/zero, a socket or a folder is never read, and never blocks the open)."""
+    f = open_regular_file(path)
+    try:
+        return f, os.fstat(f.fileno())  # type: ignore[return-value]
+    except BaseException:
+        f.close()
+        raise
+
+
 def digest_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> str:
-    """'ALGORITHM:HEX' of a file's content, read in 1 MiB chunks. Raises OSError."""
+    """'ALGORITHM:HEX' of a regular file's content, read in 1 MiB chunks. Raises OSError."""
     h = new_hasher(algorithm)
-    with open(path, "rb") as f:
+    f, _ = open_regular(path)
+    with f:
         while chunk := f.read(CHUNK_BYTES):
             h.update(chunk)  # type: ignore[attr-defined]
     return f"{algorithm}:{h.hexdigest()}"  # type: ignore[attr-defined]

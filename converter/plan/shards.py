@@ -28,13 +28,19 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import numpy as np
 
 from converter.discover.layout import SourceSample
-from converter.plan.fingerprint import content_matches
 from converter.options import OnChange, OutputOptions, RunOptions
+from converter.plan.fingerprint import content_matches
+from converter.plan.fptable import FingerprintTable, key_hashes, shard_table, stat_hash
+from converter.plan.fptable import build as build_table
 from converter.transform.colormap import mask_dtype_for
 from readers.formats import SUFFIXES
-from readers.manifest import Manifest, SampleEntry, ShardEntry, SourceFingerprint
+from readers.index import table_samples
+from readers.manifest import Manifest, SampleEntry, SourceFingerprint
 from readers.tasks import task_kind
 
 log = logging.getLogger(__name__)
@@ -54,6 +60,7 @@ class CopyRecord:
     shard: str
     index: int
     key: str
+    entry: SampleEntry | None = None  # its sources' fingerprints when they changed (a refreshed mtime)
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,8 @@ class ShardTask:
 class Plan:
     tasks: list[ShardTask] = field(default_factory=list)
     drop_shards: set[str] = field(default_factory=set)  # old shard files no longer listed after publish
-    refreshed: dict[str, SampleEntry] = field(default_factory=dict)  # key -> entry with a new mtime only
+    #: shard file -> record index -> its entry with a new mtime only (the shard's index is rewritten)
+    refreshed: dict[str, dict[int, SampleEntry]] = field(default_factory=dict)
     new: int = 0
     replaced: int = 0
     pruned: int = 0
@@ -137,86 +145,158 @@ def shard_name(split: str, index: int, suffix: str) -> str:
     return f"{split}-{index:05d}{suffix}"
 
 
-def _compare(path: str | None, fp: SourceFingerprint | None) -> tuple[str, SourceFingerprint | None]:
-    """'same' (stat equal), 'touched' (content equal, new mtime), or 'changed'."""
+def _compare(path: str | None, stat: tuple[int, int] | None,
+             fp: SourceFingerprint | None) -> tuple[str, SourceFingerprint | None]:
+    """'same' (stat equal), 'touched' (content equal, new mtime), or 'changed'.
+
+    `stat`: (size, mtime_ns) from discovery's stat of `path` (taken now when None)."""
     if path is None or fp is None:
         return ("same", fp) if path is None and fp is None else ("changed", None)
-    try:
-        st = os.stat(path)
-    except OSError:
-        return "changed", None
-    if st.st_size == fp.size and st.st_mtime_ns == fp.mtime_ns:
+    if stat is None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return "changed", None
+        stat = (st.st_size, st.st_mtime_ns)
+    size, mtime_ns = stat
+    if size == fp.size and mtime_ns == fp.mtime_ns:
         return "same", fp
-    if st.st_size == fp.size and content_matches(path, fp.digest):
-        return "touched", SourceFingerprint(fp.path, fp.size, st.st_mtime_ns, fp.digest)
+    if size == fp.size and content_matches(path, fp.digest):
+        return "touched", SourceFingerprint(fp.path, fp.size, mtime_ns, fp.digest)
     return "changed", None
 
 
-def _diff_sources(samples, located: dict[str, tuple[str, ShardEntry, int]], run: RunOptions, plan: Plan
-                  ) -> tuple[dict[str, list[SourceSample]], dict[str, dict[int, SourceSample]], set[str]]:
-    """Compare the sources with the records they became: (new samples per split, changed
-    sources to re-convert per shard file and record index, every key seen). Counts go to `plan`."""
-    new_by_split: dict[str, list[SourceSample]] = {}
-    replace_in: dict[str, dict[int, SourceSample]] = {}  # shard file -> record index -> new source
-    seen: set[str] = set()
-    for sample in samples:
-        seen.add(sample.key)
-        where = located.get(sample.key)
-        if where is None:
-            new_by_split.setdefault(sample.split, []).append(sample)
-            continue
-        split, shard, idx = where
-        if split != sample.split:
-            raise PlanError(
-                f"{sample.key} is in split {split!r} of the dataset but now sits in {sample.split!r}; "
-                "moving samples between splits needs --rebuild."
-            )
-        old = shard.samples[idx]
-        img_state, img_fp = _compare(sample.image, old.image)
-        mask_state, mask_fp = _compare(sample.mask, old.mask)
-        if "changed" in (img_state, mask_state):
-            if run.on_change is OnChange.FAIL:
-                raise PlanError(
-                    f"{sample.image}: source changed since it was converted (key {sample.key}); "
-                    "--on-change fail stops here. Use --on-change replace to re-convert it, or keep (default)."
-                )
-            if run.on_change is OnChange.REPLACE:
-                replace_in.setdefault(shard.file, {})[idx] = sample
-                plan.replaced += 1
-            else:
-                plan.changed_kept.append(sample.key)
-            continue
-        if "touched" in (img_state, mask_state):
-            plan.refreshed[sample.key] = SampleEntry(old.key, img_fp, mask_fp, old.label)  # type: ignore[arg-type]
-        plan.unchanged += 1
-    return new_by_split, replace_in, seen
+#: Discovered samples looked up in the fingerprint table per batch.
+LOOKUP_BATCH = 1 << 13
 
 
-def _plan_rewrites(manifest: Manifest, replace_in: dict[str, dict[int, SourceSample]],
-                   prune_in: dict[str, set[int]], next_index: dict[str, int], suffix: str, plan: Plan) -> None:
-    """Rewrites: one new shard per affected old shard, same record order."""
-    for split, shard in manifest.iter_shards():
-        repl = replace_in.get(shard.file, {})
-        pruned = prune_in.get(shard.file, set())
-        if not repl and not pruned:
+def _batches(samples: Iterable[SourceSample]) -> Iterator[list[SourceSample]]:
+    batch: list[SourceSample] = []
+    for s in samples:
+        batch.append(s)
+        if len(batch) == LOOKUP_BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _stats(batch: list[SourceSample]) -> np.ndarray:
+    """(n, 4) int64: image size, mtime, mask size, mtime (-1, 0 without a mask); stat where discovery did not."""
+    no_mask = (-1, 0)
+    rows = [(s.image_stat or _stat_or_missing(s.image))
+            + (no_mask if s.mask is None else (s.mask_stat or _stat_or_missing(s.mask))) for s in batch]
+    return np.array(rows, np.int64).reshape(len(batch), 4)
+
+
+def _stat_or_missing(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (-2, 0)  # never equal to a converted file's size: compared exactly later
+    return (st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class _Sorting:
+    """What the lookup found, shard by shard (only the samples that need more than a count)."""
+
+    new_by_split: dict[str, list[SourceSample]] = field(default_factory=dict)
+    suspects: dict[int, list[tuple[int, SourceSample]]] = field(default_factory=dict)  # shard id -> (record, sample)
+
+
+def _sort_samples(samples: Iterable[SourceSample], table: FingerprintTable, plan: Plan) -> tuple[_Sorting, np.ndarray]:
+    """Look every discovered sample up; returns the sorting and which table rows were seen."""
+    sorting = _Sorting()
+    seen = np.zeros(len(table), bool)
+    split_ids: dict[str, int] = {}
+    shard_split = np.array([split_ids.setdefault(split, len(split_ids)) for split, _ in table.shards] or [0], np.int32)
+    for batch in _batches(samples):
+        stats = _stats(batch)
+        pos, found = table.lookup(key_hashes([s.key.encode("utf-8") for s in batch]))
+        if not len(table):
+            for sample in batch:
+                sorting.new_by_split.setdefault(sample.split, []).append(sample)
             continue
-        plan.drop_shards.add(shard.file)
-        items = []
-        for i, s in enumerate(shard.samples):
-            if i in pruned:
+        moved = found & (shard_split[table.shard[pos]] != np.array([split_ids.get(s.split, -1) for s in batch]))
+        if moved.any():
+            i = int(np.flatnonzero(moved)[0])
+            _moved(batch[i], table.shards[table.shard[pos[i]]][0])
+        same = found & (table.stat_hash[pos] == stat_hash(stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3]))
+        seen[pos[found]] = True
+        for i in np.flatnonzero(~same):
+            sample = batch[i]
+            if not found[i]:
+                sorting.new_by_split.setdefault(sample.split, []).append(sample)
                 continue
-            copy = CopyRecord(shard.file, i, s.key)
-            items.append(ReplaceRecord(repl[i], copy) if i in repl else copy)
-        if items:
-            name = shard_name(split, next_index.get(split, 0), suffix)
-            next_index[split] = next_index.get(split, 0) + 1
-            plan.tasks.append(ShardTask(split, name, tuple(items), (shard.file,)))
+            sid = int(table.shard[pos[i]])
+            sorting.suspects.setdefault(sid, []).append((int(table.record[pos[i]]), sample))
+        plan.unchanged += int(same.sum())
+    return sorting, seen
 
 
-def make_plan(samples: list[SourceSample] | tuple[SourceSample, ...], manifest: Manifest | None,
-              options: OutputOptions, run: RunOptions, num_classes: int,
-              next_index: dict[str, int] | None = None) -> Plan:
-    """Plan the shards of this run. `manifest` is the published one (None: first run or --rebuild)."""
+def _moved(sample: SourceSample, split: str) -> None:
+    raise PlanError(
+        f"{sample.key} is in split {split!r} of the dataset but now sits in {sample.split!r}; "
+        "moving samples between splits needs --rebuild."
+    )
+
+
+def _judge_suspects(sorting: _Sorting, table: FingerprintTable, root: str | None, run: RunOptions,
+                    plan: Plan, replace_in: dict[str, dict[int, SourceSample]]) -> None:
+    """Samples whose stats differ: exact comparison against their shard's index, one shard at a time."""
+    for sid in sorted(sorting.suspects):
+        split, shard = table.shards[sid]
+        suspects = sorting.suspects[sid]
+        rows = table_samples(shard_table(root, shard)[np.array([r for r, _ in suspects], np.int64)])  # these only
+        for (record, sample), old in zip(suspects, rows):
+            img_state, img_fp = _compare(sample.image, sample.image_stat, old.image)
+            mask_state, mask_fp = _compare(sample.mask, sample.mask_stat, old.mask)
+            if "changed" in (img_state, mask_state):
+                if run.on_change is OnChange.FAIL:
+                    raise PlanError(
+                        f"{sample.image}: source changed since it was converted (key {sample.key}); "
+                        "--on-change fail stops here. Use --on-change replace to re-convert it, or keep (default)."
+                    )
+                if run.on_change is OnChange.REPLACE:
+                    replace_in.setdefault(shard.file, {})[record] = sample
+                    plan.replaced += 1
+                else:
+                    plan.changed_kept.append(sample.key)
+                continue
+            if "touched" in (img_state, mask_state):
+                entry = SampleEntry(old.key, img_fp, mask_fp, old.label)  # type: ignore[arg-type]
+                plan.refreshed.setdefault(shard.file, {})[record] = entry
+            plan.unchanged += 1
+
+
+def _deleted(table: FingerprintTable, seen: np.ndarray, root: str | None, run: RunOptions,
+             plan: Plan) -> dict[str, set[int]]:
+    """Records whose source is gone: pruned (shard file -> record indices) or kept (warned)."""
+    prune_in: dict[str, set[int]] = {}
+    gone = np.flatnonzero(~seen)
+    deleted: list[str] = []
+    by_shard: dict[int, list[int]] = {}
+    for row in gone:
+        by_shard.setdefault(int(table.shard[row]), []).append(int(table.record[row]))
+    for sid, records in sorted(by_shard.items()):
+        shard = table.shards[sid][1]
+        if run.prune:
+            prune_in[shard.file] = set(records)
+            plan.pruned += len(records)
+        else:
+            keys = shard_table(root, shard)["key"]
+            deleted += [keys[r].decode("utf-8") for r in records]
+    plan.deleted_kept = sorted(deleted)
+    return prune_in
+
+
+def make_plan(samples: Iterable[SourceSample], manifest: Manifest | None, options: OutputOptions,
+              run: RunOptions, num_classes: int, next_index: dict[str, int] | None = None, *,
+              root: str | None = None) -> Plan:
+    """Plan the shards of this run. `manifest` is the published one (None: first run or --rebuild);
+    `root` is its folder (for the index files of a version-3 manifest). `samples` may be a
+    stream: it is consumed once, and only new or changed samples are kept."""
     plan = Plan()
     suffix = SUFFIXES[options.format]
     per_sample = sample_bytes(options, num_classes)
@@ -224,31 +304,37 @@ def make_plan(samples: list[SourceSample] | tuple[SourceSample, ...], manifest: 
     if manifest is not None:
         for split, entry in manifest.splits.items():
             next_index[split] = max(next_index.get(split, 0), entry.next_shard_index)
+    try:
+        table = build_table(manifest.iter_shards() if manifest is not None else (), root)
+    except ValueError as e:
+        raise PlanError(str(e)) from e
+    sorting, seen = _sort_samples(samples, table, plan)
+    replace_in: dict[str, dict[int, SourceSample]] = {}  # shard file -> record index -> new source
+    _judge_suspects(sorting, table, root, run, plan, replace_in)
+    prune_in = _deleted(table, seen, root, run, plan)
+    del seen
 
-    # Where every converted key lives now.
-    located: dict[str, tuple[str, ShardEntry, int]] = {}
-    if manifest is not None:
-        for split, shard in manifest.iter_shards():
-            for i, s in enumerate(shard.samples):
-                located[s.key] = (split, shard, i)
-
-    new_by_split, replace_in, seen = _diff_sources(samples, located, run, plan)
-
-    prune_in: dict[str, set[int]] = {}
-    for key, (split, shard, idx) in sorted(located.items()):
-        if key in seen:
+    # Rewrites: one new shard per affected old shard, same record order.
+    for split, shard in table.shards:
+        repl = replace_in.get(shard.file, {})
+        pruned = prune_in.get(shard.file, set())
+        if not repl and not pruned:
             continue
-        if run.prune:
-            prune_in.setdefault(shard.file, set()).add(idx)
-            plan.pruned += 1
-        else:
-            plan.deleted_kept.append(key)
+        plan.drop_shards.add(shard.file)
+        touched = plan.refreshed.pop(shard.file, {})  # the rewrite carries their new mtimes
+        items = []
+        for i, key in enumerate(k.decode("utf-8") for k in shard_table(root, shard)["key"].tolist()):
+            if i in pruned:
+                continue
+            copy = CopyRecord(shard.file, i, key, touched.get(i))
+            items.append(ReplaceRecord(repl[i], copy) if i in repl else copy)
+        if items:
+            name = shard_name(split, next_index.get(split, 0), suffix)
+            next_index[split] = next_index.get(split, 0) + 1
+            plan.tasks.append(ShardTask(split, name, tuple(items), (shard.file,)))
 
-    if manifest is not None:
-        _plan_rewrites(manifest, replace_in, prune_in, next_index, suffix, plan)
-
-    for split in sorted(new_by_split):
-        batch = sorted(new_by_split[split], key=lambda s: order_key(options.seed, s.key))
+    for split in sorted(sorting.new_by_split):
+        batch = sorted(sorting.new_by_split[split], key=lambda s: order_key(options.seed, s.key))
         plan.new += len(batch)
         start = 0
         for count in shard_counts(len(batch), per_sample, run.shard_size_bytes):

@@ -18,6 +18,7 @@ from typing import Any
 
 from converter.fsutil import TMP_PREFIX, fsync_dir, write_atomic
 from readers.formats import SUFFIXES
+from readers.index import is_index_name
 from readers.manifest import MANIFEST_NAME, REPORTS_DIR, Manifest
 
 log = logging.getLogger(__name__)
@@ -41,14 +42,19 @@ def is_shard_name(name: str) -> bool:
     return bool(_SHARD_RE.match(name))
 
 
+def listed_files(manifest: Manifest | None) -> set[str]:
+    """Shard and index files the manifest lists."""
+    if manifest is None:
+        return set()
+    return {f for _, s in manifest.iter_shards() for f in (s.file, s.index.file if s.index else None) if f}
+
+
 def sweep_leftovers(out_dir: str, manifest: Manifest | None) -> list[str]:
-    """Remove temporary files and shard files the manifest does not list (crashed runs)."""
-    listed = {s.file for _, s in manifest.iter_shards()} if manifest is not None else set()
-    removed = []
-    for name in sorted(os.listdir(out_dir)):
-        if name.startswith(TMP_PREFIX) or (is_shard_name(name) and name not in listed):
-            os.unlink(os.path.join(out_dir, name))
-            removed.append(name)
+    """Remove temporary files, and shard and index files the manifest does not list (crashed runs)."""
+    temps, unlisted = find_leftovers(out_dir, manifest)
+    removed = temps + unlisted
+    for name in removed:
+        os.unlink(os.path.join(out_dir, name))
     reports = os.path.join(out_dir, REPORTS_DIR)
     if os.path.isdir(reports):
         for name in sorted(os.listdir(reports)):
@@ -61,13 +67,13 @@ def sweep_leftovers(out_dir: str, manifest: Manifest | None) -> list[str]:
 
 
 def find_leftovers(out_dir: str, manifest: Manifest | None) -> tuple[list[str], list[str]]:
-    """(temporary files, unlisted shard files) in `out_dir`: what `sweep_leftovers` would remove."""
-    listed = {s.file for _, s in manifest.iter_shards()} if manifest is not None else set()
+    """(temporary files, unlisted shard and index files) in `out_dir`: what `sweep_leftovers` removes."""
+    listed = listed_files(manifest)
     temps, unlisted = [], []
     for name in sorted(os.listdir(out_dir)):
         if name.startswith(TMP_PREFIX):
             temps.append(name)
-        elif is_shard_name(name) and name not in listed:
+        elif (is_shard_name(name) or is_index_name(name)) and name not in listed:
             unlisted.append(name)
     return temps, unlisted
 

@@ -222,9 +222,9 @@ def _check_shared_storage(client: Any, ctx: WorkerContext, token: str, scheduler
 
 
 def _remove_attempt_leftovers(out_dir: str, tasks: Sequence[ShardTask]) -> None:
-    """Temporary files of shard attempts that died with their worker."""
+    """Temporary files of shard attempts (the shard's and its index file's) that died with their worker."""
     for task in tasks:
-        for path in glob.glob(os.path.join(glob.escape(out_dir), glob.escape(f"{TMP_PREFIX}{task.file}-") + "*")):
+        for path in glob.glob(os.path.join(glob.escape(out_dir), glob.escape(f"{TMP_PREFIX}{task.file}") + "[-.]*")):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -25,14 +25,16 @@ from converter.options import OutputOptions
 from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask
 from converter.transform.decode import DecodeError
 from converter.transform.sample import SampleTransformer, UnknownColorError
-from converter.plan.fingerprint import algorithm_of, digest_file
+from converter.plan.fingerprint import algorithm_of, content_matches, digest_file
 from converter.transform.colormap import ignore_index_for
 from converter.write.base import ShardWriter
 from converter.write.encoded import SampleEncoding
+from converter.write.index import source_bytes, write_index
+from readers.formats._allocator import tune_allocator
 from readers.formats.encoder import SampleArrays
 from readers.formats.registry import encoder_for
-from readers.formats._allocator import tune_allocator
-from readers.manifest import ClassInfo, Manifest, SampleEntry, ShardEntry
+from readers.index import shard_samples
+from readers.manifest import ClassInfo, Manifest, SampleEntry, ShardEntry, SourceFingerprint
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class ShardResult:
     bad: list[BadInput] = field(default_factory=list)
     unknown_colors: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)  # colour -> [pixels, files]
     seconds: float = 0.0
+    added: int = 0  # records of new samples written
+    replaced: int = 0  # re-converted records whose source content changed
 
 
 _TRANSFORMERS: dict[Any, SampleTransformer] = {}
@@ -82,9 +86,9 @@ def warm_up(ctx: WorkerContext) -> None:
         transform.semantics.warm_up()
 
 
-def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], ShardEntry, Any]:
-    """Records of an old shard as stored (encoded bytes stay encoded), by index (read
-    once per task), its manifest entry and record layout."""
+def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], list[SampleEntry], Any]:
+    """Records of an old shard as stored (encoded bytes stay encoded), by index (read once
+    per task), its samples from its index file, and its record layout."""
     from readers.formats.spec import RecordSpec, ShardRef
     from readers.formats.registry import get_adapter
 
@@ -99,7 +103,8 @@ def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], S
             "Run `imgshard verify OUT` to see the damage, then re-convert with --rebuild."
         )
     ref = ShardRef(path, entry, 0)
-    return dict(enumerate(get_adapter(manifest.format).iter_stored(ref, spec))), entry, spec
+    return (dict(enumerate(get_adapter(manifest.format).iter_stored(ref, spec))), shard_samples(ctx.out_dir, entry),
+            spec)
 
 
 def _stored_mask(rec: Any, spec: Any) -> Any:
@@ -109,6 +114,20 @@ def _stored_mask(rec: Any, spec: Any) -> Any:
 
         return decode_mask(rec.mask, spec)
     return rec.mask
+
+
+def content_changed(new: SampleEntry, old: SampleEntry, source_base: str) -> bool:
+    """Whether a re-converted sample's sources differ in content from the old record's."""
+    def same_file(a: SourceFingerprint | None, b: SourceFingerprint | None) -> bool:
+        if a is None or b is None:
+            return a is b
+        if a.algorithm == b.algorithm:
+            return a.digest == b.digest
+        # an old manifest's digest (sha256, version 1): hash the file as it was just read
+        path = a.path if os.path.isabs(a.path) else os.path.join(source_base, a.path)
+        return a.size == b.size and content_matches(path, b.digest)
+
+    return not (new.label == old.label and same_file(new.image, old.image) and same_file(new.mask, old.mask))
 
 
 def _note_bad(result: ShardResult, e: DecodeError, key: str) -> None:
@@ -133,6 +152,12 @@ def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeE
     except DecodeError as e:
         return e
     return None
+
+
+def _copy_source(ctx: WorkerContext, copies: dict, shard_file: str) -> tuple[dict[int, Any], list[SampleEntry], Any]:
+    if shard_file not in copies:
+        copies[shard_file] = _old_records(ctx, shard_file)
+    return copies[shard_file]
 
 
 class _EmptyShard(Exception):
@@ -163,7 +188,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     ignore_pixels = 0
     entries: list[SampleEntry] = []
     result = ShardResult(task.split, None, task.replaces)
-    copies: dict[str, tuple[dict[int, Any], ShardEntry, Any]] = {}
+    copies: dict[str, tuple[dict[int, Any], list[SampleEntry], Any]] = {}
     encoder = encoder_for(ctx.options.format)
     encode = SampleEncoding(ctx.options, ignore_index_for(len(ctx.classes)))
     try:
@@ -188,10 +213,14 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                         writer.add(encode(SampleArrays(out.entry.key, out.image, out.mask, out.label)))
                         entries.append(out.entry)
                         counts, ignored = out.class_pixels, out.ignore_pixels
+                        if isinstance(item, ReplaceRecord):
+                            old_samples = _copy_source(ctx, copies, item.old.shard)[1]
+                            result.replaced += content_changed(out.entry, old_samples[item.old.index],
+                                                                ctx.source_base)
+                        else:
+                            result.added += 1
                 if copy is not None:
-                    if copy.shard not in copies:
-                        copies[copy.shard] = _old_records(ctx, copy.shard)
-                    records, old_entry, old_spec = copies[copy.shard]
+                    records, old_samples, old_spec = _copy_source(ctx, copies, copy.shard)
                     rec = records[copy.index]
                     if rec.key != copy.key:
                         raise ValueError(
@@ -199,7 +228,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                             f"the manifest says {copy.key!r}. Run `imgshard verify` and re-convert with --rebuild."
                         )
                     writer.add(encode(SampleArrays(rec.key, rec.image, rec.mask, rec.label)))
-                    entries.append(old_entry.samples[copy.index])
+                    entries.append(copy.entry or old_samples[copy.index])
                     counts, ignored = transform.count_classes(_stored_mask(rec, old_spec), rec.label)
                 if counts is not None:
                     class_pixels += counts
@@ -209,15 +238,17 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                     progress(1)
             if not entries:
                 raise _EmptyShard()
-            guard.check()  # last moment before the rename: is our run still alive?
+            guard.check()  # is our run still alive? (before both renames)
+            index = write_index(ctx.out_dir, task.file, entries)  # unlisted until the manifest names it
+            guard.check()  # last moment before the shard's rename
     except _EmptyShard:
         result.seconds = time.perf_counter() - t0
         return result
     written = writer.result
     result.entry = ShardEntry(
         file=written.file, records=written.records, bytes=written.bytes, digest=written.digest,
-        class_pixels=tuple(int(c) for c in class_pixels), ignore_pixels=ignore_pixels, samples=tuple(entries),
-        class_images=tuple(int(c) for c in class_images),
+        class_pixels=tuple(int(c) for c in class_pixels), ignore_pixels=ignore_pixels,
+        class_images=tuple(int(c) for c in class_images), index=index, source_bytes=source_bytes(entries),
     )
     result.seconds = time.perf_counter() - t0
     return result

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import struct
 import sys
 import warnings
@@ -29,8 +28,9 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from converter.plan.fingerprint import digest_bytes
-from converter.transform import png
+from converter.plan.fingerprint import digest_bytes, open_regular
+from converter.transform import png, pngchunks
+from readers.files import NotRegularFileError
 from readers.manifest import SourceFingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,11 +64,14 @@ class SourceFile:
 
 
 def read_source(path: str, rel: str) -> SourceFile:
-    """Read a whole file once: its bytes feed both the hash and the decoder."""
+    """Read a whole file once: its bytes feed both the hash and the decoder. Only a
+    regular file is read (a FIFO would block the run, a device never end)."""
     try:
-        st = os.stat(path)
-        with open(path, "rb") as f:
+        f, st = open_regular(path)
+        with f:
             data = f.read()
+    except NotRegularFileError as e:
+        raise DecodeError(path, "unreadable", f"unreadable: {e}", "replace it with a real image file") from e
     except FileNotFoundError as e:
         raise DecodeError(path, "missing", "file disappeared while converting", "re-run convert") from e
     except OSError as e:
@@ -111,6 +114,8 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
             im = Image.open(io.BytesIO(src.data))
             _check_pixels(src.path, im.width, im.height, max_pixels)
             im.load()
+        if im.format == "PNG":
+            _check_png_complete(src)
         return im
     except DecodeError:
         raise
@@ -118,6 +123,9 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
         raise DecodeError(src.path, "too_large", f"Pillow refused it as a decompression bomb: {e}",
                           "check the file; raise --max-pixels only if it is genuine") from e
     except Image.UnidentifiedImageError as e:
+        if src.data.startswith(png.SIGNATURE):
+            raise DecodeError(src.path, "corrupt", f"a PNG whose header chunks are damaged: {_png_open_error(src.data)}",
+                              "re-copy or re-export the file") from e
         raise DecodeError(src.path, "not_an_image", "not an image Pillow can identify",
                           "remove the file or replace it with a real image") from e
     except (OSError, SyntaxError, ValueError, struct.error, EOFError) as e:
@@ -125,6 +133,17 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
         kind = "truncated" if "truncated" in reason.lower() else "corrupt"
         raise DecodeError(src.path, kind, f"cannot decode image: {reason}",
                           "re-copy or re-export the file") from e
+
+
+def _png_open_error(data: bytes) -> str:
+    """Why Pillow's PNG plugin refuses `data` (`Image.open` only says it cannot identify it)."""
+    from PIL import PngImagePlugin
+
+    try:
+        PngImagePlugin.PngImageFile(io.BytesIO(data)).close()
+    except (SyntaxError, IndexError, TypeError, struct.error, ValueError, OSError, EOFError) as e:
+        return str(e) or type(e).__name__
+    return "Pillow cannot identify it"
 
 
 def _check_png_limits(src: SourceFile, header: tuple[int, int, int, int], max_pixels: int) -> None:
@@ -141,6 +160,46 @@ def _check_png_limits(src: SourceFile, header: tuple[int, int, int, int], max_pi
             f"{width}x{height} = {width * height} pixels is over Pillow's decompression-bomb limit "
             f"({bomb} pixels, PIL.Image.MAX_IMAGE_PIXELS)",
             "check the file; Pillow's guard stays on whatever --max-pixels says",
+        )
+    _check_png_data_size(src)
+
+
+def _png_geometry(data: bytes) -> tuple[int, int, int | None]:
+    """(width, height, bytes its image data must inflate to: None for an unknown colour type)."""
+    width, height, depth, color_type, _, _, interlace = struct.unpack_from(">IIBBBBB", data, 16)
+    return width, height, pngchunks.raw_size(width, height, depth, color_type, interlace)
+
+
+def _check_png_data_size(src: SourceFile) -> None:
+    """Refuse, before anything is allocated, a PNG whose IHDR claims more pixels than its
+    compressed data could ever hold (deflate expands at most about 1032:1): a 429-byte
+    file claiming 9000x9000 is cut short, not a picture."""
+    width, height, raw = _png_geometry(src.data)
+    if raw is None:
+        return
+    compressed = sum(len(part) for part in pngchunks.first_idat_run(src.data))
+    if raw > pngchunks.max_inflated(compressed):
+        raise DecodeError(
+            src.path, "truncated",
+            f"IHDR says {width}x{height} ({raw} bytes of image data) but its {compressed} bytes of "
+            f"compressed data hold at most {pngchunks.max_inflated(compressed)}",
+            "re-copy or re-export the file",
+        )
+
+
+def _check_png_complete(src: SourceFile) -> None:
+    """After Pillow decoded a PNG: its image data held every row IHDR promises. Pillow
+    pads the rows a complete but short zlib stream lacks with black and reports nothing."""
+    width, height, raw = _png_geometry(src.data)
+    if raw is None:
+        return
+    got = pngchunks.inflated_size(pngchunks.first_idat_run(src.data), raw)
+    if got < raw:
+        raise DecodeError(
+            src.path, "truncated",
+            f"image data ends after {got} of the {raw} bytes a {width}x{height} PNG needs "
+            f"(about {got * height // raw} of {height} rows)",
+            "re-copy or re-export the file",
         )
 
 

@@ -9,9 +9,10 @@ a (H, W) uint32 key array: each row is looked up in the colour table as it is de
 It takes what datasets hold: 8-bit, non-interlaced greyscale, RGB, RGBA and palette
 PNGs, and for masks also 1-, 2- and 4-bit greyscale and palette PNGs (Pillow saves a
 palette of up to 16 colours with 4 bits or fewer, and a binary mask as 1-bit grey).
-Anything else, and any file in which it finds something odd (a bad CRC, a
-stream that ends early or runs on, an unknown critical chunk), gives None: the caller
-then decodes the file with Pillow, which names the problem. Pixels are identical
+Anything else, and any file in which it finds something odd (a bad CRC on any chunk, a
+stream that ends early or runs on, an unknown critical chunk, a PLTE after the image
+data, an ancillary chunk Pillow's handler refuses: see `pngchunks`), gives None: the
+caller then decodes the file with Pillow, which names the problem. Pixels are identical
 to Pillow's (tests compare every filter type and layout).
 
 Needs the `_pngrows` extension (built at install when a C compiler is present) and
@@ -33,10 +34,10 @@ try:
     from converter.transform import _pngrows
 except ImportError:  # no C compiler at install time: Pillow decodes every PNG
     _pngrows = None
+from converter.transform import pngchunks
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHANNELS = {0: 1, 2: 3, 3: 1, 6: 4}  # colour type -> samples per pixel
-_KNOWN_CRITICAL = {b"IHDR", b"PLTE", b"IDAT", b"IEND"}
 _LOW_DEPTHS = (1, 2, 4)  # bits per sample that grey and palette PNGs may also have
 
 
@@ -124,7 +125,6 @@ def read_rows(data: bytes | memoryview, *, palette: bool = False) -> PngRows | N
     if not available() or len(data) < 45 or bytes(data[:8]) != SIGNATURE:
         return None
     mv = memoryview(data)
-    crc32 = isal_zlib.crc32  # type: ignore[union-attr]
     length, ctype = struct.unpack_from(">I4s", mv, 8)
     if ctype != b"IHDR" or length != 13:
         return None
@@ -133,27 +133,11 @@ def read_rows(data: bytes | memoryview, *, palette: bool = False) -> PngRows | N
     if ((depth != 8 and not low_depth) or color_type not in _CHANNELS or (color_type == 3 and not palette)
             or compression or filter_method or interlace or width == 0 or height == 0):
         return None
-    pos, idat, plte, ended = 8, [], b"", False
-    end = len(mv)
-    while pos + 12 <= end:
-        length, ctype = struct.unpack_from(">I4s", mv, pos)
-        stop = pos + 8 + length
-        if stop + 4 > end:
-            return None  # cut inside a chunk
-        if ctype in _KNOWN_CRITICAL or ctype[:1].isupper():
-            if ctype not in _KNOWN_CRITICAL:
-                return None  # a critical chunk we do not know: let Pillow decide
-            if crc32(mv[pos + 4:stop]) != struct.unpack_from(">I", mv, stop)[0]:
-                return None  # damaged: the slow path names it
-            if ctype == b"IDAT":
-                idat.append(mv[pos + 8:stop])
-            elif ctype == b"PLTE":
-                plte = bytes(mv[pos + 8:stop])
-            elif ctype == b"IEND":
-                ended = True
-                break
-        pos = stop + 4
-    if not ended or not idat or (color_type == 3 and not plte):
+    found = _walk_chunks(mv, color_type)
+    if found is None:
+        return None
+    idat, plte = found
+    if color_type == 3 and not plte:
         return None
     expected = height * (1 + row_bytes(width, _CHANNELS[color_type], depth))
     try:
@@ -164,3 +148,38 @@ def read_rows(data: bytes | memoryview, *, palette: bool = False) -> PngRows | N
     except isal_zlib.error:  # type: ignore[union-attr]
         return None  # a broken stream: the slow path names it
     return PngRows(width, height, color_type, filtered, plte, depth)
+
+
+def _walk_chunks(mv: memoryview, color_type: int) -> tuple[list[memoryview], bytes] | None:
+    """The IDAT payloads and the PLTE payload of a PNG the fast path may decode, or None
+    where Pillow or the PNG specification would see something odd (see `pngchunks`):
+    then Pillow decodes the file and names the problem, so both paths give one answer."""
+    crc32 = isal_zlib.crc32  # type: ignore[union-attr]
+    idat: list[memoryview] = []
+    plte: bytes | None = None
+    text = 0
+    after_idat = False
+    for n, (ctype, start, stop) in enumerate(pngchunks.chunks(mv)):
+        if crc32(mv[start - 4:stop]) != struct.unpack_from(">I", mv, stop)[0]:
+            return None  # damaged (Pillow checks every CRC before the image data)
+        if n == 0:
+            continue  # the IHDR, read by the caller
+        if ctype == b"IEND":
+            return (idat, plte or b"") if idat else None
+        if ctype == b"IDAT":
+            if after_idat:
+                return None  # image data split by another chunk: Pillow reads the first run only
+            idat.append(mv[start:stop])
+            continue
+        after_idat = bool(idat)
+        if ctype == b"PLTE":
+            if idat or plte is not None:
+                return None  # a PLTE after the image data (Pillow ignores it) or a second one
+            plte = bytes(mv[start:stop])
+        elif ctype == b"IHDR" or ctype[:1].isupper():
+            return None  # a second IHDR, or a critical chunk we do not know
+        else:
+            refused, text = pngchunks.ancillary_refusal(ctype, bytes(mv[start:stop]), color_type, text)
+            if refused:
+                return None
+    return None  # no IEND: cut short

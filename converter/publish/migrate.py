@@ -1,0 +1,56 @@
+"""Migrate a dataset of manifest version 1 or 2 to version 3, in place and atomically.
+
+Versions 1 and 2 list every sample inline in ``imgshard.json``; version 3 keeps that
+per-sample data in one index file per shard (`readers.index`). The first run of this
+imgshard on an old dataset (`convert` or `compact`, holding the output lock) calls
+`migrate`:
+
+1. each shard's index file is written from the old manifest's samples (temporary name,
+   fsync, rename; `converter.write.index`): unlisted files until step 2;
+2. the version-3 manifest is published like any other (folder fsync, temporary file,
+   fsync, rename over ``imgshard.json``, folder fsync).
+
+A kill before the rename in step 2 leaves the version-2 dataset as it was (plus
+unlisted index files the next run sweeps, before migrating again); a kill after it
+leaves the version-3 dataset. Shard files are not touched: their bytes and digests
+(sha256 for version 1) stay. Readers of the old manifest are not disturbed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from converter import __version__
+from converter.publish.manifest import publish_manifest, utc_now
+from converter.write.index import source_bytes, write_index
+from readers.manifest import HISTORY_LIMIT, MANIFEST_VERSION, Manifest, SplitEntry
+
+log = logging.getLogger(__name__)
+
+
+def migrated(out_dir: str, manifest: Manifest) -> Manifest:
+    """The version-3 manifest of `manifest`, its index files written into `out_dir` (not published)."""
+    splits = {}
+    for name, entry in manifest.splits.items():
+        shards = []
+        for shard in entry.shards:
+            if shard.index is None:
+                shard = dataclasses.replace(shard, index=write_index(out_dir, shard.file, shard.samples),
+                                            source_bytes=source_bytes(shard.samples), samples=())
+            shards.append(shard)
+        splits[name] = SplitEntry(tuple(shards), entry.next_shard_index)
+    line = {"time": utc_now(), "migrated_from": manifest.version, "migrated_to": MANIFEST_VERSION,
+            "added": 0, "replaced": 0, "pruned": 0, "samples": sum(e.num_samples for e in splits.values()),
+            "tool_version": __version__}
+    history = (tuple(manifest.history) + (line,))[-HISTORY_LIMIT:]
+    return manifest.replace(splits=splits, history=history, version=MANIFEST_VERSION)
+
+
+def migrate(out_dir: str, manifest: Manifest) -> Manifest:
+    """Write the index files and publish the version-3 manifest (see the module docstring)."""
+    new = migrated(out_dir, manifest)
+    publish_manifest(out_dir, new)
+    log.info("migrated %s from manifest version %s to %s (%d shards)", out_dir, manifest.version,
+             MANIFEST_VERSION, sum(len(e.shards) for e in new.splits.values()))
+    return new

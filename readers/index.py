@@ -1,0 +1,217 @@
+"""Per-shard index files: the per-sample data of a version-3 dataset.
+
+A version-3 manifest lists shards only; what it knows about each sample (its key, its
+source files' paths, sizes, mtimes and content digests, its record position) lives in
+one index file per shard, written by the task that wrote the shard, next to it:
+
+    train-00003.tfrecord                         the shard
+    train-00003.tfrecord.9f2c4e1a0b7d3366.idx.npy   its index (the hex is the start of its digest)
+
+The manifest's shard entry names the index file with its byte count and digest
+(``"index": {"file": ..., "bytes": ..., "digest": "xxh3_128:..."}``). The name holds
+the start of the digest, so an index that changes (a refreshed mtime) gets a new
+name: a file a published manifest lists never changes under a reader.
+
+Format: one NumPy ``.npy`` file (`numpy.save`, format 1.0/2.0) holding a structured
+array with one row per record, row i describing record i of the shard. It loads with
+``numpy.load(path, allow_pickle=False)``; no TensorFlow, no imgshard needed. Fields
+(strings are UTF-8 bytes, ``S<n>`` with n the longest value of the file):
+
+==================  ======  ======================================================
+field               dtype   meaning
+==================  ======  ======================================================
+``key``             S       the sample's key (unique in the dataset)
+``record``          <i4     its record position in the shard (= the row number)
+``label``           <i8     class label (classification), -1 for segmentation
+``image_path``      S       image source, relative to the source root ('/'-separated)
+``image_size``      <i8     its size in bytes when converted
+``image_mtime_ns``  <i8     its mtime (ns) when converted
+``image_digest``    S       ``ALGORITHM:HEX`` of its content
+``mask_*``          ...     the same for the mask; ``mask_size`` -1 when there is none
+==================  ======  ======================================================
+
+This module needs only NumPy (xxhash is imported when a digest is checked) so that
+both the readers and the converter use it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from typing import Sequence
+
+import numpy as np
+
+from readers.manifest import IndexRef, ManifestError, SampleEntry, ShardEntry, SourceFingerprint
+
+INDEX_SUFFIX = ".idx.npy"
+INDEX_ALGORITHM = "xxh3_128"
+_NAME_HEX = 16
+_INDEX_RE = re.compile(r"^[A-Za-z0-9_.]+-\d{5,}\.[a-z]+\.[0-9a-f]{%d}%s$" % (_NAME_HEX, re.escape(INDEX_SUFFIX)))
+
+_STR_FIELDS = ("key", "image_path", "image_digest", "mask_path", "mask_digest")
+_INT_FIELDS = {"record": "<i4", "label": "<i8", "image_size": "<i8", "image_mtime_ns": "<i8",
+               "mask_size": "<i8", "mask_mtime_ns": "<i8"}
+FIELDS = ("key", "record", "label", "image_path", "image_size", "image_mtime_ns", "image_digest",
+          "mask_path", "mask_size", "mask_mtime_ns", "mask_digest")
+
+
+class IndexFileError(ManifestError):
+    """An index file is missing, damaged, or disagrees with the manifest."""
+
+
+def is_index_name(name: str) -> bool:
+    return bool(_INDEX_RE.match(name))
+
+
+def index_name(shard_file: str, digest: str) -> str:
+    return f"{shard_file}.{digest.split(':', 1)[1][:_NAME_HEX]}{INDEX_SUFFIX}"
+
+
+def _digest(data: bytes | memoryview) -> str:
+    import xxhash
+
+    return f"{INDEX_ALGORITHM}:{xxhash.xxh3_128(data).hexdigest()}"
+
+
+def _utf8(values: Sequence[str]) -> np.ndarray:
+    encoded = [v.encode("utf-8") for v in values]
+    width = max([1] + [len(b) for b in encoded])
+    return np.array(encoded, dtype=f"S{width}")
+
+
+def build_table(samples: Sequence[SampleEntry]) -> np.ndarray:
+    """The index rows of `samples` (record i = samples[i])."""
+    n = len(samples)
+    cols: dict[str, np.ndarray] = {
+        "key": _utf8([s.key for s in samples]),
+        "image_path": _utf8([s.image.path for s in samples]),
+        "image_digest": _utf8([s.image.digest for s in samples]),
+        "mask_path": _utf8([s.mask.path if s.mask else "" for s in samples]),
+        "mask_digest": _utf8([s.mask.digest if s.mask else "" for s in samples]),
+        "record": np.arange(n, dtype="<i4"),
+        "label": np.array([-1 if s.label is None else s.label for s in samples], "<i8"),
+        "image_size": np.array([s.image.size for s in samples], "<i8"),
+        "image_mtime_ns": np.array([s.image.mtime_ns for s in samples], "<i8"),
+        "mask_size": np.array([s.mask.size if s.mask else -1 for s in samples], "<i8"),
+        "mask_mtime_ns": np.array([s.mask.mtime_ns if s.mask else 0 for s in samples], "<i8"),
+    }
+    table = np.empty(n, dtype=[(f, cols[f].dtype) for f in FIELDS])
+    for f in FIELDS:
+        table[f] = cols[f]
+    return table
+
+
+def encode_table(table: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, table, allow_pickle=False)
+    return buf.getvalue()
+
+
+def index_ref(shard_file: str, data: bytes) -> IndexRef:
+    """The manifest's reference to the index file of `shard_file` holding `data`."""
+    digest = _digest(data)
+    return IndexRef(index_name(shard_file, digest), len(data), digest)
+
+
+def encode_index(shard_file: str, samples: Sequence[SampleEntry]) -> tuple[IndexRef, bytes]:
+    """(the manifest's reference, the file's bytes) of the index of `samples`."""
+    data = encode_table(build_table(samples))
+    return index_ref(shard_file, data), data
+
+
+def decode_index(data: bytes, where: str, records: int | None = None) -> np.ndarray:
+    """Parse and check an index file's bytes (structure only; the digest is the caller's)."""
+    try:
+        table = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise IndexFileError(f"{where}: not a readable index file ({type(e).__name__}: {e}).") from e
+    check_table(table, where, records)
+    return table
+
+
+def check_table(table: np.ndarray, where: str, records: int | None = None) -> None:
+    """The index's content is what this module writes: fields, types, rows, unique keys."""
+    names = table.dtype.names
+    if table.ndim != 1 or names is None or tuple(names) != FIELDS:
+        raise IndexFileError(f"{where}: expected a 1-D structured array with fields {list(FIELDS)}. "
+                             f"Received: shape {table.shape}, fields {list(names or ())}.")
+    for f in _STR_FIELDS:
+        if table.dtype[f].kind != "S":
+            raise IndexFileError(f"{where}: field {f!r} must hold bytes (S), received {table.dtype[f]}.")
+    for f, dt in _INT_FIELDS.items():
+        if table.dtype[f] != np.dtype(dt):
+            raise IndexFileError(f"{where}: field {f!r} must be {np.dtype(dt)}, received {table.dtype[f]}.")
+    if records is not None and len(table) != records:
+        raise IndexFileError(f"{where}: holds {len(table)} rows, the manifest says the shard has {records} records.")
+    if not np.array_equal(table["record"], np.arange(len(table))):
+        raise IndexFileError(f"{where}: record positions are not 0..{len(table) - 1} in order.")
+    if len(table) and (table["image_size"].min() < 0 or (table["key"] == b"").any()):
+        raise IndexFileError(f"{where}: holds an empty key or a negative image size.")
+    if len(np.unique(table["key"])) != len(table):
+        raise IndexFileError(f"{where}: lists a key twice.")
+
+
+def read_bounded(root: str, path: str, expected: int, shard_file: str) -> bytes:
+    """The bytes of an index file: a regular file inside the dataset folder, read up to one
+    byte past the size the manifest gives (a swapped-in huge file is not read whole)."""
+    from readers.files import check_inside, open_regular_file
+
+    try:
+        check_inside(root, path)
+        with open_regular_file(path) as f:
+            return f.read(expected + 1)
+    except FileNotFoundError:
+        raise IndexFileError(f"Index file {path} of shard {shard_file} is missing. Check the dataset with "
+                             "`imgshard verify OUT`; re-convert with --rebuild.") from None
+    except OSError as e:
+        raise IndexFileError(f"Index file {path} of shard {shard_file} cannot be read ({e}). Check the dataset "
+                             "with `imgshard verify OUT`; re-convert with --rebuild.") from e
+
+
+def read_index(root: str, entry: ShardEntry) -> np.ndarray:
+    """Load and check the index of `entry` (in dataset folder `root`): digest, size, content."""
+    ref = entry.index
+    if ref is None:
+        raise IndexFileError(f"{entry.file}: the manifest names no index file for it (a version-1/2 manifest).")
+    path = os.path.join(root, ref.file)
+    data = read_bounded(root, path, ref.bytes, entry.file)
+    if len(data) != ref.bytes or _digest(data) != ref.digest:
+        raise IndexFileError(f"Index file {path} of shard {entry.file} is damaged: its size or digest differs from "
+                             "the manifest's. Check the dataset with `imgshard verify OUT`; re-convert with "
+                             "--rebuild.")
+    return decode_index(data, path, entry.records)
+
+
+def table_samples(table: np.ndarray) -> list[SampleEntry]:
+    """The rows as `SampleEntry`s (for the few rows a run rewrites)."""
+    out = []
+    for row in table:
+        def fp(prefix: str) -> SourceFingerprint:
+            return SourceFingerprint(row[f"{prefix}_path"].decode("utf-8"), int(row[f"{prefix}_size"]),
+                                     int(row[f"{prefix}_mtime_ns"]), row[f"{prefix}_digest"].decode("utf-8"))
+
+        label = int(row["label"])
+        out.append(SampleEntry(row["key"].decode("utf-8"), fp("image"),
+                               fp("mask") if int(row["mask_size"]) >= 0 else None, None if label < 0 else label))
+    return out
+
+
+def shard_samples(root: str, entry: ShardEntry) -> list[SampleEntry]:
+    """Every sample of a shard: from its index file (version 3) or the manifest (versions 1, 2)."""
+    if entry.index is None:
+        return list(entry.samples)
+    return table_samples(read_index(root, entry))
+
+
+def shard_keys(root: str, entry: ShardEntry) -> list[str]:
+    """The keys of a shard's records, in record order."""
+    if entry.index is None:
+        return entry.keys
+    return [k.decode("utf-8") for k in read_index(root, entry)["key"].tolist()]
+
+
+__all__ = ["FIELDS", "INDEX_SUFFIX", "IndexFileError", "build_table", "decode_index", "encode_index", "index_name",
+           "index_ref", "encode_table", "read_bounded",
+           "is_index_name", "read_index", "shard_keys", "shard_samples", "table_samples"]
