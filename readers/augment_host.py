@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from readers.augment import PARAMS, Augment
+#: Parameter columns per sample: `readers.augment.PARAMS` (not imported here: `readers.augment`
+#: imports this module; tests/test_warp.py checks that the two agree).
+PARAMS = 19
 
 try:
     from readers import _warp
@@ -73,7 +75,7 @@ def _block(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> tuple[np.
     return view, fresh
 
 
-def warp_batch(augment: Augment, images: np.ndarray, targets: np.ndarray | None, params: np.ndarray, *,
+def warp_batch(augment: Any, images: np.ndarray, targets: np.ndarray | None, params: np.ndarray, *,
                normalize: bool, mask_fill: int = 255, one_hot_classes: int = 0,
                ignore_index: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """The C kernel on one batch: images (B, H, W, 3) uint8; targets None or masks
@@ -112,7 +114,7 @@ def warp_batch(augment: Augment, images: np.ndarray, targets: np.ndarray | None,
     return x, y
 
 
-def augment_expand(augment: Augment, spec: "RecordSpec", images: np.ndarray, targets: np.ndarray, params: np.ndarray,
+def augment_expand(augment: Any, spec: "RecordSpec", images: np.ndarray, targets: np.ndarray, params: np.ndarray,
                    *, normalize: bool, one_hot: bool) -> tuple[np.ndarray, np.ndarray]:
     """A compact batch augmented and expanded as `tf_dataset` gives it (see module doc)."""
     from readers.formats.expand import expand_numpy
@@ -130,7 +132,7 @@ def augment_expand(augment: Augment, spec: "RecordSpec", images: np.ndarray, tar
     return expand_numpy(x, y, spec, one_hot=one_hot, normalize=False)
 
 
-def make_host_map(spec: "RecordSpec", augment: Augment, *, normalize: bool, one_hot: bool, y_dtype: Any) -> Any:
+def make_host_map(spec: "RecordSpec", augment: Any, *, normalize: bool, one_hot: bool, y_dtype: Any) -> Any:
     """A `tf.data` map function (images, targets, params) -> (x, y) running `augment_expand`
     in one `tf.numpy_function` per batch (`y_dtype`: the compact targets' dtype)."""
     import tensorflow as tf

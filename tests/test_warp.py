@@ -217,3 +217,9 @@ def test_output_blocks_are_reused_only_once_released():
         assert np.array_equal(tx.numpy(), cx) and np.array_equal(ty.numpy(), cy)
         assert np.array_equal(ax, cx) and np.array_equal(ay, cy)  # reused blocks give the same batches
         assert set(np.unique(ay.sum(-1)).tolist()) <= {0.0, 1.0}
+
+
+def test_parameter_row_width_agrees_with_readers_augment():
+    from readers import augment
+
+    assert augment_host.PARAMS == augment.PARAMS == draw_params(Augment(), 4, 4, 0, 0, np.arange(1)).shape[1]
