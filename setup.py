@@ -1,9 +1,10 @@
-"""Build the two C extensions: PNG row unfiltering (`converter/transform/_pngrows.c`)
-and Pillow-exact image resampling (`converter/transform/_resample.c`).
+"""Build the three C extensions: PNG row unfiltering (`converter/transform/_pngrows.c`),
+Pillow-exact image resampling (`converter/transform/_resample.c`) and the readers' fused
+batch augmentation (`readers/_warp.c`).
 
-Everything else lives in pyproject.toml. Both extensions are optional: without a C
+Everything else lives in pyproject.toml. All three are optional: without a C
 compiler the install still succeeds, every PNG is decoded by Pillow and every image
-is resized by Pillow (slower, same pixels); `imgshard bench` says which decoder ran.
+is resized by Pillow (slower, same pixels), augmentation runs as TensorFlow ops; `imgshard bench` says which decoder ran.
 """
 
 from setuptools import Extension, setup
@@ -18,6 +19,11 @@ setup(
         Extension(
             "converter.transform._resample",
             sources=["converter/transform/_resample.c"],
+            optional=True,
+        ),
+        Extension(
+            "readers._warp",
+            sources=["readers/_warp.c"],
             optional=True,
         ),
     ]

@@ -34,6 +34,11 @@ How it works:
   DALI's ColorTwist): brightness adds a delta, contrast scales around the per-channel
   mean, saturation blends with the luma (ITU-R 601), hue rotates the chroma plane of
   YIQ. Values are clipped to [0, 255] once, at the end; padding keeps `fill`.
+
+Two implementations: on the host a fused C kernel (`readers.augment_host`,
+`readers/_warp.c`: one pass per sample, straight into the batch), and the TensorFlow
+functions below (`augment_tf`), which run on the accelerator (`readers.device`) and as
+the fallback where the extension is not built or ``IMGSHARD_FAST_AUGMENT=0``.
 """
 
 from __future__ import annotations
@@ -194,12 +199,21 @@ def augment_sample(augment: Augment, image: np.ndarray, target: Any, *, key: str
                    ignore_index: int | None = 255) -> tuple[np.ndarray, Any]:
     """One stored sample as `tf_dataset(..., augment=augment, seed=seed)` gives it in
     `epoch` (uint8 image; class map, one-hot planes, or the label unchanged); for
-    previews and checks. Imports TensorFlow."""
-    import tensorflow as tf
+    previews and checks. The host implementation (C, `readers.augment_host`) when built,
+    else TensorFlow."""
+    from readers.augment_host import fast_augment_available, warp_batch
 
     image = np.asarray(image)
     params = draw_params(augment, image.shape[0], image.shape[1], seed, epoch, key_ids([key]))
     segmentation = target is not None and np.ndim(target) >= 2
+    if fast_augment_available():
+        planes = segmentation and np.ndim(target) == 3
+        fill = 0 if planes else (255 if ignore_index is None else ignore_index)
+        x, y = warp_batch(augment, image[None], np.asarray(target)[None] if segmentation else None, params,
+                          normalize=False, mask_fill=fill)
+        return x[0], (y[0] if segmentation else target)
+    import tensorflow as tf
+
     targets = tf.constant(np.asarray(target)[None]) if segmentation else tf.constant([0], tf.int64)
     x, y = augment_tf(augment, tf.constant(image[None]), targets, tf.constant(params),
                       ignore_index=ignore_index, segmentation=segmentation, normalize=False)
@@ -429,12 +443,13 @@ def _separable_mask(targets: "tf.Tensor", params: "tf.Tensor", size: list[int], 
     return tf.where(valid, out, tf.constant(fill, targets.dtype))
 
 
-def _transform(data: "tf.Tensor", params: "tf.Tensor", size: list[int], method: str, fill: float) -> "tf.Tensor":
+def _transform(data: "tf.Tensor", params: "tf.Tensor", size: list[int], method: str, fill: float,
+               fill_mode: str = "CONSTANT") -> "tf.Tensor":
     import tensorflow as tf
 
     return tf.raw_ops.ImageProjectiveTransformV3(
         images=data, transforms=params[:, TRANSFORM], output_shape=tf.constant(size, tf.int32),
-        fill_value=fill, interpolation=method, fill_mode="CONSTANT")
+        fill_value=fill, interpolation=method, fill_mode=fill_mode)
 
 
 def _projective(images: "tf.Tensor", params: "tf.Tensor", size: list[int]) -> tuple["tf.Tensor", "tf.Tensor"]:
@@ -442,7 +457,9 @@ def _projective(images: "tf.Tensor", params: "tf.Tensor", size: list[int]) -> tu
     source pixel exists (the mask's rule)."""
     import tensorflow as tf
 
-    x = _transform(tf.cast(images, tf.float32), params, size, "BILINEAR", 0.0)
+    # "NEAREST" fill: taps outside the image repeat the edge (as the separable path and the
+    # C kernel clamp them) instead of blending with 0 within half a pixel of the border.
+    x = _transform(tf.cast(images, tf.float32), params, size, "BILINEAR", 0.0, "NEAREST")
     valid = _transform(tf.ones_like(images[..., :1]), params, size, "NEAREST", 0.0) > 0
     return x, valid
 

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from readers._lazy import LazyClass
+from readers.augment_host import augment_expand, fast_augment_available
 from readers.formats.base import RandomAccessShard
 from readers.formats.encoding import parallel_for
 from readers.formats.expand import expand_numpy
@@ -91,15 +92,10 @@ def _build_class() -> type:
             bs = self.options.batch_size
             picked = self._order[index * bs:(index + 1) * bs]
             images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
-            normalize = self.options.normalize
             if self.options.augment is not None:
-                if self._augment is None:
-                    self._augment = augment_fn(self.spec, self.options)
-                ids = self._ids[picked] if self._ids is not None else picked.astype(np.uint64)
-                images, targets = augment_numpy(self._augment, self.spec, self.options, self._seed, self.epoch, ids,
-                                                images, targets)
-                normalize = False  # done by the augmentation
-            return expand_numpy(images, targets, self.spec, one_hot=self.options.one_hot, normalize=normalize)
+                return augmented_batch(self, picked, images, targets)
+            return expand_numpy(images, targets, self.spec, one_hot=self.options.one_hot,
+                                normalize=self.options.normalize)
 
         def __getstate__(self) -> dict:
             state = dict(self.__dict__)
@@ -142,6 +138,24 @@ def epoch_order(seed: int, epoch: int, n: int, shuffle: bool) -> np.ndarray:
     if not shuffle:
         return np.arange(n)
     return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def augmented_batch(seq: Any, picked: np.ndarray, images: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A `ShardPyDataset` batch augmented with the draws of (seed, epoch, sample ids), then
+    expanded: in C (`readers.augment_host`) when built, else through `tf_dataset`'s
+    TensorFlow function (cached on `seq`)."""
+    ids = seq._ids[picked] if seq._ids is not None else picked.astype(np.uint64)
+    opts = seq.options
+    if fast_augment_available():
+        from readers.augment import draw_params
+
+        params = draw_params(opts.augment, seq.spec.height, seq.spec.width, seq._seed, seq.epoch, ids)
+        return augment_expand(opts.augment, seq.spec, images, targets, params, normalize=opts.normalize,
+                              one_hot=opts.one_hot)
+    if seq._augment is None:
+        seq._augment = augment_fn(seq.spec, opts)
+    images, targets = augment_numpy(seq._augment, seq.spec, opts, seq._seed, seq.epoch, ids, images, targets)
+    return expand_numpy(images, targets, seq.spec, one_hot=opts.one_hot, normalize=False)
 
 
 def augment_fn(spec: RecordSpec, options: PipelineOptions) -> Any:

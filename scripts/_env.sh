@@ -10,7 +10,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.imgshard-install-stamp"
-WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT"/converter/transform/*.c | sha256sum | cut -d' ' -f1)"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT"/converter/transform/*.c "$ROOT"/readers/*.c | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ] || ! "$VENV/bin/python" -c "import converter, readers" 2>/dev/null; then
   echo "imgshard: installing imgshard and its dependencies into $VENV (first run takes a few minutes)" >&2
   "$VENV/bin/python" -m pip install -q --upgrade pip

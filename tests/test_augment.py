@@ -21,6 +21,19 @@ from readers.augment import Augment, draw_params, key_ids  # noqa: E402
 
 tf = pytest.importorskip("tensorflow")
 
+@pytest.fixture(autouse=True, params=["c-kernel", "tf-fallback"])
+def host_implementation(request, monkeypatch):
+    """Every test runs on the host implementation (the `_warp` C kernel) and on the
+    TensorFlow fallback (what runs without a C compiler): IMGSHARD_FAST_AUGMENT=0."""
+    from readers.augment_host import fast_augment_available
+
+    if request.param == "c-kernel" and not fast_augment_available():
+        pytest.skip("readers._warp is not built (no C compiler)")
+    if request.param == "tf-fallback":
+        monkeypatch.setenv("IMGSHARD_FAST_AUGMENT", "0")
+    return request.param
+
+
 COLORS = [(200, 30, 40), (30, 180, 60), (40, 60, 210), (230, 220, 20), (20, 200, 220)]
 RECIPE = Augment(hflip=0.5, vflip=0.5, scale=(0.6, 1.8), crop=(24, 28), brightness=0.0)
 
@@ -240,7 +253,9 @@ def test_device_side_augmentation_equals_host_side(small):
     for ((x, params), y), (hx, hy) in zip(device, host):
         assert x.dtype == tf.uint8 and x.shape[1:] == (20, 18, 3)
         dx, dy = augment_batch(x, y, params, aug, num_classes=4)
-        assert np.allclose(np.asarray(dx), hx, atol=1e-6) and np.array_equal(np.asarray(dy), hy)
+        # The accelerator runs the TensorFlow implementation; the host the C kernel (or the
+        # same TensorFlow one): images within 2 levels (float rounding order), same classes.
+        assert np.allclose(np.asarray(dx), hx, atol=2 / 255) and np.array_equal(np.asarray(dy), hy)
 
 
 def test_keras_dataset_augments_like_tf_dataset(small):

@@ -146,7 +146,7 @@ def header(result: "BenchResult") -> str:
             f"repeats\nmachine: {m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, load "
             f"{m['loadavg_start']} at start; TensorFlow {m['tensorflow']}, Python {m['python']}, Pillow "
             f"{m.get('pillow', '?')}; PNG decoder: {m.get('png_decoder', '?')}, image resize: "
-            f"{m.get('image_resize', '?')}; {result.seconds:.0f} s"
+            f"{m.get('image_resize', '?')}, augmentation: {m.get('augment', '?')}; {result.seconds:.0f} s"
             + ("" if m.get("bytecode_compiled", True) else
                "\nnote: the project's bytecode could not be written (read-only checkout?): every `imgshard convert` "
                "started here compiled its modules from source, which a pip-installed copy does not"))

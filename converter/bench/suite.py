@@ -107,11 +107,13 @@ def machine_info() -> dict[str, Any]:
     import tensorflow as tf
 
     from converter.transform import png, resize
+    from readers.augment_host import fast_augment_available
 
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem, "python": platform.python_version(),
             "platform": platform.platform(), "tensorflow": tf.__version__, "numpy": np.__version__,
             "pillow": PIL.__version__, "png_decoder": "fast path (ISA-L + C unfilter)" if png.available() else "Pillow",
             "image_resize": resize.resizer(),
+            "augment": "C (readers._warp)" if fast_augment_available() else "TensorFlow ops (readers._warp not built)",
             "loadavg_start": [round(x, 2) for x in load]}
 
 

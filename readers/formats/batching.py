@@ -101,12 +101,18 @@ def generator_dataset(shards: Sequence[ShardRef], spec: RecordSpec, options: Pip
 
 
 def augment_map(spec: RecordSpec, options: PipelineOptions) -> Callable[..., Any]:
-    """(uint8 images, targets, params) -> expanded (x, y): augmentation, then one-hot; with
+    """(uint8 images, targets, params) -> expanded (x, y): augmentation, then one-hot (in C,
+    `readers.augment_host`, when built; else TensorFlow ops); with
     `options.augment_on == "device"`, ((images, params), targets) untouched (compact)."""
     from readers.augment import make_augment_tf
 
     if options.augment_on == "device":
         return lambda images, targets, params: ((images, params), targets)
+    from readers.augment_host import fast_augment_available, make_host_map
+
+    if fast_augment_available():  # the C implementation: one numpy_function per batch, GIL released
+        return make_host_map(spec, options.augment, normalize=options.normalize, one_hot=options.one_hot,
+                             y_dtype=y_signature(spec)[1])
     identity = expansion_is_identity(spec, one_hot=options.one_hot, normalize=False)
 
     def expand(x: Any, y: Any) -> tuple[Any, Any]:

@@ -1,0 +1,498 @@
+/*
+ * The host implementation of `readers.augment` for a whole batch: one pass per sample
+ * from the stored uint8 image and mask to the final training tensors
+ * (readers/augment_host.py is the Python side; docs/AUGMENT.md the conventions).
+ *
+ * Per sample, with the parameter row of `readers.augment.draw_params` (19 float32):
+ *
+ *   geometry  output pixel (x, y) (integer indices) comes from source position
+ *               sx = a00 x + a01 y + t0,  sy = a10 x + a11 y + t1        (double)
+ *             where source pixel centres sit at integers. It is *inside* when the nearest
+ *             source pixel exists: -0.5 < sx < W - 0.5 and -0.5 < sy < H - 0.5.
+ *             image: bilinear, x0 = floor(sx), fx = sx - x0, the two taps x0, x0 + 1
+ *                    clamped to [0, W - 1] (edge replicated), rows blended first;
+ *             mask:  nearest, floor(sx + 0.5) clamped, from the same (sx, sy), so image
+ *                    and mask padding cover exactly the same pixels.
+ *             Axis-aligned maps (a01 = a10 = 0: scale, flips, crop, 180 degrees) take a
+ *             separable path: taps and weights per column once, per row the two source
+ *             rows blended over the columns that the row reads, then one gather-and-blend
+ *             per output value. Same arithmetic as the general path.
+ *   colour    out = clip(c M x + M (delta + (1 - c) mean), 0, 255) per pixel (M: the 3x3
+ *             colour matrix, c: the contrast factor, mean: per-channel mean of the resampled
+ *             image over the inside pixels, needing a first pass over the sample);
+ *             outside pixels get `fill`.
+ *   output    float32 x / 255 (`normalize`), or uint8 rounded half to even (as tf.round);
+ *             mask: class map or planes in the stored dtype (outside: `mask_fill` for a
+ *             class map, all-zero planes), or, for a class map, float32 one-hot planes
+ *             (1 at the class when class < classes and class != ignore; outside pixels
+ *             are class `mask_fill`).
+ *
+ * warp(images, params, out_images, batch, height, width, out_height, out_width,
+ *      fill_r, fill_g, fill_b, normalize, photometric, contrast,
+ *      masks, out_masks, mask_itemsize, mask_planes, mask_fill, one_hot_classes, ignore, zeroed=False)
+ *   images:    uint8 (batch, height, width, 3), C-contiguous
+ *   params:    float32 (batch, 19)
+ *   out_images: writable, (batch, out_height, out_width, 3) float32 or uint8
+ *   masks:     None, or (batch, height, width, mask_planes) of mask_itemsize (1 or 2) bytes
+ *   out_masks: None, or writable: the masks' layout at the output size, or float32
+ *              (..., one_hot_classes) when one_hot_classes > 0 (mask_planes must be 1)
+ *   ignore:    the ignore index, or -1 for none (one-hot only)
+ *   zeroed:    out_masks is known to be all zeros (fresh calloc pages): one-hot output then
+ *              writes only the ones instead of clearing every plane first
+ * Sizes are checked against the buffers (ValueError naming the argument). Plain C (the
+ * compiler vectorises the row blends); the GIL is released while pixels are written.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NPARAMS 19
+
+typedef struct {
+    const uint8_t *images;
+    const float *params;
+    void *out_images;
+    Py_ssize_t batch;
+    int height, width, out_height, out_width;
+    float fill[3];
+    int normalize, photometric, contrast;
+    const uint8_t *masks;
+    void *out_masks;
+    int mask_itemsize, mask_planes, mask_fill, classes, ignore;
+    int zeroed; /* out_masks is all zeros already (one-hot: only the ones are written) */
+} Job;
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(IMGSHARD_PLAIN_C)
+/* AVX2 and baseline clones of the row loops, picked at load time (no FMA: the results are the
+ * same bits either way, since no multiply-add is contracted and no sum is reordered). */
+#define HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define HOT
+#endif
+
+/* Per-batch scratch. */
+typedef struct {
+    float *rgb;        /* affine path: rows * out_width * 3 (all rows when contrast needs the mean) */
+    uint8_t *valid;    /* affine path: rows * out_width */
+    float *vrow;       /* separable: width * 3, two source rows blended */
+    float *planes;     /* separable: 3 * out_width, one output row, planar r | g | b */
+    float *colacc;     /* separable: width * 3, row-weighted column sums (contrast mean) */
+    float *rw, *cw;    /* separable: height row weights, width column weights */
+    int *xa, *xb, *xn; /* separable: out_width bilinear taps and nearest column */
+    float *fx;
+    uint8_t *vx;
+} Scratch;
+
+static inline int clampi(long v, int hi) { return v < 0 ? 0 : (v > hi ? hi : (int)v); }
+
+/* floor() for the coordinates (|v| far below 2^63), without a libm call on baseline x86-64. */
+static inline double floor_fast(double v) {
+    double t = (double)(long)v;
+    return t > v ? t - 1.0 : t;
+}
+
+/* Round half to even (as rintf / tf.round) for 0 <= v <= 255: adding 1.5 * 2^23 leaves no
+ * fraction bits in float32, so the FPU's default rounding mode rounds. */
+static inline uint8_t round_u8(float v) {
+    const float big = 12582912.0f;
+    return (uint8_t)(int)((v + big) - big);
+}
+
+/* The colour transform: m = c M, v = M (delta + (1 - c) mean). */
+static void colour_params(const float *p, const double *mean, float *m, float *v) {
+    const float c = p[18], delta = p[17];
+    float off[3];
+    for (int k = 0; k < 9; k++) m[k] = p[8 + k] * c;
+    for (int k = 0; k < 3; k++) off[k] = mean ? delta + (1.0f - c) * (float)mean[k] : delta;
+    for (int k = 0; k < 3; k++) v[k] = p[8 + 3 * k] * off[0] + p[8 + 3 * k + 1] * off[1] + p[8 + 3 * k + 2] * off[2];
+}
+
+/* Colour, fill and output conversion of `count` pixels held planar (r, g, b); valid: NULL
+ * for all inside. `out` is the row's first value (float32 or uint8, interleaved). */
+HOT static void finish_planar(const Job *job, float *r, float *g, float *b, const uint8_t *valid, int count,
+                              const float *m, const float *v, void *out) {
+    if (job->photometric) {
+        for (int x = 0; x < count; x++) {
+            float o0 = m[0] * r[x] + m[1] * g[x] + m[2] * b[x] + v[0];
+            float o1 = m[3] * r[x] + m[4] * g[x] + m[5] * b[x] + v[1];
+            float o2 = m[6] * r[x] + m[7] * g[x] + m[8] * b[x] + v[2];
+            r[x] = o0 < 0.0f ? 0.0f : (o0 > 255.0f ? 255.0f : o0);
+            g[x] = o1 < 0.0f ? 0.0f : (o1 > 255.0f ? 255.0f : o1);
+            b[x] = o2 < 0.0f ? 0.0f : (o2 > 255.0f ? 255.0f : o2);
+        }
+    }
+    if (valid) {
+        for (int x = 0; x < count; x++) {
+            r[x] = valid[x] ? r[x] : job->fill[0];
+            g[x] = valid[x] ? g[x] : job->fill[1];
+            b[x] = valid[x] ? b[x] : job->fill[2];
+        }
+    }
+    if (job->normalize) {
+        float *o = (float *)out;
+        const float scale = 1.0f / 255.0f;
+        for (int x = 0; x < count; x++) {
+            o[3 * x] = r[x] * scale;
+            o[3 * x + 1] = g[x] * scale;
+            o[3 * x + 2] = b[x] * scale;
+        }
+    } else {
+        uint8_t *o = (uint8_t *)out;
+        for (int x = 0; x < count; x++) {
+            o[3 * x] = round_u8(r[x] < 0.0f ? 0.0f : (r[x] > 255.0f ? 255.0f : r[x]));
+            o[3 * x + 1] = round_u8(g[x] < 0.0f ? 0.0f : (g[x] > 255.0f ? 255.0f : g[x]));
+            o[3 * x + 2] = round_u8(b[x] < 0.0f ? 0.0f : (b[x] > 255.0f ? 255.0f : b[x]));
+        }
+    }
+}
+
+HOT static void blend_rows(const uint8_t *top, const uint8_t *bot, float fy, float *out, int count) {
+    for (int k = 0; k < count; k++) {
+        float a = (float)top[k];
+        out[k] = a + ((float)bot[k] - a) * fy;
+    }
+}
+
+HOT static void axpy_row(const uint8_t *src, float weight, float *acc, int count) {
+    for (int k = 0; k < count; k++) acc[k] += weight * (float)src[k];
+}
+
+HOT static void gather_row(const float *v, const int *xa, const int *xb, const float *fx, float *r, float *g,
+                           float *b, int count) {
+    for (int x = 0; x < count; x++) {
+        const float *p = v + 3 * xa[x], *q = v + 3 * xb[x];
+        float f = fx[x];
+        r[x] = p[0] + (q[0] - p[0]) * f;
+        g[x] = p[1] + (q[1] - p[1]) * f;
+        b[x] = p[2] + (q[2] - p[2]) * f;
+    }
+}
+
+/* Separable (axis-aligned) sample: per column taps once; the contrast mean from row and
+ * column weights over the source (sum over inside outputs of the bilinear value equals
+ * sum_r sum_c rw[r] cw[c] src[r, c]), so every output row is written in one pass. */
+static void sample_separable(const Job *job, Py_ssize_t n, const float *p, Scratch *s) {
+    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height;
+    const uint8_t *src = job->images + (size_t)n * H * W * 3;
+    int lo = W, hi = 0, inside_x = 0;
+    for (int x = 0; x < w; x++) {
+        double sx = (double)p[0] * x + (double)p[2];
+        double fl = floor_fast(sx);
+        s->vx[x] = sx > -0.5 && sx < W - 0.5;
+        inside_x += s->vx[x];
+        s->xa[x] = clampi((long)fl, W - 1);
+        s->xb[x] = clampi((long)fl + 1, W - 1);
+        s->fx[x] = (float)(sx - fl);
+        s->xn[x] = clampi((long)floor_fast(sx + 0.5), W - 1);
+        if (s->xa[x] < lo) lo = s->xa[x];
+        if (s->xb[x] > hi) hi = s->xb[x];
+    }
+    const int span = (hi - lo + 1) * 3;
+    for (int x = 0; x < w; x++) s->xa[x] -= lo, s->xb[x] -= lo;
+    float m[9], v[3];
+    if (job->photometric && job->contrast) {
+        double mean[3] = {0, 0, 0};
+        long inside_y = 0;
+        memset(s->rw, 0, sizeof(float) * (size_t)H);
+        memset(s->cw, 0, sizeof(float) * (size_t)W);
+        memset(s->colacc, 0, sizeof(float) * (size_t)span);
+        for (int y = 0; y < h; y++) {
+            double sy = (double)p[4] * y + (double)p[5];
+            if (!(sy > -0.5 && sy < H - 0.5)) continue;
+            double fl = floor_fast(sy);
+            float fy = (float)(sy - fl);
+            s->rw[clampi((long)fl, H - 1)] += 1.0f - fy;
+            s->rw[clampi((long)fl + 1, H - 1)] += fy;
+            inside_y++;
+        }
+        for (int x = 0; x < w; x++) {
+            if (!s->vx[x]) continue;
+            s->cw[s->xa[x]] += 1.0f - s->fx[x];
+            s->cw[s->xb[x]] += s->fx[x];
+        }
+        for (int r = 0; r < H; r++)
+            if (s->rw[r] != 0.0f) axpy_row(src + ((size_t)r * W + lo) * 3, s->rw[r], s->colacc, span);
+        for (int c = 0; c < hi - lo + 1; c++)
+            for (int k = 0; k < 3; k++) mean[k] += (double)s->cw[c] * s->colacc[3 * c + k];
+        double count = (double)inside_y * inside_x;
+        for (int k = 0; k < 3; k++) mean[k] /= count > 0 ? count : 1.0;
+        colour_params(p, mean, m, v);
+    } else {
+        colour_params(p, NULL, m, v);
+    }
+    float *r = s->planes, *g = r + w, *b = g + w;
+    const size_t row_values = (size_t)w * 3, item = job->normalize ? sizeof(float) : 1;
+    char *out = (char *)job->out_images + (size_t)n * h * row_values * item;
+    for (int y = 0; y < h; y++) {
+        double sy = (double)p[4] * y + (double)p[5];
+        void *dst = out + (size_t)y * row_values * item;
+        if (!(sy > -0.5 && sy < H - 0.5)) {
+            for (int x = 0; x < w; x++) r[x] = job->fill[0], g[x] = job->fill[1], b[x] = job->fill[2];
+            Job plain = *job;
+            plain.photometric = 0;
+            finish_planar(&plain, r, g, b, NULL, w, m, v, dst);
+            continue;
+        }
+        double fl = floor_fast(sy);
+        const float fy = (float)(sy - fl);
+        const int ya = clampi((long)fl, H - 1), yb = clampi((long)fl + 1, H - 1);
+        blend_rows(src + ((size_t)ya * W + lo) * 3, src + ((size_t)yb * W + lo) * 3, fy, s->vrow, span);
+        gather_row(s->vrow, s->xa, s->xb, s->fx, r, g, b, w);
+        finish_planar(job, r, g, b, inside_x == w ? NULL : s->vx, w, m, v, dst);
+    }
+}
+
+/* One output row of the general affine path. */
+static void row_affine(const Job *job, const uint8_t *src, const float *p, int y, float *rgb, uint8_t *valid) {
+    const int W = job->width, H = job->height, w = job->out_width;
+    const double a00 = p[0], a01 = p[1], t0 = p[2], a10 = p[3], a11 = p[4], t1 = p[5];
+    const double bx = a01 * y + t0, by = a11 * y + t1;
+    for (int x = 0; x < w; x++) {
+        double sx = a00 * x + bx, sy = a10 * x + by;
+        int in = sx > -0.5 && sx < W - 0.5 && sy > -0.5 && sy < H - 0.5;
+        valid[x] = (uint8_t)in;
+        if (!in) continue;
+        double flx = floor_fast(sx), fly = floor_fast(sy);
+        float fx = (float)(sx - flx), fy = (float)(sy - fly);
+        int xa = clampi((long)flx, W - 1), xb = clampi((long)flx + 1, W - 1);
+        int ya = clampi((long)fly, H - 1), yb = clampi((long)fly + 1, H - 1);
+        const uint8_t *r0 = src + (size_t)ya * W * 3, *r1 = src + (size_t)yb * W * 3;
+        for (int k = 0; k < 3; k++) {
+            float p00 = r0[3 * xa + k], p10 = r1[3 * xa + k], p01 = r0[3 * xb + k], p11 = r1[3 * xb + k];
+            float left = p00 + (p10 - p00) * fy, right = p01 + (p11 - p01) * fy;
+            rgb[3 * x + k] = left + (right - left) * fx;
+        }
+    }
+}
+
+/* The general affine sample: rows resampled into the scratch (all of them first when the
+ * contrast needs their mean), then colour and output per row. */
+static void sample_affine(const Job *job, Py_ssize_t n, const float *p, Scratch *s) {
+    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height;
+    const uint8_t *src = job->images + (size_t)n * H * W * 3;
+    const int all = job->photometric && job->contrast;
+    float m[9], v[3];
+    double sum[3] = {0, 0, 0};
+    long count = 0;
+    if (!all) colour_params(p, NULL, m, v);
+    float *r = s->planes, *g = r + w, *b = g + w;
+    const size_t row_values = (size_t)w * 3, item = job->normalize ? sizeof(float) : 1;
+    char *out = (char *)job->out_images + (size_t)n * h * row_values * item;
+    for (int pass = all ? 0 : 1; pass < 2; pass++) {
+        if (pass == 1 && all) {
+            double mean[3];
+            for (int k = 0; k < 3; k++) mean[k] = sum[k] / (count > 0 ? (double)count : 1.0);
+            colour_params(p, mean, m, v);
+        }
+        for (int y = 0; y < h; y++) {
+            float *rgb = s->rgb + (size_t)(all ? y : 0) * w * 3;
+            uint8_t *valid = s->valid + (size_t)(all ? y : 0) * w;
+            if (pass == 0 || !all) row_affine(job, src, p, y, rgb, valid);
+            if (pass == 0) {
+                for (int x = 0; x < w; x++) {
+                    if (!valid[x]) continue;
+                    sum[0] += rgb[3 * x], sum[1] += rgb[3 * x + 1], sum[2] += rgb[3 * x + 2];
+                    count++;
+                }
+                continue;
+            }
+            for (int x = 0; x < w; x++) {
+                r[x] = valid[x] ? rgb[3 * x] : 0.0f;
+                g[x] = valid[x] ? rgb[3 * x + 1] : 0.0f;
+                b[x] = valid[x] ? rgb[3 * x + 2] : 0.0f;
+            }
+            finish_planar(job, r, g, b, valid, w, m, v, out + (size_t)y * row_values * item);
+        }
+    }
+}
+
+static inline int mask_value(const Job *job, const uint8_t *src, size_t index) {
+    return job->mask_itemsize == 1 ? src[index] : ((const uint16_t *)src)[index];
+}
+
+/* Nearest-neighbour mask of one sample, from the same source coordinates as the image
+ * (separable maps: `s` holds the columns). */
+static void warp_mask(const Job *job, Py_ssize_t n, const float *p, const Scratch *s) {
+    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height, K = job->mask_planes;
+    const size_t plane = (size_t)H * W * K;
+    const uint8_t *src = job->masks + (size_t)n * plane * job->mask_itemsize;
+    const double a00 = p[0], a01 = p[1], t0 = p[2], a10 = p[3], a11 = p[4], t1 = p[5];
+    const int C = job->classes;
+    for (int y = 0; y < h; y++) {
+        const double bx = a01 * y + t0, by = a11 * y + t1;
+        const int vy = by > -0.5 && by < H - 0.5;
+        const size_t ny = (size_t)clampi((long)floor_fast(by + 0.5), H - 1) * W;
+        size_t row = ((size_t)n * h + y) * (size_t)w;
+        if (C > 0 && !job->zeroed) memset((float *)job->out_masks + row * (size_t)C, 0, sizeof(float) * (size_t)w * C);
+        if (s && C > 0 && job->mask_itemsize == 1) { /* the usual case: uint8 class map -> one-hot */
+            float *o = (float *)job->out_masks + row * (size_t)C;
+            const uint8_t *srow = src + ny;
+            for (int x = 0; x < w; x++) {
+                int cls = vy && s->vx[x] ? srow[s->xn[x]] : job->mask_fill;
+                if (cls < C && cls != job->ignore) o[(size_t)x * C + cls] = 1.0f;
+            }
+            continue;
+        }
+        if (s && C == 0 && K == 1 && job->mask_itemsize == 1) { /* uint8 class map -> class map */
+            uint8_t *o = (uint8_t *)job->out_masks + row;
+            const uint8_t *srow = src + ny;
+            if (!vy) {
+                memset(o, job->mask_fill, (size_t)w);
+                continue;
+            }
+            for (int x = 0; x < w; x++) o[x] = s->vx[x] ? srow[s->xn[x]] : (uint8_t)job->mask_fill;
+            continue;
+        }
+        for (int x = 0; x < w; x++) {
+            int in;
+            size_t at;
+            if (s) { /* separable: a10 = 0, so sy = by */
+                in = vy && s->vx[x];
+                at = ny + s->xn[x];
+            } else {
+                double sx = a00 * x + bx, sy = a10 * x + by;
+                in = sx > -0.5 && sx < W - 0.5 && sy > -0.5 && sy < H - 0.5;
+                at = (size_t)clampi((long)floor_fast(sy + 0.5), H - 1) * W + clampi((long)floor_fast(sx + 0.5), W - 1);
+            }
+            if (C > 0) {
+                int cls = in ? mask_value(job, src, at) : job->mask_fill;
+                if (cls < C && cls != job->ignore) ((float *)job->out_masks)[(row + x) * (size_t)C + cls] = 1.0f;
+            } else if (K == 1) {
+                int cls = in ? mask_value(job, src, at) : job->mask_fill;
+                if (job->mask_itemsize == 1)
+                    ((uint8_t *)job->out_masks)[row + x] = (uint8_t)cls;
+                else
+                    ((uint16_t *)job->out_masks)[row + x] = (uint16_t)cls;
+            } else {
+                for (int k = 0; k < K; k++) {
+                    int val = in ? mask_value(job, src, at * K + k) : 0;
+                    if (job->mask_itemsize == 1)
+                        ((uint8_t *)job->out_masks)[(row + x) * K + k] = (uint8_t)val;
+                    else
+                        ((uint16_t *)job->out_masks)[(row + x) * K + k] = (uint16_t)val;
+                }
+            }
+        }
+    }
+}
+
+static int run(const Job *job) {
+    const int W = job->width, H = job->height, w = job->out_width;
+    const int rows = job->photometric && job->contrast ? job->out_height : 1;
+    Scratch s;
+    s.rgb = malloc(sizeof(float) * (size_t)rows * w * 3);
+    s.valid = malloc((size_t)rows * w);
+    s.vrow = malloc(sizeof(float) * ((size_t)W * 3 * 2 + (size_t)H + (size_t)W + 3 * (size_t)w + w));
+    s.xa = malloc(sizeof(int) * (size_t)w * 3);
+    s.vx = malloc((size_t)w);
+    if (!s.rgb || !s.valid || !s.vrow || !s.xa || !s.vx) {
+        free(s.rgb), free(s.valid), free(s.vrow), free(s.xa), free(s.vx);
+        return -1;
+    }
+    s.colacc = s.vrow + (size_t)W * 3;
+    s.rw = s.colacc + (size_t)W * 3;
+    s.cw = s.rw + H;
+    s.planes = s.cw + W;
+    s.fx = s.planes + 3 * (size_t)w;
+    s.xb = s.xa + w;
+    s.xn = s.xb + w;
+    for (Py_ssize_t n = 0; n < job->batch; n++) {
+        const float *p = job->params + (size_t)n * NPARAMS;
+        const int separable = p[1] == 0.0f && p[3] == 0.0f;
+        if (separable)
+            sample_separable(job, n, p, &s);
+        else
+            sample_affine(job, n, p, &s);
+        if (job->masks) warp_mask(job, n, p, separable ? &s : NULL);
+    }
+    free(s.rgb), free(s.valid), free(s.vrow), free(s.xa), free(s.vx);
+    return 0;
+}
+
+static int check_size(Py_buffer *buf, size_t expected, const char *name) {
+    if ((size_t)buf->len != expected) {
+        PyErr_Format(PyExc_ValueError, "%s must hold %zu bytes for the given sizes. Received: %zd bytes", name,
+                     expected, buf->len);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *warp(PyObject *self, PyObject *args) {
+    Py_buffer images = {0}, params = {0}, out_images = {0}, masks = {0}, out_masks = {0};
+    PyObject *masks_obj, *out_masks_obj, *result = NULL;
+    Job job;
+    int fill[3];
+    memset(&job, 0, sizeof(job));
+    if (!PyArg_ParseTuple(args, "y*y*w*niiiiiiipppOOiiiii|p", &images, &params, &out_images, &job.batch, &job.height,
+                          &job.width, &job.out_height, &job.out_width, &fill[0], &fill[1], &fill[2], &job.normalize,
+                          &job.photometric, &job.contrast, &masks_obj, &out_masks_obj, &job.mask_itemsize,
+                          &job.mask_planes, &job.mask_fill, &job.classes, &job.ignore, &job.zeroed))
+        return NULL;
+    for (int k = 0; k < 3; k++) job.fill[k] = (float)fill[k];
+    size_t B = (size_t)job.batch, out_pixels = B * job.out_height * job.out_width;
+    if (job.batch < 0 || job.height < 1 || job.width < 1 || job.out_height < 1 || job.out_width < 1) {
+        PyErr_SetString(PyExc_ValueError, "batch must be >= 0 and every size >= 1");
+        goto done;
+    }
+    if (check_size(&images, B * job.height * job.width * 3, "images") ||
+        check_size(&params, B * NPARAMS * sizeof(float), "params") ||
+        check_size(&out_images, out_pixels * 3 * (job.normalize ? sizeof(float) : 1), "out_images"))
+        goto done;
+    if (masks_obj != Py_None) {
+        if (job.mask_itemsize != 1 && job.mask_itemsize != 2) {
+            PyErr_Format(PyExc_ValueError, "mask_itemsize must be 1 or 2. Received: %d", job.mask_itemsize);
+            goto done;
+        }
+        if (job.mask_planes < 1 || (job.classes > 0 && job.mask_planes != 1)) {
+            PyErr_Format(PyExc_ValueError, "mask_planes must be >= 1 (1 for one-hot output). Received: %d",
+                         job.mask_planes);
+            goto done;
+        }
+        if (PyObject_GetBuffer(masks_obj, &masks, PyBUF_SIMPLE) < 0 ||
+            PyObject_GetBuffer(out_masks_obj, &out_masks, PyBUF_WRITABLE) < 0)
+            goto done;
+        size_t in_bytes = B * job.height * job.width * job.mask_planes * job.mask_itemsize;
+        size_t out_bytes = job.classes > 0 ? out_pixels * job.classes * sizeof(float)
+                                           : out_pixels * job.mask_planes * job.mask_itemsize;
+        if (check_size(&masks, in_bytes, "masks") || check_size(&out_masks, out_bytes, "out_masks")) goto done;
+        job.masks = masks.buf;
+        job.out_masks = out_masks.buf;
+    }
+    job.images = images.buf;
+    job.params = params.buf;
+    job.out_images = out_images.buf;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run(&job);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&images);
+    PyBuffer_Release(&params);
+    PyBuffer_Release(&out_images);
+    if (masks.obj) PyBuffer_Release(&masks);
+    if (out_masks.obj) PyBuffer_Release(&out_masks);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"warp", warp, METH_VARARGS,
+     "warp(images, params, out_images, batch, height, width, out_height, out_width, fill_r, fill_g, fill_b, "
+     "normalize, photometric, contrast, masks, out_masks, mask_itemsize, mask_planes, mask_fill, "
+     "one_hot_classes, ignore): augment a uint8 batch into preallocated outputs (see readers/_warp.c)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_warp",
+                                    "Fused batch augmentation: bilinear image + nearest mask + colour (C).", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__warp(void) { return PyModule_Create(&module); }

@@ -1,0 +1,225 @@
+"""The `_warp` C extension (`readers.augment_host`, the host augmentation) against an
+independent NumPy implementation of the documented conventions, and the TensorFlow
+implementation (the fallback and the accelerator path) against the C one.
+
+Conventions (docs/AUGMENT.md): output pixel (x, y) samples source position
+(a00 x + a01 y + t0, a10 x + a11 y + t1), pixel centres at integers; inside when
+-0.5 < s < size - 0.5 on both axes; image bilinear with the taps clamped to the edge;
+mask nearest floor(s + 0.5); colour clip(c M x + M (delta + (1 - c) mean), 0, 255)
+with the mean over inside pixels; outside: fill / ignore index.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from readers import augment_host
+from readers.augment import PARAMS, Augment, draw_params
+
+needs_kernel = pytest.mark.skipif(augment_host._warp is None,
+                                reason="the _warp extension is not built (no C compiler)")
+
+
+def _textured(rng, b, h, w):
+    base = rng.integers(0, 256, (b, h, w, 3)).astype(np.float64)
+    yy, xx = np.mgrid[0:h, 0:w]
+    smooth = 127 + 100 * np.sin(xx[None, :, :, None] / 3.0 + yy[None, :, :, None] / 5.0 + np.arange(3))
+    return np.clip(0.5 * base + 0.5 * smooth, 0, 255).astype(np.uint8)
+
+
+def _reference(augment, images, masks, params, *, mask_fill, normalize):
+    """NumPy float64 implementation of the documented host augmentation (uint8 or float out)."""
+    b, h, w = images.shape[:3]
+    oh, ow = augment.output_size(h, w)
+    yy, xx = np.mgrid[0:oh, 0:ow].astype(np.float64)
+    out_x, out_m = [], []
+    for n in range(b):
+        p = params[n].astype(np.float64)
+        sx = p[0] * xx + (p[1] * yy + p[2])
+        sy = p[3] * xx + (p[4] * yy + p[5])
+        inside = (sx > -0.5) & (sx < w - 0.5) & (sy > -0.5) & (sy < h - 0.5)
+        x0, y0 = np.floor(sx), np.floor(sy)
+        fx, fy = (sx - x0)[..., None], (sy - y0)[..., None]
+        xa, xb = np.clip(x0, 0, w - 1).astype(int), np.clip(x0 + 1, 0, w - 1).astype(int)
+        ya, yb = np.clip(y0, 0, h - 1).astype(int), np.clip(y0 + 1, 0, h - 1).astype(int)
+        img = images[n].astype(np.float64)
+        left = img[ya, xa] + (img[yb, xa] - img[ya, xa]) * fy
+        right = img[ya, xb] + (img[yb, xb] - img[ya, xb]) * fy
+        v = left + (right - left) * fx
+        if augment.photometric:
+            m, c, delta = p[8:17].reshape(3, 3), p[18], p[17]
+            mean = v[inside].mean(0) if augment.contrast and inside.any() else np.zeros(3)
+            offset = delta + ((1 - c) * mean if augment.contrast else 0.0)
+            v = np.clip(v @ (c * m).T + m @ (np.ones(3) * offset), 0, 255)
+        v[~inside] = augment.fill_rgb()
+        out_x.append(v / 255.0 if normalize else np.clip(np.round(v), 0, 255))
+        if masks is not None:
+            nx = np.clip(np.floor(sx + 0.5), 0, w - 1).astype(int)
+            ny = np.clip(np.floor(sy + 0.5), 0, h - 1).astype(int)
+            mk = masks[n][ny, nx].copy()
+            mk[~inside] = mask_fill
+            out_m.append(mk)
+    return np.stack(out_x), (np.stack(out_m) if masks is not None else None)
+
+
+RECIPES = {
+    "scale-crop-flip": Augment(hflip=0.5, vflip=0.5, scale=(0.6, 1.8), crop=(23, 29)),
+    "zoom-out-padding": Augment(hflip=0.5, scale=(0.3, 0.7), crop=(31, 26), fill=(255, 0, 255)),
+    "photometric": Augment(hflip=0.5, scale=(0.75, 1.5), crop=(20, 24), brightness=0.2, contrast=0.3,
+                           saturation=0.3, hue=0.05, fill=7),
+    "rotate": Augment(rotate=40.0, scale=(0.5, 2.0), crop=(27, 21), fill=(10, 20, 30)),
+    "rot90-flip-colour": Augment(rot90=True, hflip=0.5, vflip=0.5, scale=(0.8, 1.3), contrast=0.2,
+                                 saturation=0.5, hue=0.2),
+}
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", list(RECIPES))
+@pytest.mark.parametrize("mask_dtype", [np.uint8, np.uint16])
+def test_kernel_matches_numpy_reference(name, mask_dtype):
+    aug = RECIPES[name]
+    rng = np.random.default_rng(abs(hash((name, mask_dtype.__name__))) % 1000)
+    for trial in range(3):
+        b, h, w = int(rng.integers(1, 4)), int(rng.integers(9, 40)), int(rng.integers(9, 40))
+        images = _textured(rng, b, h, w)
+        top = 300 if mask_dtype == np.uint16 else 6
+        masks = rng.integers(0, top, (b, h, w)).astype(mask_dtype)
+        params = draw_params(aug, h, w, int(rng.integers(0, 1 << 30)), trial, np.arange(b, dtype=np.uint64))
+        ref_x, ref_m = _reference(aug, images, masks, params, mask_fill=255, normalize=False)
+        x, m = augment_host.warp_batch(aug, images, masks, params, normalize=False, mask_fill=255)
+        assert x.dtype == np.uint8 and m.dtype == mask_dtype and x.shape == ref_x.shape
+        assert np.array_equal(m, ref_m)  # masks: exact (same coordinates, same rule)
+        assert np.abs(x.astype(int) - ref_x).max() <= 1  # float32 vs float64 rounding only
+        assert (x.astype(int) != ref_x).mean() < 0.01
+        fx, _ = augment_host.warp_batch(aug, images, None, params, normalize=True)
+        ref_f, _ = _reference(aug, images, None, params, mask_fill=255, normalize=True)
+        assert fx.dtype == np.float32 and np.abs(fx - ref_f).max() < 0.05 / 255
+
+
+@needs_kernel
+def test_padding_covers_the_same_pixels_in_image_and_mask():
+    aug = Augment(scale=(0.4, 0.5), crop=(40, 40), fill=(255, 0, 255))
+    rng = np.random.default_rng(1)
+    images = _textured(rng, 2, 30, 34)
+    images[..., 1] |= 1  # never the fill colour
+    masks = rng.integers(0, 4, (2, 30, 34)).astype(np.uint8)
+    params = draw_params(aug, 30, 34, 0, 0, np.arange(2, dtype=np.uint64))
+    x, m = augment_host.warp_batch(aug, images, masks, params, normalize=False, mask_fill=250)
+    outside = (x == (255, 0, 255)).all(-1)
+    assert outside.mean() > 0.5 and np.array_equal(outside, m == 250)
+
+
+@needs_kernel
+def test_one_hot_output_equals_class_map_one_hot():
+    aug = RECIPES["photometric"]
+    rng = np.random.default_rng(2)
+    images = _textured(rng, 3, 25, 30)
+    masks = rng.integers(0, 5, (3, 25, 30)).astype(np.uint8)
+    masks[:, ::7] = 255  # ignored pixels
+    params = draw_params(aug, 25, 30, 4, 0, np.arange(3, dtype=np.uint64))
+    _, cmap = augment_host.warp_batch(aug, images, masks, params, normalize=False, mask_fill=255)
+    _, hot = augment_host.warp_batch(aug, images, masks, params, normalize=True, mask_fill=255,
+                                     one_hot_classes=5, ignore_index=255)
+    expected = np.eye(6, dtype=np.float32)[np.minimum(cmap, 5)][..., :5]
+    assert hot.dtype == np.float32 and np.array_equal(hot, expected)
+    assert (hot.sum(-1) == 0).any() and (hot.sum(-1) == 1).any()
+
+
+@needs_kernel
+def test_one_hot_planes_are_resampled_with_zero_padding():
+    aug = Augment(hflip=1.0, scale=(0.5, 0.6), crop=(20, 20))
+    rng = np.random.default_rng(3)
+    images = _textured(rng, 2, 16, 18)
+    cmap = rng.integers(0, 3, (2, 16, 18))
+    planes = np.eye(3, dtype=np.uint8)[cmap]
+    params = draw_params(aug, 16, 18, 1, 0, np.arange(2, dtype=np.uint64))
+    _, got = augment_host.warp_batch(aug, images, planes, params, normalize=False, mask_fill=0)
+    _, ref = _reference(aug, images, cmap.astype(np.uint8), params, mask_fill=3, normalize=False)
+    assert np.array_equal(got, np.eye(4, dtype=np.uint8)[ref][..., :3])
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_tensorflow_implementation_agrees_with_the_kernel(name):
+    """The fallback / accelerator implementation: masks exact where the source is uniform
+    around the sampled position, images within 2 levels."""
+    tf = pytest.importorskip("tensorflow")
+    from readers.augment import augment_tf
+
+    aug = RECIPES[name]
+    rng = np.random.default_rng(7)
+    h, w = 30, 36
+    cmap = np.kron(rng.integers(0, 5, (3, 6, 6)), np.ones((1, 5, 6), np.int64)).astype(np.uint8)
+    images = _textured(rng, 3, h, w)
+    params = draw_params(aug, h, w, 11, 0, np.arange(3, dtype=np.uint64))
+    x, m = augment_host.warp_batch(aug, images, cmap, params, normalize=False, mask_fill=255)
+    tx, tm = augment_tf(aug, tf.constant(images), tf.constant(cmap), tf.constant(params), ignore_index=255,
+                        segmentation=True, normalize=False)
+    assert np.abs(x.astype(int) - tx.numpy()).max() <= 2
+    # Where the 3x3 mask neighbourhood of the C result is uniform, a tie in the coordinate
+    # rounding cannot change the class.
+    uniform = np.ones(m.shape, bool)
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            uniform &= np.roll(np.roll(m, dy, 1), dx, 2) == m
+    uniform[:, [0, -1]] = uniform[:, :, [0, -1]] = False
+    assert uniform.mean() > 0.3 and np.array_equal(m[uniform], tm.numpy()[uniform])
+
+
+@needs_kernel
+def test_bad_buffers_raise_value_errors_naming_them():
+    aug = Augment(crop=(8, 8))
+    images = np.zeros((2, 10, 10, 3), np.uint8)
+    with pytest.raises(ValueError, match="params"):
+        augment_host.warp_batch(aug, images, None, np.zeros((3, PARAMS), np.float32), normalize=False)
+    with pytest.raises(ValueError, match="masks"):
+        augment_host.warp_batch(aug, images, np.zeros((2, 10, 9), np.uint8), np.zeros((2, PARAMS), np.float32),
+                                normalize=False)
+    with pytest.raises(ValueError, match="images"):
+        augment_host.warp_batch(aug, images[..., :2], None, np.zeros((2, PARAMS), np.float32), normalize=False)
+
+
+@needs_kernel
+def test_switch_turns_the_kernel_off(monkeypatch):
+    assert augment_host.fast_augment_available()
+    monkeypatch.setenv("IMGSHARD_FAST_AUGMENT", "0")
+    assert not augment_host.fast_augment_available()
+
+
+def test_ci_requires_the_compiled_kernel():
+    """.ci/run sets IMGSHARD_REQUIRE_FAST_PNG=1 (CI has a C compiler): readers._warp must have been built."""
+    if os.environ.get("IMGSHARD_REQUIRE_FAST_PNG") != "1":
+        pytest.skip("IMGSHARD_REQUIRE_FAST_PNG is not set (only CI requires the compiled extensions)")
+    assert augment_host._warp is not None, "readers._warp did not build: is a C compiler installed?"
+
+
+@needs_kernel
+def test_output_blocks_are_reused_only_once_released():
+    """Batches still held (by the caller or a TensorFlow tensor) keep their memory; a
+    released block is reused and, for one-hot output, cleared again."""
+    tf = pytest.importorskip("tensorflow")
+    aug = RECIPES["photometric"]
+    rng = np.random.default_rng(9)
+    images = _textured(rng, 2, 22, 26)
+    masks = rng.integers(0, 4, (2, 22, 26)).astype(np.uint8)
+    params = [draw_params(aug, 22, 26, seed, 0, np.arange(2, dtype=np.uint64)) for seed in range(8)]
+    run = [augment_host.warp_batch(aug, images, masks, p, normalize=True, one_hot_classes=4, ignore_index=255)
+           for p in params]
+    held = [(tf.constant(x), tf.constant(y)) for x, y in run]  # numpy-backed tensors may share the memory
+    copies = [(x.copy(), y.copy()) for x, y in run]
+    del run
+    again = [augment_host.warp_batch(aug, images, masks, p, normalize=True, one_hot_classes=4, ignore_index=255)
+             for p in params]
+    for (tx, ty), (cx, cy), (ax, ay) in zip(held, copies, again):
+        assert np.array_equal(tx.numpy(), cx) and np.array_equal(ty.numpy(), cy)
+        assert np.array_equal(ax, cx) and np.array_equal(ay, cy)  # reused blocks give the same batches
+        assert set(np.unique(ay.sum(-1)).tolist()) <= {0.0, 1.0}
+
+
+def test_parameter_row_width_agrees_with_readers_augment():
+    from readers import augment
+
+    assert augment_host.PARAMS == augment.PARAMS == draw_params(Augment(), 4, 4, 0, 0, np.arange(1)).shape[1]
