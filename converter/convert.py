@@ -556,7 +556,7 @@ def _report(result: ConvertResult, options: OutputOptions, run: RunOptions, cmap
         "bad": [b.to_json() for b in result.bad],
         "unknown_colors": [
             {"color": list(c), "pixels": px, "files": files,
-             **({"nearest": cmap.nearest(c)[0], "distance": cmap.nearest(c)[1]} if cmap else {})}
+             **(dict(zip(("nearest", "distance"), cmap.nearest(c))) if cmap else {})}
             if not isinstance(c, int) else {"value": c, "pixels": px, "files": files}
             for c, (px, files) in sorted(result.unknown_colors.items(), key=lambda kv: -kv[1][0])
         ],

@@ -155,7 +155,8 @@ def _compact_locked(out_dir: str, target: int, workers: int, on_progress) -> Com
         raise OutputWriteError(e.errno or errno.EIO, f"Publishing {MANIFEST_NAME} in {out_dir} failed: "
                                f"{e.strerror or e}. The previous dataset is intact.") from e
     dropped = sorted(f for t in tasks for f in t.replaces)
-    stale = sorted(s.index.file for _, s in old.iter_shards() if s.file in set(dropped) and s.index is not None)
+    dropped_set = set(dropped)
+    stale = sorted(s.index.file for _, s in old.iter_shards() if s.file in dropped_set and s.index is not None)
     remove_files(out_dir, dropped + stale)
     result.manifest, result.dropped = manifest, dropped
     result.written = sorted((r.entry for r in results if r.entry is not None), key=lambda e: e.file)

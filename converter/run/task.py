@@ -86,14 +86,22 @@ def warm_up(ctx: WorkerContext) -> None:
         transform.semantics.warm_up()
 
 
-def _old_records(ctx: WorkerContext, shard_file: str) -> tuple[dict[int, Any], list[SampleEntry], Any]:
-    """Records of an old shard as stored (encoded bytes stay encoded), by index (read once
-    per task), its samples from its index file, and its record layout."""
-    from readers.formats.spec import RecordSpec, ShardRef
-    from readers.formats.registry import get_adapter
+def _old_layout(ctx: WorkerContext) -> tuple[Any, Any]:
+    """The old manifest and its record layout (read once per task)."""
+    from readers.formats.spec import RecordSpec
 
     manifest = Manifest.load(ctx.old_manifest_path)  # type: ignore[arg-type]
-    spec = RecordSpec.from_manifest(manifest)
+    return manifest, RecordSpec.from_manifest(manifest)
+
+
+def _old_records(ctx: WorkerContext, layout: tuple[Any, Any],
+                 shard_file: str) -> tuple[dict[int, Any], list[SampleEntry], Any]:
+    """Records of an old shard as stored (encoded bytes stay encoded), by index (read once
+    per task), its samples from its index file, and its record layout."""
+    from readers.formats.spec import ShardRef
+    from readers.formats.registry import get_adapter
+
+    manifest, spec = layout
     entry = next(s for _, s in manifest.iter_shards() if s.file == shard_file)
     path = os.path.join(ctx.out_dir, shard_file)
     digest = digest_file(path, algorithm_of(entry.digest))
@@ -156,7 +164,9 @@ def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeE
 
 def _copy_source(ctx: WorkerContext, copies: dict, shard_file: str) -> tuple[dict[int, Any], list[SampleEntry], Any]:
     if shard_file not in copies:
-        copies[shard_file] = _old_records(ctx, shard_file)
+        if None not in copies:  # the old manifest, parsed once per task however many shards it copies from
+            copies[None] = _old_layout(ctx)
+        copies[shard_file] = _old_records(ctx, copies[None], shard_file)
     return copies[shard_file]
 
 
@@ -188,7 +198,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     ignore_pixels = 0
     entries: list[SampleEntry] = []
     result = ShardResult(task.split, None, task.replaces)
-    copies: dict[str, tuple[dict[int, Any], list[SampleEntry], Any]] = {}
+    copies: dict[Any, Any] = {}  # shard file -> (records, samples, spec); None -> the old layout
     encoder = encoder_for(ctx.options.format)
     encode = SampleEncoding(ctx.options, ignore_index_for(len(ctx.classes)))
     try:

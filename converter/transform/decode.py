@@ -349,10 +349,11 @@ def decode_mask(src: SourceFile, max_pixels: int, *, wide: bool = False) -> Mask
     if im.mode in _WIDE_GREY:  # 16-bit grey masks: fine while every value is a grey level 0..255
         values = np.asarray(im)
         top = int(values.max()) if values.size else 0
-        if wide and top <= 0xFFFF and not (values.size and int(values.min()) < 0):
+        low = int(values.min()) if values.size else 0
+        if wide and top <= 0xFFFF and low >= 0:
             if top > 255:
                 return MaskArray(h, w, indices=values.astype(np.uint16), table=None, path=src.path)
-        if top > 255 or (values.size and int(values.min()) < 0):
+        if top > 255 or low < 0:
             raise DecodeError(
                 src.path, "mask_16bit",
                 f"{im.mode} greyscale mask with values up to {top}: a class table maps grey levels 0-255 "

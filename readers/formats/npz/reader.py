@@ -405,8 +405,8 @@ def member_limits(shard: ShardRef, spec: RecordSpec) -> dict[str, int]:
     the record shape, keys at the manifest's longest key (4 bytes per character), plus
     the largest header."""
     n = shard.records
-    keys = shard.entry.keys
-    key_chars = max((len(k) for k in keys), default=0) if keys else KEY_MAX_CHARS
+    samples = shard.entry.samples  # inline keys (versions 1, 2); none in version 3
+    key_chars = max((len(s.key) for s in samples), default=0) if samples else KEY_MAX_CHARS
     target = (spec.kind.npz_member,
               math.prod(spec.mask_shape) * spec.mask_np_dtype.itemsize if spec.segmentation else 8)
     per_record = {NPZ_IMAGES: math.prod(spec.image_shape), target[0]: target[1], NPZ_KEYS: 4 * max(key_chars, 1)}
