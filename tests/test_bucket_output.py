@@ -69,3 +69,162 @@ def test_file_url_output_is_the_local_folder(full, tmp_path):
     assert a == sorted(p.name for p in (tmp_path / "plain").iterdir() if p.suffix == ".tfrecord")
     assert all("-r" not in n for n in a)  # local output keeps today's names
     assert records_by_key(tmp_path / "out") == records_by_key(tmp_path / "plain")
+
+
+def test_append_exactly_once_over_several_runs_leaves_untouched_shards_alone(full, tmp_path, s3_bucket):
+    """Runs over a growing source (then one changed source with --on-change replace): new keys
+    are added once, the changed one replaced, and shards not rewritten keep their object version."""
+    url = f"{s3_bucket}/ds"
+    src = tmp_path / "src"
+    before: dict[str, str] = {}
+    for n in (8, 16, 24):
+        _grow(full, src, n)
+        assert run_cli(_args(src, url)) == 0
+        now = versions(url)
+        for name, version in before.items():
+            if RUN_ID_NAME.match(name) or name.endswith(".idx.npy"):
+                assert now.get(name) == version, f"{name} was rewritten or removed"
+        before = now
+        got = download(url, tmp_path / f"back{n}")
+        assert set(records_by_key(got)) == source_keys(src)  # records_by_key refuses a key twice
+    manifest_version = versions(url)[MANIFEST_NAME]
+    assert run_cli(_args(src, url)) == 0  # nothing new: nothing published
+    assert versions(url)[MANIFEST_NAME] == manifest_version
+    # change one source: --on-change replace rewrites its shard only
+    image = sorted((src / "train").iterdir())[0]
+    changed = synth.make_camvid(tmp_path / "other", splits={"train": 1}, size=[(40, 56)], seed=99)
+    image.unlink()
+    shutil.copyfile(next((changed.root / "train").iterdir()), image)
+    assert run_cli(_args(src, url, "--on-change", "replace")) == 0
+    after = versions(url)
+    got = download(url, tmp_path / "back-replaced")
+    records = records_by_key(got)
+    assert set(records) == source_keys(src)
+    local = tmp_path / "local"
+    assert run_cli(_args(src, local)) == 0
+    assert records_by_key(local) == records  # the replaced record equals a fresh conversion of the new image
+    shards_before = {n for n in before if RUN_ID_NAME.match(n)}
+    shards_after = {n for n in after if RUN_ID_NAME.match(n)}
+    assert len(shards_before - shards_after) == 1 and len(shards_after - shards_before) == 1
+    assert all(after[n] == before[n] for n in shards_before & shards_after)
+    history = Manifest.load(str(got / MANIFEST_NAME)).history
+    assert [h["added"] for h in history] == [8, 8, 8, 0] and history[-1]["replaced"] == 1
+
+
+def test_second_run_exits_75_naming_the_lock_holder(full, tmp_path, s3_bucket):
+    src = _grow(full, tmp_path / "src", 8)
+    url = f"{s3_bucket}/ds"
+    store = open_store(url)
+    with BucketLock(store, "0badf00d", ttl_seconds=60):
+        proc = run_cli_process(_args(src, url))
+    out = assert_named_error(proc, "0badf00d", LOCK_NAME, "expires at", codes=[75])
+    assert len(out.strip().splitlines()) == 1, out
+    assert [i.name for i in store.list()] == []  # the refused run changed nothing; the lock was released
+
+
+def test_expired_lock_is_taken_over_and_released(full, tmp_path, s3_bucket, caplog):
+    src = _grow(full, tmp_path / "src", 8)
+    url = f"{s3_bucket}/ds"
+    store = open_store(url)
+    stale = {"host": "gone-host", "pid": 4242, "run_id": "deadbeef", "created": "2020-01-01T00:00:00Z",
+             "expires": "2020-01-01T00:05:00Z", "expires_epoch": 1577837100.0, "command": "imgshard convert"}
+    store.create(LOCK_NAME, json.dumps(stale).encode())
+    assert run_cli(_args(src, url)) == 0
+    assert "took over the expired lock" in caplog.text and "deadbeef" in caplog.text
+    assert not store.exists(LOCK_NAME)
+    assert set(records_by_key(download(url, tmp_path / "back"))) == source_keys(src)
+
+
+def test_two_takers_of_an_expired_lock_cannot_both_win(s3_bucket):
+    store = open_store(f"{s3_bucket}/ds")
+    store.create(LOCK_NAME, json.dumps({"expires_epoch": time.time() - 5, "run_id": "deadbeef"}).encode())
+    stale = store.info(LOCK_NAME).version
+    a, b = BucketLock(store, "aaaaaaaa", 30), BucketLock(store, "bbbbbbbb", 30)
+    assert a._take_over(stale, {}) is True
+    assert b._take_over(stale, {}) is False  # the same stale version is gone
+    with pytest.raises(LockedError, match="aaaaaaaa"):
+        b.__enter__()
+    a.__exit__(None, None, None)
+
+
+def test_lock_is_renewed_by_the_heartbeat_and_a_lost_lock_stops_the_publish(s3_bucket):
+    store = open_store(f"{s3_bucket}/ds")
+    with BucketLock(store, "cafecafe", ttl_seconds=1.5) as lock:
+        first = store.info(LOCK_NAME).version
+        time.sleep(1.2)  # two beats
+        assert store.info(LOCK_NAME).version != first and lock.lost is None
+        lock.check()
+        store.put(LOCK_NAME, b'{"run_id": "intruder"}')  # someone else's lock now
+        time.sleep(0.8)
+        with pytest.raises(LockedError, match="lost the lock"):
+            lock.check()
+    assert store.read(LOCK_NAME) == b'{"run_id": "intruder"}'  # not deleted: it was not ours any more
+
+
+def test_racing_publish_is_refused_and_publishes_nothing(full, tmp_path, s3_bucket):
+    src = _grow(full, tmp_path / "src", 16)
+    url = f"{s3_bucket}/ds"
+    _grow(full, tmp_path / "first", 8)
+    assert run_cli(_args(tmp_path / "first", url)) == 0
+    store = open_store(url)
+    published = store.read(MANIFEST_NAME)
+    racer = published.replace(b'"tool_version"', b'"racer": 1, "tool_version"', 1)
+
+    def another_run_publishes(plan) -> None:  # between this run's read of the manifest and its publish
+        store.put(MANIFEST_NAME, racer)
+
+    options = OutputOptions(size=(32, 48))
+    with pytest.raises(PublishRaceError, match="Another run published"):
+        convert(SourceSpec(root=str(src)), url, options, RunOptions(workers=1, shard_size_bytes=8192),
+                on_plan=another_run_publishes)
+    assert store.read(MANIFEST_NAME) == racer
+    listed = {s.file for _, s in Manifest.load(str(download(url, tmp_path / "b") / MANIFEST_NAME)).iter_shards()}
+    shards = {i.name for i in store.list() if RUN_ID_NAME.match(i.name)}
+    assert shards == listed  # this run's uploads were removed
+    assert not store.exists(LOCK_NAME)
+
+
+def test_orphans_of_failed_runs_are_removed_and_reported(full, tmp_path, s3_bucket):
+    src = _grow(full, tmp_path / "src", 8)
+    url = f"{s3_bucket}/ds"
+    assert run_cli(_args(src, url)) == 0
+    store = open_store(url)
+    orphans = ["train-00007-r0123abcd.tfrecord", "train-00007-r0123abcd.tfrecord.0123456789abcdef.idx.npy"]
+    for name in orphans:
+        store.put(name, b"late PUT of a killed run")
+    store.put("notes.txt", b"not ours")
+    _grow(full, src, 16)
+    assert run_cli(_args(src, url)) == 0
+    names = {i.name for i in store.list()}
+    assert not names & set(orphans) and "notes.txt" in names
+    reports = sorted(n for n in names if n.startswith("reports/"))
+    assert json.loads(store.read(reports[-1]))["orphans_removed"] == orphans
+    assert set(records_by_key(download(url, tmp_path / "back"))) == source_keys(src)
+
+
+def test_gcs_output_through_the_same_code_path(full, tmp_path, gcs_bucket):
+    """The emulator does not enforce preconditions: this covers the non-racing path only."""
+    src = _grow(full, tmp_path / "src", 12)
+    url = f"{gcs_bucket}/ds"
+    assert run_cli(_args(src, url)) == 0
+    _grow(full, src, 20)
+    assert run_cli(_args(src, url)) == 0
+    assert run_cli(_args(src, tmp_path / "local")) == 0
+    got = download(url, tmp_path / "back")
+    assert records_by_key(got) == records_by_key(tmp_path / "local")
+    assert not open_store(url).exists(LOCK_NAME)
+
+
+def test_missing_bucket_is_one_named_line_exit_74(full, tmp_path, s3_server):
+    src = _grow(full, tmp_path / "src", 4)
+    proc = run_cli_process(_args(src, "s3://imgshard-no-such-bucket/ds"))
+    out = assert_named_error(proc, "s3://imgshard-no-such-bucket/ds", "Nothing was published", codes=[74])
+    assert len(out.strip().splitlines()) == 1, out
+
+
+def test_bad_storage_option_and_lock_ttl_are_named_errors(full, tmp_path, s3_bucket):
+    src = _grow(full, tmp_path / "src", 4)
+    proc = run_cli_process(_args(src, f"{s3_bucket}/ds", "--storage-option", "novalue"))
+    assert_named_error(proc, "--storage-option", "KEY=VALUE")
+    proc = run_cli_process(_args(src, f"{s3_bucket}/ds", "--lock-ttl", "0"))
+    assert_named_error(proc, "--lock-ttl")
