@@ -228,3 +228,28 @@ def test_bad_storage_option_and_lock_ttl_are_named_errors(full, tmp_path, s3_buc
     assert_named_error(proc, "--storage-option", "KEY=VALUE")
     proc = run_cli_process(_args(src, f"{s3_bucket}/ds", "--lock-ttl", "0"))
     assert_named_error(proc, "--lock-ttl")
+
+
+def test_index_files_are_downloaded_once_into_the_staging_cache(full, tmp_path, s3_bucket, monkeypatch):
+    from readers.storage.store import ObjectStore
+
+    src = tmp_path / "src"
+    url = f"{s3_bucket}/ds"
+    staging = tmp_path / "staging"
+    downloads: list[str] = []
+    real = ObjectStore.download
+    monkeypatch.setattr(ObjectStore, "download", lambda self, name, local: (downloads.append(name),
+                                                                             real(self, name, local))[1])
+    run = RunOptions(workers=1, shard_size_bytes=8192, staging_dir=str(staging))
+    options = OutputOptions(size=(32, 48))
+    for n in (8, 16, 24):
+        _grow(full, src, n)
+        convert(SourceSpec(root=str(src)), url, options, run)
+    m = Manifest.load(str(download(url, tmp_path / "back") / MANIFEST_NAME))
+    indexes = [s.index.file for _, s in m.iter_shards()]
+    fetched = [d for d in downloads if d.endswith(".idx.npy")]
+    assert len(fetched) == len(set(fetched))  # each index file downloaded once over the three runs
+    assert set(fetched) < set(indexes)  # the last run's own index files were never downloaded
+    cached = {p.name for p in staging.glob("imgshard-index-cache/*/*")}
+    assert cached and cached <= set(indexes)
+    assert not list(staging.glob("imgshard-run-*"))  # per-run staging folders removed

@@ -43,6 +43,26 @@ from readers.storage import ObjectStore, PreconditionFailed, open_store
 log = logging.getLogger(__name__)
 
 INDEX_CACHE_DIR = "imgshard-index-cache"
+STAGING_PREFIX = "imgshard-run-"
+
+
+def _sweep_dead_staging(root: str) -> None:
+    """Remove staging folders of killed runs on this machine (named imgshard-run-<pid>-<run id>-...)."""
+    for name in os.listdir(root):
+        if not name.startswith(STAGING_PREFIX):
+            continue
+        pid = name[len(STAGING_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or another user's: left alone)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        log.info("removing the staging folder of a dead run: %s", os.path.join(root, name))
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 class PublishRaceError(RuntimeError):
@@ -88,7 +108,8 @@ class BucketOutput:
                           "writable --staging-dir") from e
         self.lock.__enter__()
         try:
-            self.staging = tempfile.mkdtemp(prefix=f"imgshard-run-{self.run_id}-", dir=self.root)
+            _sweep_dead_staging(self.root)
+            self.staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-{self.run_id}-", dir=self.root)
             self.uploader = Uploader(self.store, self.staging)
         except BaseException:
             self.lock.__exit__(None, None, None)
@@ -169,6 +190,10 @@ class BucketOutput:
         """Every index file the manifest lists, into staging (hard-linked from the local cache)."""
         cache = os.path.join(self.root, INDEX_CACHE_DIR, hashlib.sha256(self.url.encode()).hexdigest()[:16])
         os.makedirs(cache, exist_ok=True)
+        listed = {s.index.file for _, s in old.iter_shards() if s.index is not None}
+        for name in os.listdir(cache):  # index files no manifest lists any more: the cache stays this small
+            if name not in listed:
+                os.unlink(os.path.join(cache, name))
         for _, shard in old.iter_shards():
             if shard.index is None:
                 continue
