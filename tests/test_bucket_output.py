@@ -245,9 +245,9 @@ def test_index_files_are_downloaded_once_into_the_staging_cache(full, tmp_path, 
     for n in (8, 16, 24):
         _grow(full, src, n)
         convert(SourceSpec(root=str(src)), url, options, run)
+    fetched = [d for d in downloads if d.endswith(".idx.npy")]
     m = Manifest.load(str(download(url, tmp_path / "back") / MANIFEST_NAME))
     indexes = [s.index.file for _, s in m.iter_shards()]
-    fetched = [d for d in downloads if d.endswith(".idx.npy")]
     assert len(fetched) == len(set(fetched))  # each index file downloaded once over the three runs
     assert set(fetched) < set(indexes)  # the last run's own index files were never downloaded
     cached = {p.name for p in staging.glob("imgshard-index-cache/*/*")}
