@@ -85,9 +85,11 @@ def main() -> None:
     try:
         fs = fsspec.filesystem("s3", skip_instance_cache=True)
         fs.mkdir("bench")
-        local, bucket, busy, shards = [], [], [], []
+        local, bucket, busy, shards, local_shards = [], [], [], [], []
         for i in range(args.repeats):
             local.append(_convert(src, str(work / f"local-{i}"), args))
+            report = next((work / f"local-{i}" / "reports").glob("convert-*.json"))
+            local_shards.append(json.loads(report.read_text())["timings"]["write_shards"])
             url = f"s3://bench/run-{i}"
             bucket.append(_convert(src, url, args))
             rep = _report(url)
@@ -98,8 +100,10 @@ def main() -> None:
         print(f"local folder : {lm:6.2f} s  {args.n / lm:6.1f} samples/s   runs {[round(t, 2) for t in local]}")
         print(f"s3 (moto)    : {bm:6.2f} s  {args.n / bm:6.1f} samples/s   runs {[round(t, 2) for t in bucket]}")
         print(f"ratio s3/local wall time: {bm / lm:.2f}")
-        print(f"bucket runs: shard stage {statistics.median(shards):.2f} s (conversion + uploads), upload threads "
-              f"busy {statistics.median(busy):.2f} s; serial uploads would take about {lm + statistics.median(busy):.2f} s")
+        print(f"shard stage (conversion; in a bucket run also every upload but the last shard's): local "
+              f"{statistics.median(local_shards):.2f} s, s3 {statistics.median(shards):.2f} s")
+        print(f"bucket runs: upload threads busy {statistics.median(busy):.2f} s; uploads after the conversion would "
+              f"take about {lm + statistics.median(busy):.2f} s")
     finally:
         proc.terminate()
         proc.wait(10)
