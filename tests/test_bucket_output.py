@@ -253,3 +253,33 @@ def test_index_files_are_downloaded_once_into_the_staging_cache(full, tmp_path, 
     cached = {p.name for p in staging.glob("imgshard-index-cache/*/*")}
     assert cached and cached <= set(indexes)
     assert not list(staging.glob("imgshard-run-*"))  # per-run staging folders removed
+
+
+def test_a_paused_holder_whose_lock_was_taken_over_cannot_publish(full, tmp_path, s3_bucket, caplog):
+    """The zombie reads the manifest, stops renewing (paused), its lock expires; the next run takes
+    over, fences the manifest (a new version) and removes the zombie's shard as an orphan; the
+    zombie's compare-and-swap then fails instead of listing a removed shard."""
+    from converter.bucket.output import BucketOutput
+
+    src = _grow(full, tmp_path / "src", 8)
+    url = f"{s3_bucket}/ds"
+    assert run_cli(_args(src, url)) == 0
+    store = open_store(url)
+    zombie = BucketOutput(url, lock_ttl_seconds=1).__enter__()
+    old = zombie.prepare(False, lambda m: None)
+    zombie.lock._stop.set()  # paused: no more renewals
+    zombie.lock._thread.join()
+    late = f"train-00042-r{zombie.run_id}.tfrecord"
+    store.put(late, b"the zombie's shard")
+    time.sleep(1.2)
+    assert run_cli(_args(src, url)) == 0  # nothing new, but it took over the lock and removed the orphan
+    assert "took over the expired lock" in caplog.text
+    assert not store.exists(late)
+    document = store.read(MANIFEST_NAME)
+    with pytest.raises(PublishRaceError):
+        zombie._publish_manifest(old)
+    assert store.read(MANIFEST_NAME) == document
+    with pytest.raises(LockedError, match="lost the lock"):
+        zombie.lock.check()
+    zombie.__exit__(PublishRaceError, None, None)
+    assert set(records_by_key(download(url, tmp_path / "back"))) == source_keys(src)

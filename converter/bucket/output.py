@@ -97,6 +97,8 @@ class BucketOutput:
         self.uploader: Uploader | None = None
         self.manifest_version: str | None = None  # the published manifest's version at the start (None: none)
         self.orphans: list[str] = []
+        self._deferred_orphans: list[str] = []
+        self._manifest_bytes = b""
         self.published = False
 
     # -- the run's frame ---------------------------------------------------------------------
@@ -140,10 +142,14 @@ class BucketOutput:
         old = self._read_manifest()
         if old is not None and not rebuild:
             check(old)
+        if old is not None and self.lock.took_over is not None:
+            self._fence()
         listing = {i.name: i.size for i in self.store.list()}
         self.orphans = sorted(n for n in listing if (is_shard_name(n) or is_index_name(n))
                               and n not in listed_files(old))
-        if self.orphans:
+        if self.orphans and old is None and self.lock.took_over is not None:
+            self._deferred_orphans = self.orphans  # removed once this run's `create` made a zombie's fail
+        elif self.orphans:
             log.warning("removing %d orphan object(s) of failed runs from %s: %s", len(self.orphans), self.url,
                         ", ".join(self.orphans[:5]))
             self._remove_quietly(self.orphans, "an orphan")
@@ -155,6 +161,18 @@ class BucketOutput:
         if not old.indexed and not rebuild:
             old = self._migrate(old)
         return old
+
+    def _fence(self) -> None:
+        """After taking over an expired lock: rewrite the manifest (one newline more or less at its
+        end: a new ETag/generation, the same document), so that the dead holder's run, should it
+        only have been paused, fails its compare-and-swap instead of publishing a manifest that
+        lists shards this run is about to remove as orphans."""
+        data = self._manifest_bytes.rstrip(b"\n") + (b"\n" if self._manifest_bytes.endswith(b"\n\n") else b"\n\n")
+        try:
+            self.manifest_version = self.store.replace(MANIFEST_NAME, data, if_version=self.manifest_version)
+        except PreconditionFailed as e:
+            raise PublishRaceError(f"{self.store.url_of(MANIFEST_NAME)} changed while this run took over the "
+                                   "expired lock (its previous holder published); nothing was done. Re-run.") from e
 
     def _read_manifest(self) -> Manifest | None:
         try:
@@ -170,6 +188,7 @@ class BucketOutput:
             raise PublishRaceError(f"{self.store.url_of(MANIFEST_NAME)} changed while this run read it (another "
                                    "run published); nothing was done. Re-run.")
         self.manifest_version = info.version
+        self._manifest_bytes = data
         return manifest
 
     def _check_present(self, old: Manifest, listing: dict[str, int]) -> None:
@@ -250,6 +269,10 @@ class BucketOutput:
         self.lock.check()
         self._publish_manifest(manifest)
         self.published = True
+        if self._deferred_orphans:
+            log.warning("removing %d orphan object(s) of failed runs from %s: %s", len(self._deferred_orphans),
+                        self.url, ", ".join(self._deferred_orphans[:5]))
+            self._remove_quietly(self._deferred_orphans, "an orphan")
 
     def _publish_manifest(self, manifest: Manifest) -> None:
         data = manifest.dumps().encode("utf-8")
