@@ -283,3 +283,58 @@ def test_a_paused_holder_whose_lock_was_taken_over_cannot_publish(full, tmp_path
         zombie.lock.check()
     zombie.__exit__(PublishRaceError, None, None)
     assert set(records_by_key(download(url, tmp_path / "back"))) == source_keys(src)
+
+
+def test_bad_input_publishes_nothing_and_removes_its_uploads(full, tmp_path, s3_bucket):
+    src = _grow(full, tmp_path / "src", 16)
+    victim = sorted((src / "train").iterdir())[3]
+    data = victim.read_bytes()
+    victim.unlink()  # a hard link into the generated set: replace it, do not write through it
+    victim.write_bytes(data[: len(data) // 2])  # truncated PNG
+    url = f"{s3_bucket}/ds"
+    proc = run_cli_process(_args(src, url, workers=2))
+    assert_named_error(proc, victim.name, "nothing was published", codes=[65])
+    names = [i.name for i in open_store(url).list()]
+    assert names and all(n.startswith("reports/") for n in names), names  # a report, no shard, no lock
+    report = json.loads(open_store(url).read(names[0]))
+    assert report["published"] is False and report["counts"]["bad"] == 1
+
+
+def test_a_local_dataset_copied_into_a_bucket_grows_there(full, tmp_path, s3_bucket):
+    """A version-2 dataset with local shard names (an `aws s3 sync` of an old folder): the first
+    bucket run migrates it to version 3 (index files, a compare-and-swap), then adds to it."""
+    from _cron import as_version_2
+
+    src = _grow(full, tmp_path / "src", 12)
+    local = tmp_path / "local"
+    assert run_cli(_args(src, local)) == 0
+    as_version_2(local)
+    url = f"{s3_bucket}/ds"
+    store = open_store(url)
+    for p in sorted(local.iterdir()):
+        if p.is_file() and not p.name.startswith("."):
+            store.put_file(p.name, str(p))
+    _grow(full, src, 20)
+    assert run_cli(_args(src, url)) == 0
+    got = download(url, tmp_path / "back")
+    m = Manifest.load(str(got / MANIFEST_NAME))
+    assert m.version == 3 and m.indexed
+    names = [s.file for _, s in m.iter_shards()]
+    assert any("-r" not in n for n in names) and any(RUN_ID_NAME.match(n) for n in names)
+    assert set(records_by_key(got)) == source_keys(src)
+    assert [h.get("migrated_to") for h in m.history][-2:] == [3, None]
+
+
+def test_rebuild_in_a_bucket_replaces_every_shard_with_exact_counts(full, tmp_path, s3_bucket):
+    src = _grow(full, tmp_path / "src", 12)
+    url = f"{s3_bucket}/ds"
+    assert run_cli(_args(src, url)) == 0
+    first = {n for n in versions(url) if RUN_ID_NAME.match(n)}
+    _grow(full, src, 16)
+    assert run_cli(convert_args(src, url, "--shard-size", "8KB", "--rebuild", size="24x40")) == 0
+    now = {n for n in versions(url) if RUN_ID_NAME.match(n)}
+    assert now and not now & first  # the old shards were removed after the publish
+    got = download(url, tmp_path / "back")
+    last = Manifest.load(str(got / MANIFEST_NAME)).history[-1]
+    assert (last["added"], last["pruned"], last.get("approximate")) == (4, 0, None)
+    assert set(records_by_key(got)) == source_keys(src)

@@ -48,11 +48,14 @@ class Uploader:
             path = os.path.join(self.staging, name)
             size = os.path.getsize(path)
             self.store.put_file(name, path)
-            if name not in keep:
-                os.unlink(path)
-            with self._lock:
+            with self._lock:  # recorded first: a failed run removes what it uploaded
                 self.uploaded.append(name)
                 self.bytes += size
+            if name not in keep:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:  # a failed run's cleanup got there first
+                    pass
         with self._lock:
             self.busy_seconds += time.perf_counter() - t0
 
