@@ -24,7 +24,7 @@ from converter.run.execute import local_start, run_tasks
 from converter.plan import fptable
 from converter.run.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.plan.shards import Plan, PlanError, make_plan
+from converter.plan.shards import Plan, PlanError, make_plan, refuse_damaged
 from converter.fsutil import remove_files
 from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now, write_report
 from converter.publish.migrate import migrate
@@ -155,21 +155,13 @@ def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[Clas
 
 def check_shards_present(out_dir: str, old: Manifest) -> None:
     """Refuse to build on a damaged dataset: every listed shard must exist with its size (a cheap stat)."""
-    damaged = []
-    for _, shard in old.iter_shards():
+    def size_of(name: str) -> int | None:
         try:
-            size = os.stat(os.path.join(out_dir, shard.file)).st_size
+            return os.stat(os.path.join(out_dir, name)).st_size
         except FileNotFoundError:
-            damaged.append(f"{shard.file}: missing")
-            continue
-        if size != shard.bytes:
-            damaged.append(f"{shard.file}: {size} bytes, the manifest says {shard.bytes}")
-    if damaged:
-        raise PlanError(
-            f"The dataset in {out_dir} is damaged, so this run will not add to it:\n  " + "\n  ".join(damaged[:20])
-            + ("\n  ..." if len(damaged) > 20 else "")
-            + "\nRun `imgshard verify OUT` for details, and re-run with --rebuild to convert everything again."
-        )
+            return None
+
+    refuse_damaged(out_dir, old, size_of)
 
 
 def _mask_spec(options: OutputOptions, classes: tuple[ClassInfo, ...]) -> dict | None:

@@ -6,9 +6,7 @@ orphans, and ends equal to a clean conversion."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from _bucketout import download, records_by_key
-from _cron import ROOT, all_pairs, child_env, cli_command, convert_args, link_samples, run_cli, source_keys
+from _cron import (ROOT, all_pairs, child_env, cli_command, convert_args, kill_session, link_samples, run_cli,
+                   source_keys, start_cli_session)
 from converter.inspect.verify import verify
 from converter.run.lock import LOCK_NAME
 from converter.testing import synth
@@ -38,16 +37,8 @@ def _args(src: Path, out: str) -> list[str]:
     return convert_args(src, out, "--shard-size", "512KB", "--lock-ttl", LOCK_TTL, size="256x256", workers=2)
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(cli_command(args), cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-
-
 def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    kill_session(proc)
     proc.wait(timeout=60)
 
 
@@ -109,7 +100,7 @@ def test_kill_9_at_random_moments_leaves_the_bucket_dataset_whole(srcs, referenc
         if i % 2:  # an incremental run: the half dataset is published first
             assert run_cli(_args(srcs["half"], url)) == 0
             before = source_keys(srcs["half"])
-        proc = _start(_args(srcs["full"], url))
+        proc = start_cli_session(stderr=subprocess.DEVNULL, args=_args(srcs["full"], url))
         moment = duration * (i + rng.random()) / n
         time.sleep(moment)
         _kill(proc)
@@ -135,7 +126,7 @@ def test_kill_9_at_chosen_moments_of_an_incremental_run(srcs, reference, tmp_pat
     assert run_cli(_args(srcs["full"], f"{url}-probe")) == 0
     probe = Manifest.load(str(download(f"{url}-probe", tmp_path / "probe") / MANIFEST_NAME))
     added = sum(1 for _, s in probe.iter_shards()) - len(listed)
-    proc = _start(_args(srcs["full"], url))
+    proc = start_cli_session(stderr=subprocess.DEVNULL, args=_args(srcs["full"], url))
     if moment == "during-uploads":
         _wait_for(lambda: _new_shards(store, listed) >= 1)
     elif moment == "before-publish":

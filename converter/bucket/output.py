@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 from converter.bucket.lock import BucketLock
 from converter.bucket.uploads import Uploader
-from converter.plan.shards import CopyRecord, PlanError, ReplaceRecord, ShardTask
+from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask, refuse_damaged
 from converter.publish.manifest import is_shard_name, listed_files
 from converter.publish.migrate import migrated
 from converter.run.lock import EX_TEMPFAIL
@@ -156,7 +156,7 @@ class BucketOutput:
         if old is None:
             return None
         if not rebuild:
-            self._check_present(old, listing)
+            refuse_damaged(self.url, old, listing.get)
         self._fetch_indexes(old)
         if not old.indexed and not rebuild:
             old = self._migrate(old)
@@ -190,20 +190,6 @@ class BucketOutput:
         self.manifest_version = info.version
         self._manifest_bytes = data
         return manifest
-
-    def _check_present(self, old: Manifest, listing: dict[str, int]) -> None:
-        damaged = []
-        for _, shard in old.iter_shards():
-            size = listing.get(shard.file)
-            if size is None:
-                damaged.append(f"{shard.file}: missing")
-            elif size != shard.bytes:
-                damaged.append(f"{shard.file}: {size} bytes, the manifest says {shard.bytes}")
-        if damaged:
-            raise PlanError(
-                f"The dataset in {self.url} is damaged, so this run will not add to it:\n  " + "\n  ".join(damaged[:20])
-                + ("\n  ..." if len(damaged) > 20 else "")
-                + "\nRun `imgshard verify OUT` for details, and re-run with --rebuild to convert everything again.")
 
     def _fetch_indexes(self, old: Manifest) -> None:
         """Every index file the manifest lists, into staging (hard-linked from the local cache)."""

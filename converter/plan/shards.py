@@ -28,7 +28,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -360,3 +360,20 @@ def make_plan(samples: Iterable[SourceSample], manifest: Manifest | None, option
             start += count
     plan.next_index = next_index
     return plan
+
+
+def refuse_damaged(where: str, manifest: Manifest, size_of: Callable[[str], int | None]) -> None:
+    """`PlanError` unless every shard `manifest` lists has its size (`size_of(name)`: None when missing)."""
+    damaged = []
+    for _, shard in manifest.iter_shards():
+        size = size_of(shard.file)
+        if size is None:
+            damaged.append(f"{shard.file}: missing")
+        elif size != shard.bytes:
+            damaged.append(f"{shard.file}: {size} bytes, the manifest says {shard.bytes}")
+    if damaged:
+        raise PlanError(
+            f"The dataset in {where} is damaged, so this run will not add to it:\n  " + "\n  ".join(damaged[:20])
+            + ("\n  ..." if len(damaged) > 20 else "")
+            + "\nRun `imgshard verify OUT` for details, and re-run with --rebuild to convert everything again."
+        )
