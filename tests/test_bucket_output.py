@@ -338,3 +338,9 @@ def test_rebuild_in_a_bucket_replaces_every_shard_with_exact_counts(full, tmp_pa
     last = Manifest.load(str(got / MANIFEST_NAME)).history[-1]
     assert (last["added"], last["pruned"], last.get("approximate")) == (4, 0, None)
     assert set(records_by_key(got)) == source_keys(src)
+
+
+def test_compact_refuses_a_bucket_with_a_named_error(s3_bucket, tmp_path):
+    proc = run_cli_process(["compact", f"{s3_bucket}/ds"])
+    assert_named_error(proc, f"{s3_bucket}/ds", "local folders only", codes=[1])
+    assert not (Path.cwd() / "s3:").exists()
