@@ -444,15 +444,16 @@ def _refuse_empty(spec: SourceSpec, found, result: ConvertResult, run: RunOption
     """A first run without a single sample publishes nothing and fails (exit 65), so cron learns."""
     remove_files(result.out_dir, [t.file for t in result.plan.tasks])
     result.report_path = _write_report_safely(result.out_dir, report | {"published": False, "empty": True}, bucket)
-    raise EmptyDatasetError(_empty_message(spec, found, result, run), result.bad, result.report_path)
+    where = result.out_dir if bucket is None else bucket.url
+    raise EmptyDatasetError(_empty_message(spec, found, result, run, where), result.bad, result.report_path)
 
 
-def _empty_message(spec: SourceSpec, found, result: ConvertResult, run: RunOptions) -> str:
+def _empty_message(spec: SourceSpec, found, result: ConvertResult, run: RunOptions, where: str) -> str:
     """Why a first run has no sample to publish: no sources at all, or every one bad."""
     if not result.bad:
         splits = ", ".join(found.splits) or "none"
         return (f"nothing to convert: no source images found under {spec.base} (splits: {splits}), and "
-                f"{result.out_dir} holds no dataset yet; nothing was published. Put the source "
+                f"{where} holds no dataset yet; nothing was published. Put the source "
                 "images in SRC's split (or class) folders, or point SRC at the right folder.")
     lines = [f"nothing to convert: every source is bad ({len(result.bad)} file(s), within --max-bad "
              f"{run.max_bad}), so the dataset would have no sample; nothing was published."]

@@ -344,3 +344,14 @@ def test_compact_refuses_a_bucket_with_a_named_error(s3_bucket, tmp_path):
     proc = run_cli_process(["compact", f"{s3_bucket}/ds"])
     assert_named_error(proc, f"{s3_bucket}/ds", "local folders only", codes=[1])
     assert not (Path.cwd() / "s3:").exists()
+
+
+def test_an_empty_first_run_into_a_bucket_names_the_url_and_publishes_nothing(tmp_path, s3_bucket):
+    src = tmp_path / "src"
+    (src / "train").mkdir(parents=True)
+    (src / "train_labels").mkdir()
+    (src / "class_dict.csv").write_text("name,r,g,b\nSky,128,128,128\nRoad,128,64,128\n")
+    proc = run_cli_process(_args(src, f"{s3_bucket}/ds"))
+    out = assert_named_error(proc, f"{s3_bucket}/ds holds no dataset yet", codes=[65])
+    assert "imgshard-run-" not in out  # the staging folder is not what the user named
+    assert not open_store(f"{s3_bucket}/ds").exists(MANIFEST_NAME)
