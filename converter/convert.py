@@ -357,7 +357,8 @@ def _write_shards(spec, out_dir, options, run, classes, old: Manifest | None, re
         # inputs): this is the output folder failing (disk full, quota, I/O error...).
         cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         hint = ("Free space (or raise the quota) and re-run." if e.errno in (errno.ENOSPC, errno.EDQUOT)
-                else "Fix the disk or the folder's permissions and re-run.")
+                else "Fix the disk or the folder's permissions and re-run." if bucket is None
+                else "Check the bucket's credentials, endpoint and network (or the staging folder's disk) and re-run.")
         where = out_dir if bucket is None else f"{bucket.url} (staged in {out_dir})"
         raise OutputWriteError(
             e.errno, f"Writing shards to {where} failed: {e.strerror or e} ({e.filename or 'shard'}). "

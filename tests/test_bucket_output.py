@@ -355,3 +355,51 @@ def test_an_empty_first_run_into_a_bucket_names_the_url_and_publishes_nothing(tm
     out = assert_named_error(proc, f"{s3_bucket}/ds holds no dataset yet", codes=[65])
     assert "imgshard-run-" not in out  # the staging folder is not what the user named
     assert not open_store(f"{s3_bucket}/ds").exists(MANIFEST_NAME)
+
+
+def test_uploads_overlap_the_conversion_of_the_next_shards(full, tmp_path, s3_bucket, monkeypatch):
+    from readers.storage.store import ObjectStore
+
+    src = _grow(full, tmp_path / "src", 24)
+    puts: list[tuple[float, float]] = []
+    real = ObjectStore.put_file
+
+    def slow_put(self, name, local):
+        t0 = time.monotonic()
+        time.sleep(0.2)  # a slow network
+        real(self, name, local)
+        if name.endswith(".tfrecord"):
+            puts.append((t0, time.monotonic()))
+
+    samples: list[float] = []
+    monkeypatch.setattr(ObjectStore, "put_file", slow_put)
+    result = convert(SourceSpec(root=str(src)), f"{s3_bucket}/ds", OutputOptions(size=(32, 48)),
+                     RunOptions(workers=1, shard_size_bytes=8192), on_progress=lambda n: samples.append(time.monotonic()))
+    assert result.published and len(puts) == len(result.written) >= 4
+    during = [t for t in samples if any(a < t < b for a, b in puts)]
+    assert during, "no sample was converted while a shard was uploading"
+    assert records_by_key(download(f"{s3_bucket}/ds", tmp_path / "back")).keys() == source_keys(src)
+
+
+def test_a_failed_upload_publishes_nothing_and_removes_the_others(full, tmp_path, s3_bucket, monkeypatch):
+    from readers.storage import StorageError
+    from readers.storage.store import ObjectStore
+
+    src = _grow(full, tmp_path / "src", 24)
+    url = f"{s3_bucket}/ds"
+    real = ObjectStore.put_file
+    calls = []
+
+    def failing_put(self, name, local):
+        calls.append(name)
+        if len(calls) == 3:
+            raise StorageError(f"{self.url_of(name)}: uploading failed: connection reset; check the network")
+        real(self, name, local)
+
+    monkeypatch.setattr(ObjectStore, "put_file", failing_put)
+    from converter.convert import OutputWriteError
+
+    with pytest.raises(OutputWriteError, match="connection reset.*Nothing was published"):
+        convert(SourceSpec(root=str(src)), url, OutputOptions(size=(32, 48)), RunOptions(workers=1, shard_size_bytes=8192))
+    names = [i.name for i in open_store(url).list()]
+    assert not any(RUN_ID_NAME.match(n) or n.endswith(".idx.npy") or n == MANIFEST_NAME for n in names), names

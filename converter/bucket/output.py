@@ -233,6 +233,8 @@ class BucketOutput:
 
     def shard_done(self, entry) -> None:
         """A shard and its index file are complete in staging: upload them (returns at once)."""
+        if self.uploader is not None:
+            self.uploader.raise_failed()  # an upload failed: stop now, nothing will be published
         if entry is not None and self.uploader is not None:
             index = (entry.index.file,) if entry.index is not None else ()
             self.uploader.submit([entry.file, *index], keep=index)

@@ -59,6 +59,12 @@ class Uploader:
         with self._lock:
             self.busy_seconds += time.perf_counter() - t0
 
+    def raise_failed(self) -> None:
+        """Raise the first failure of an upload that already ended (the run stops early)."""
+        for future in self._futures:
+            if future.done() and future.exception() is not None:
+                future.result()
+
     def wait(self) -> None:
         """Block until every submitted upload finished; raise the first failure."""
         for future in self._futures:
