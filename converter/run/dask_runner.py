@@ -206,17 +206,17 @@ def _check_shared_storage(client: Any, ctx: WorkerContext, token: str, scheduler
             f"The Dask scheduler {scheduler} has no worker after {WAIT_FOR_WORKERS_S} s. Start workers with "
             f"`dask worker {scheduler}` on machines that mount the sources and the output folder."
         ) from e
+    sources = [] if "://" in ctx.source_base else [ctx.source_base]  # sources in a bucket: read by URL
     if bucket is not None:
         _check_bucket_reachable(client, bucket)
-        paths = [] if "://" in ctx.source_base else [ctx.source_base]
-        missing = client.run(_paths_missing, paths) if paths else {}
+        missing = client.run(_paths_missing, sources) if sources else {}
         where = f"source folder {ctx.source_base} (the output goes to {bucket.store.url})"
     else:
         probe = os.path.join(ctx.out_dir, f"{TMP_PREFIX}dask-probe-{token}")
         with open(probe, "wb"):
             pass
         try:
-            missing = client.run(_paths_missing, [ctx.source_base, probe])
+            missing = client.run(_paths_missing, sources + [probe])
         finally:
             os.unlink(probe)
         where = f"source folder {ctx.source_base}, output folder {ctx.out_dir}"
