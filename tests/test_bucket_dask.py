@@ -55,3 +55,23 @@ def test_dask_two_workers_upload_to_a_bucket_without_a_shared_output_folder(tmp_
     assert set(got) == source_keys(pruned)
     assert got == records_by_key(local2)
 
+
+
+def test_workers_that_cannot_reach_the_output_bucket_are_named_before_any_task(tmp_path, s3_bucket):
+    import distributed
+
+    from converter.bucket.worker import BucketTarget
+    from converter.run.dask_runner import DaskBackendError, _check_shared_storage
+    from converter.run.task import WorkerContext
+
+    ctx = WorkerContext(str(tmp_path / "staging"), OPTIONS, (), str(tmp_path), 1 << 20)
+    good = BucketTarget(open_store(f"{s3_bucket}/ds"))
+    bad = BucketTarget(open_store(f"{s3_bucket}/ds", {"endpoint_url": "http://127.0.0.1:9"}))  # nothing listens
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        _check_shared_storage(client, ctx, "t", None, good)  # no output folder needed on the workers
+        with pytest.raises(DaskBackendError, match=r"(?s)cannot reach the output bucket .*127\.0\.0\.1:9"):
+            _check_shared_storage(client, ctx, "t", None, bad)
+        missing = WorkerContext(str(tmp_path), OPTIONS, (), str(tmp_path / "no-such-sources"), 1 << 20)
+        with pytest.raises(DaskBackendError, match="no-such-sources"):
+            _check_shared_storage(client, missing, "t", None, good)
