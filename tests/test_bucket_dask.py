@@ -57,6 +57,7 @@ def test_dask_two_workers_upload_to_a_bucket_without_a_shared_output_folder(tmp_
 
 
 
+@pytest.mark.slow
 def test_workers_that_cannot_reach_the_output_bucket_are_named_before_any_task(tmp_path, s3_bucket):
     import distributed
 
