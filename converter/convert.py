@@ -43,7 +43,7 @@ from readers.manifest import (
     ShardEntry,
     SplitEntry,
 )
-from readers.storage import StorageError, is_remote, local_path
+from readers.storage import is_remote, local_path
 from readers.tasks import task_kind
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,9 @@ def _convert_to_bucket(spec, url, options, run, t0, on_plan, on_progress) -> Con
         with BucketOutput(url, dict(run.storage_options), staging_dir=run.staging_dir,
                           lock_ttl_seconds=run.lock_ttl_seconds) as bucket:
             result = _convert_locked(spec, bucket.staging, options, run, t0, on_plan, on_progress, bucket)
-    except StorageError as e:  # reading the manifest, listing, downloading, the lock object...
+    except OutputWriteError:
+        raise
+    except OSError as e:  # the bucket (the manifest, listing, downloads, the lock object) or the staging folder
         raise OutputWriteError(None, f"{e}. Nothing was published; the previous dataset is intact.") from e
     result.out_dir = bucket.url
     return result

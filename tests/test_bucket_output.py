@@ -403,3 +403,13 @@ def test_a_failed_upload_publishes_nothing_and_removes_the_others(full, tmp_path
         convert(SourceSpec(root=str(src)), url, OutputOptions(size=(32, 48)), RunOptions(workers=1, shard_size_bytes=8192))
     names = [i.name for i in open_store(url).list()]
     assert not any(RUN_ID_NAME.match(n) or n.endswith(".idx.npy") or n == MANIFEST_NAME for n in names), names
+
+
+def test_an_unwritable_staging_dir_is_one_named_line_exit_74(full, tmp_path, s3_bucket):
+    src = _grow(full, tmp_path / "src", 4)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    proc = run_cli_process(_args(src, f"{s3_bucket}/ds", "--staging-dir", str(blocker / "staging")))
+    out = assert_named_error(proc, "staging folder", "--staging-dir", codes=[74])
+    assert len(out.strip().splitlines()) == 1, out
+    assert open_store(f"{s3_bucket}/ds").list() == []  # not even a lock was taken
