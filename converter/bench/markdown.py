@@ -144,19 +144,19 @@ def replace_between_markers(text: str, name: str, content: str, *, path: str = "
 
 
 def update_docs(data: dict, *, readme: str, performance: str, note: str = "") -> list[str]:
-    """Rewrite the generated parts of `readme` and `performance` (files); returns the paths written."""
-    written = []
+    """Rewrite the generated parts of `readme` and `performance` (files); returns the paths written.
+    Both files are checked before either is written."""
+    new_texts = []
     for path, name, content in ((readme, "readme", readme_tables(data, note)),
                                 (performance, "performance", performance_section(data, note))):
         with open(path, encoding="utf-8") as f:
-            text = f.read()
-        new = replace_between_markers(text, name, content, path=path)
+            new_texts.append((path, replace_between_markers(f.read(), name, content, path=path)))
+    for path, text in new_texts:
         tmp = f"{path}.tmp-{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(new)
+            f.write(text)
         os.replace(tmp, path)
-        written.append(path)
-    return written
+    return [path for path, _ in new_texts]
 
 
 def check_bench_json(data: Any, path: str) -> dict:

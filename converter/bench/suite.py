@@ -187,7 +187,8 @@ def measure_storage_section(opts: BenchOptions, sources: Sources, work: str, res
         p1 = baselines.raw_png_tf_dataset(sources.pairs, sources.colors, opts.size, opts.batch_size)
         h, w = opts.size
         row = result.add(Row("p1_tf_png", "1. tf.data over PNG (decode, resize, tf.equal one-hot)", "reader",
-                             4 * h * w * (3 + len(sources.colors)), note="timed with the storage section"))
+                             4 * h * w * (3 + len(sources.colors)), note="timed with the storage section",
+                             bytes_read=round(sources.source_bytes / len(sources.pairs))))
         yardstick = (row, _tf_epoch(p1))
     result.storage = measure_storage(opts, sources, work, say, yardstick)
 
