@@ -256,15 +256,23 @@ def _bench_json() -> dict:
                          "threshold": 2, "higher_is_better": True, "unit": "x", "met": True}], "seconds": 600}
 
 
-def test_bench_docs_rewrite_only_the_marked_parts_with_the_runs_numbers(tmp_path):
+def _bench_docs(tmp_path, readme_text: str, perf_text: str, *extra: str):
+    """`scripts/bench_docs.py` on `_bench_json()` and the two texts; (process, README path, PERFORMANCE path)."""
     readme, perf = tmp_path / "README.md", tmp_path / "PERFORMANCE.md"
-    readme.write_text("# t\nbefore\n<!-- bench:readme -->\nold table\n<!-- /bench:readme -->\nafter\n")
-    perf.write_text("intro\n<!-- bench:performance -->\nold\n<!-- /bench:performance -->\nend\n")
+    readme.write_text(readme_text)
+    perf.write_text(perf_text)
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps(_bench_json()))
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_docs.py"), str(bench), "--readme",
-                           str(readme), "--performance", str(perf), "--note", "shared machine, preliminary"],
-                          capture_output=True, text=True, timeout=60)
+                           str(readme), "--performance", str(perf), *extra], capture_output=True, text=True, timeout=60)
+    return proc, readme, perf
+
+
+def test_bench_docs_rewrite_only_the_marked_parts_with_the_runs_numbers(tmp_path):
+    proc, readme, perf = _bench_docs(
+        tmp_path, "# t\nbefore\n<!-- bench:readme -->\nold table\n<!-- /bench:readme -->\nafter\n",
+        "intro\n<!-- bench:performance -->\nold\n<!-- /bench:performance -->\nend\n",
+        "--note", "shared machine, preliminary")
     assert proc.returncode == 0, proc.stderr
     text = readme.read_text()
     assert text.startswith("# t\nbefore\n<!-- bench:readme -->\n") and text.endswith("<!-- /bench:readme -->\nafter\n")
@@ -278,13 +286,9 @@ def test_bench_docs_rewrite_only_the_marked_parts_with_the_runs_numbers(tmp_path
 
 
 def test_bench_docs_name_the_missing_markers_and_change_nothing(tmp_path):
-    readme, perf = tmp_path / "README.md", tmp_path / "PERFORMANCE.md"
-    readme.write_text("no markers here\n")
-    perf.write_text("<!-- bench:performance -->\nold\n<!-- /bench:performance -->\n")
-    bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps(_bench_json()))
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_docs.py"), str(bench), "--readme",
-                           str(readme), "--performance", str(perf)], capture_output=True, text=True, timeout=60)
+    perf_text = "<!-- bench:performance -->\nold\n<!-- /bench:performance -->\n"
+    proc, readme, perf = _bench_docs(tmp_path, "no markers here\n", perf_text)
+    assert perf.read_text() == perf_text  # checked before either file is written
     assert proc.returncode == 2 and "<!-- bench:readme -->" in proc.stderr and "README.md" in proc.stderr
     assert readme.read_text() == "no markers here\n"
 
