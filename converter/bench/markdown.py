@@ -43,7 +43,9 @@ def _rows(data: dict) -> dict[str, dict]:
 
 def _share(row: dict) -> str:
     share = row.get("share_of_limit")
-    return "n/a" if share is None or (isinstance(share, float) and math.isnan(share)) else f"{100 * share:.0f}%"
+    if share is None or (isinstance(share, float) and math.isnan(share)):
+        return "n/a"
+    return "<1%" if share < 0.01 else f"{100 * share:.0f}%"
 
 
 def run_line(data: dict, note: str = "") -> str:
@@ -54,6 +56,9 @@ def run_line(data: dict, note: str = "") -> str:
             f"batch {o['batch_size']}, shuffle buffer {o['shuffle_buffer']}; {rounds} interleaved rounds of >= "
             f"{o['min_seconds']:g} s per reader, the first dropped, medians (min-max) of the other {rounds - 1}; "
             f"{m.get('cores', '?')} cores ({m.get('cpu', '?')}), load {m.get('loadavg_start', '?')} at start")
+    probe = _rows(data).get("cpu_scaling")
+    if probe:
+        text += f"; CPU probe {probe['samples_per_s']:.2f}x (2.0 = two free cores)"
     if bw:
         text += f"; copy bandwidth {bw['median_gb_per_s']:.1f} GB/s"
     return text + (f". **{note}**" if note else ".")
@@ -128,7 +133,7 @@ def performance_section(data: dict, note: str = "") -> str:
         for t in data["targets"]:
             verdict = {True: "met", False: "**not met**", None: "not measured"}[t["met"]]
             op = ">=" if t["higher_is_better"] else "<="
-            out.append(f"| {t['name']} | {_fmt(t['value'], 2)}{t['unit']} | {op} {t['threshold']:g}{t['unit']} | "
+            out.append(f"| {t['name']} | {_fmt(t['value'], 2)}{t['unit']} | {op} {t['threshold']:.3g}{t['unit']} | "
                        f"{verdict} |")
     return "\n".join(out)
 

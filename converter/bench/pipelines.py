@@ -211,8 +211,8 @@ def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, 
     h, w = opts.size
     shape = Shape(h, w, ds.num_classes, first.mask.dtype.itemsize)
     return [*png_pipelines(opts, sources, shape), *saved_pipelines(opts, ds, split, work, shape, say),
-            *imgshard_pipelines(opts, ds, split, shape), *augment_pipelines(opts, sources, work, shape, say),
-            *npz_pipelines(opts, sources, split, work, shape, say)]
+            *imgshard_pipelines(opts, ds, split, shape), *npz_pipelines(opts, sources, split, work, shape, say),
+            *augment_pipelines(opts, sources, work, shape, say)]
 
 
 __all__ = ["AUGMENT_RECIPE", "Io", "Shape", "reader_pipelines", "stored_bytes_per_sample"]
