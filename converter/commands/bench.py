@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from converter.options import parse_size
 
@@ -103,8 +104,10 @@ def main(args: argparse.Namespace) -> int:
 
     opts = options_from_args(args)
 
-    def say(message: str) -> None:
-        print(f"bench: {message}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+
+    def say(message: str) -> None:  # elapsed seconds first: where a run spends its time
+        print(f"bench [{time.perf_counter() - start:4.0f} s]: {message}", file=sys.stderr, flush=True)
 
     result = run_bench(opts, say)
     print(header(result))
