@@ -22,6 +22,7 @@ import numpy as np
 
 from converter.bench import baselines
 from converter.bench.options import BenchOptions
+from converter.bench.result import Row
 from converter.bench.rounds import forever, tf_iterator
 from converter.bench.sources import Sources, run_convert
 
@@ -69,13 +70,11 @@ def stored_bytes_per_sample(paths: Sequence[str], samples: int) -> int:
     return round(total / max(1, samples))
 
 
-def _row(key: str, label: str, io: Io, note: str = "") -> Any:
-    from converter.bench.suite import Row
-
+def _row(key: str, label: str, io: Io, note: str = "") -> Row:
     return Row(key, label, "reader", io.written, bytes_read=io.read, note=note)
 
 
-Pipelines = list[tuple[Any, MakeIter]]
+Pipelines = list[tuple[Row, MakeIter]]
 
 
 def png_pipelines(opts: BenchOptions, sources: Sources, shape: Shape) -> Pipelines:
