@@ -413,3 +413,11 @@ def test_an_unwritable_staging_dir_is_one_named_line_exit_74(full, tmp_path, s3_
     out = assert_named_error(proc, "staging folder", "--staging-dir", codes=[74])
     assert len(out.strip().splitlines()) == 1, out
     assert open_store(f"{s3_bucket}/ds").list() == []  # not even a lock was taken
+
+
+def test_the_bucket_root_is_a_dataset_location_too(full, tmp_path, s3_bucket):
+    src = _grow(full, tmp_path / "src", 8)
+    assert run_cli(_args(src, s3_bucket)) == 0
+    _grow(full, src, 12)
+    assert run_cli(_args(src, s3_bucket + "/")) == 0  # a trailing slash names the same place
+    assert set(records_by_key(download(s3_bucket, tmp_path / "back"))) == source_keys(src)
