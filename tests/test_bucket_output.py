@@ -421,3 +421,21 @@ def test_the_bucket_root_is_a_dataset_location_too(full, tmp_path, s3_bucket):
     _grow(full, src, 12)
     assert run_cli(_args(src, s3_bucket + "/")) == 0  # a trailing slash names the same place
     assert set(records_by_key(download(s3_bucket, tmp_path / "back"))) == source_keys(src)
+
+
+def test_a_run_that_loses_its_lock_stops_and_publishes_nothing(full, tmp_path, s3_bucket):
+    from converter.bucket.lock import LockLostError
+
+    src = _grow(full, tmp_path / "src", 16)
+    url = f"{s3_bucket}/ds"
+    store = open_store(url)
+
+    def someone_takes_the_lock(plan) -> None:
+        store.put(LOCK_NAME, b'{"run_id": "intruder"}')
+        time.sleep(0.8)  # two heartbeats: the renewal is refused
+
+    with pytest.raises(LockLostError, match="lost the lock"):
+        convert(SourceSpec(root=str(src)), url, OutputOptions(size=(32, 48)),
+                RunOptions(workers=1, shard_size_bytes=8192, lock_ttl_seconds=1), on_plan=someone_takes_the_lock)
+    names = [i.name for i in store.list()]
+    assert names == [LOCK_NAME] and store.read(LOCK_NAME) == b'{"run_id": "intruder"}'

@@ -233,6 +233,7 @@ class BucketOutput:
 
     def shard_done(self, entry) -> None:
         """A shard and its index file are complete in staging: upload them (returns at once)."""
+        self.lock.check()  # the lock was lost: stop now rather than at the publish
         if self.uploader is not None:
             self.uploader.raise_failed()  # an upload failed: stop now, nothing will be published
         if entry is not None and self.uploader is not None:
