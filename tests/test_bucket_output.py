@@ -439,3 +439,20 @@ def test_a_run_that_loses_its_lock_stops_and_publishes_nothing(full, tmp_path, s
                 RunOptions(workers=1, shard_size_bytes=8192, lock_ttl_seconds=1), on_plan=someone_takes_the_lock)
     names = [i.name for i in store.list()]
     assert names == [LOCK_NAME] and store.read(LOCK_NAME) == b'{"run_id": "intruder"}'
+
+
+def test_storage_option_endpoint_reaches_the_server_without_the_environment(full, tmp_path, s3_bucket, s3_server):
+    import os
+    import subprocess
+
+    from _cron import ROOT, child_env, cli_command
+
+    src = _grow(full, tmp_path / "src", 8)
+    env = child_env()
+    env.pop("AWS_ENDPOINT_URL")
+    args = _args(src, f"{s3_bucket}/ds")
+    ok = subprocess.run(cli_command(args + ["--storage-option", f"endpoint_url={s3_server}"]), cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert set(records_by_key(download(f"{s3_bucket}/ds", tmp_path / "back"))) == source_keys(src)
+    assert "AWS_ENDPOINT_URL" in os.environ  # the test's own environment is untouched
