@@ -71,9 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="convert everything again when the options differ from the dataset's")
     p.add_argument("--backend", choices=["local", "dask"], default="local", help="where workers run (default local)")
     p.add_argument("--scheduler", help="Dask scheduler address tcp://HOST:PORT (with --backend dask)")
-    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="fsspec option for s3:// and gs:// locations, repeatable (e.g. endpoint_url=http://host:9000, "
-                        "profile=NAME, client_kwargs.region_name=eu-west-1); see docs/STORAGE.md")
+    if "--storage-option" not in p._option_string_actions:  # one option for the sources' and OUT's URLs
+        p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE", dest="storage_option",
+                       help="fsspec option for s3:// and gs:// locations, repeatable (e.g. endpoint_url=http://host:9000, "
+                            "profile=NAME, client_kwargs.region_name=eu-west-1); see docs/STORAGE.md")
     p.add_argument("--staging-dir", metavar="DIR",
                    help="OUT in a bucket: local folder for the run's staging files and the index cache "
                         "(default: the system's temporary folder)")
