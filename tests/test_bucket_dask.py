@@ -76,3 +76,23 @@ def test_workers_that_cannot_reach_the_output_bucket_are_named_before_any_task(t
         missing = WorkerContext(str(tmp_path), OPTIONS, (), str(tmp_path / "no-such-sources"), 1 << 20)
         with pytest.raises(DaskBackendError, match="no-such-sources"):
             _check_shared_storage(client, missing, "t", None, good)
+
+
+@pytest.mark.slow
+def test_dask_bucket_to_bucket_no_shared_folder_at_all(tmp_path, s3_bucket):
+    """Sources and OUT both in the bucket: the workers read sources by URL and upload shards; no
+    folder is shared with the driver. Equal to a local conversion of the same files.
+    Runs once sources in buckets (converter.discover.files) are on the branch; passed on a trial merge."""
+    pytest.importorskip("converter.discover.files", reason="sources in buckets are not merged yet")
+    full = synth.make_camvid(tmp_path / "gen", splits={"train": 14, "val": 4}, size=[(40, 56), (36, 50)], seed=8)
+    store = open_store(f"{s3_bucket}/raw")
+    for path in sorted(full.root.rglob("*")):
+        if path.is_file():
+            store.put(path.relative_to(full.root).as_posix(), path.read_bytes())
+    url = f"{s3_bucket}/out"
+    result = convert(SourceSpec(root=f"{s3_bucket}/raw"), url, OPTIONS, _run(backend="dask", workers=2))
+    assert result.published
+    local = tmp_path / "local"
+    convert(SourceSpec(root=str(full.root)), str(local), OPTIONS, _run(workers=1))
+    got = records_by_key(download(url, tmp_path / "back"))
+    assert got == records_by_key(local) and len(got) == 18
