@@ -250,7 +250,7 @@ def test_index_files_are_downloaded_once_into_the_staging_cache(full, tmp_path, 
     indexes = [s.index.file for _, s in m.iter_shards()]
     assert len(fetched) == len(set(fetched))  # each index file downloaded once over the three runs
     assert set(fetched) < set(indexes)  # the last run's own index files were never downloaded
-    cached = {p.name for p in staging.glob("imgshard-index-cache/*/*")}
+    cached = {p.name for p in staging.glob("imgshard-index-cache-*/*/*")}
     assert cached and cached <= set(indexes)
     assert not list(staging.glob("imgshard-run-*"))  # per-run staging folders removed
 

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 
+from converter.bucket.cas import current, write_if
 from converter.run.lock import LOCK_NAME, LockedError
 from readers.storage import ObjectStore, PreconditionFailed, StorageError
 
@@ -79,24 +80,21 @@ class BucketLock:
         for _ in range(5):  # the holder may release (or a taker win) between our create and read
             body, expires = self._body()
             try:
-                self.version = self.store.create(LOCK_NAME, body)
+                self.version = write_if(self.store, LOCK_NAME, body, None)
                 self.expires = expires
                 break
             except PreconditionFailed:
                 pass
-            try:
-                current = self.store.info(LOCK_NAME)
-                holder = json.loads(self.store.read(LOCK_NAME).decode("utf-8"))
-            except FileNotFoundError:
+            found = self._read()
+            if found is None:
                 continue  # released meanwhile: try to create it again
-            except ValueError:
-                holder = {}  # unreadable lock: treat it as expired (it names no expiry we could honour)
+            version, holder = found
             if self._live(holder):
                 raise LockedError(
                     f"Another imgshard run holds {self.store.url_of(LOCK_NAME)}: {describe_holder(holder)}; the "
                     f"lock expires at {holder.get('expires')} unless that run renews it. Only one run per dataset "
                     "at a time; this run changed nothing. Try again later.")
-            if self._take_over(current.version, holder):
+            if self._take_over(version, holder):
                 break
         else:
             raise LockedError(f"{self.store.url_of(LOCK_NAME)}: could not take the lock after 5 tries (other runs "
@@ -104,6 +102,31 @@ class BucketLock:
         self._thread = threading.Thread(target=self._heartbeat, name=HEARTBEAT_THREAD_NAME, daemon=True)
         self._thread.start()
         return self
+
+    def _read(self) -> tuple[str, dict] | None:
+        """(version, holder) of the lock object (None: there is none). An unreadable lock, or one that
+        is not a JSON object, is an empty holder: treated as expired (it names no expiry to honour)."""
+        found = current(self.store, LOCK_NAME)
+        if found is None:
+            return None
+        try:
+            holder = json.loads(found[1].decode("utf-8"))
+        except ValueError:
+            holder = {}
+        return found[0], holder if isinstance(holder, dict) else {}
+
+    def _still_mine(self) -> bool:
+        """After a refused renewal: True (and the lock's version adopted) when the lock still holds this
+        run's body, written by an earlier renewal whose answer was lost."""
+        try:
+            found = self._read()
+        except StorageError:
+            return False
+        mine = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": self.run_id}
+        if found is None or any(found[1].get(k) != v for k, v in mine.items()):
+            return False
+        self.version, self.expires = found[0], float(found[1].get("expires_epoch") or 0.0)
+        return True
 
     @staticmethod
     def _live(holder: dict) -> bool:
@@ -114,7 +137,7 @@ class BucketLock:
         """Replace the expired lock at `stale_version`; False when another run changed it first."""
         body, expires = self._body()
         try:
-            self.version = self.store.replace(LOCK_NAME, body, if_version=stale_version)
+            self.version = write_if(self.store, LOCK_NAME, body, stale_version)
         except PreconditionFailed:
             return False
         self.expires = expires
@@ -136,10 +159,11 @@ class BucketLock:
                 return
             body, expires = self._body()
             try:
-                self.version = self.store.replace(LOCK_NAME, body, if_version=self.version)
+                self.version = write_if(self.store, LOCK_NAME, body, self.version)
                 self.expires = expires
             except PreconditionFailed:
-                self.lost = "another run replaced or removed the lock object"
+                if not self._still_mine():
+                    self.lost = "another run replaced or removed the lock object"
             except StorageError as e:  # a network failure: retried at the next beat, lost once expired
                 log.warning("could not renew the lock %s (%s); retrying", self.store.url_of(LOCK_NAME), e)
                 if time.time() >= self.expires:

@@ -30,13 +30,14 @@ import shutil
 import tempfile
 from typing import Callable, Sequence
 
+from converter.bucket.cas import OutcomeUnknown, current, write_if
 from converter.bucket.lock import BucketLock
 from converter.bucket.uploads import Uploader
 from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask, refuse_damaged
 from converter.publish.manifest import is_shard_name, listed_files
 from converter.publish.migrate import migrated
 from converter.run.lock import EX_TEMPFAIL
-from readers.index import is_index_name
+from readers.index import index_ref, is_index_name
 from readers.manifest import MANIFEST_NAME, REPORTS_DIR, Manifest
 from readers.storage import ObjectStore, PreconditionFailed, open_store
 
@@ -65,10 +66,27 @@ def _sweep_dead_staging(root: str) -> None:
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
+def _cached_intact(path: str, shard) -> bool:
+    """The cached index file is there with the manifest's size and digest."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(shard.index.bytes + 1)
+    except FileNotFoundError:
+        return False
+    return len(data) == shard.index.bytes and index_ref(shard.file, data).digest == shard.index.digest
+
+
 class PublishRaceError(RuntimeError):
     """Another run published the dataset between this run's start and its publish; nothing of ours was published."""
 
     exit_code = EX_TEMPFAIL
+
+
+class PublishUnknownError(RuntimeError):
+    """The manifest's write failed without an answer and cannot be read back: this run's manifest may
+    have been published, so its shards are kept (the next run removes them if they are not listed)."""
+
+    exit_code = os.EX_IOERR
 
 
 def copy_sources(tasks: Sequence[ShardTask]) -> list[str]:
@@ -100,6 +118,7 @@ class BucketOutput:
         self._deferred_orphans: list[str] = []
         self._manifest_bytes = b""
         self.published = False
+        self.maybe_published = False  # the manifest's write had no answer: keep the uploads
 
     # -- the run's frame ---------------------------------------------------------------------
     def __enter__(self) -> "BucketOutput":
@@ -122,7 +141,7 @@ class BucketOutput:
         try:
             if self.uploader is not None:
                 self.uploader.close(cancel=exc_type is not None)
-                if exc_type is not None and not self.published:
+                if exc_type is not None and not (self.published or self.maybe_published):
                     self._remove_quietly(self.uploader.uploaded, "uploaded by this failed run")
         finally:
             self.lock.__exit__(exc_type, exc, tb)
@@ -157,54 +176,51 @@ class BucketOutput:
             return None
         if not rebuild:
             refuse_damaged(self.url, old, listing.get)
-        self._fetch_indexes(old)
+        self._fetch_indexes(old, listing)
         if not old.indexed and not rebuild:
             old = self._migrate(old)
         return old
 
     def _fence(self) -> None:
-        """After taking over an expired lock: rewrite the manifest (one newline more or less at its
-        end: a new ETag/generation, the same document), so that the dead holder's run, should it
+        """After taking over an expired lock: rewrite the manifest (one newline more at its end: a
+        new ETag/generation, the same document), so that the dead holder's run, should it
         only have been paused, fails its compare-and-swap instead of publishing a manifest that
         lists shards this run is about to remove as orphans."""
-        data = self._manifest_bytes.rstrip(b"\n") + (b"\n" if self._manifest_bytes.endswith(b"\n\n") else b"\n\n")
+        data = self._manifest_bytes + b"\n"  # one more each time: never bytes (an S3 ETag) seen before
         try:
-            self.manifest_version = self.store.replace(MANIFEST_NAME, data, if_version=self.manifest_version)
+            self.manifest_version = write_if(self.store, MANIFEST_NAME, data, self.manifest_version)
         except PreconditionFailed as e:
             raise PublishRaceError(f"{self.store.url_of(MANIFEST_NAME)} changed while this run took over the "
                                    "expired lock (its previous holder published); nothing was done. Re-run.") from e
 
     def _read_manifest(self) -> Manifest | None:
-        try:
-            info = self.store.info(MANIFEST_NAME)
-            data = self.store.read(MANIFEST_NAME)
-        except FileNotFoundError:
+        now = current(self.store, MANIFEST_NAME)
+        if now is None:
             return None
         path = os.path.join(self.staging, MANIFEST_NAME)
         with open(path, "wb") as f:
-            f.write(data)
+            f.write(now[1])
         manifest = Manifest.load(path)
-        if self.store.info(MANIFEST_NAME).version != info.version:  # rewritten between our two requests
-            raise PublishRaceError(f"{self.store.url_of(MANIFEST_NAME)} changed while this run read it (another "
-                                   "run published); nothing was done. Re-run.")
-        self.manifest_version = info.version
-        self._manifest_bytes = data
+        self.manifest_version, self._manifest_bytes = now
         return manifest
 
-    def _fetch_indexes(self, old: Manifest) -> None:
-        """Every index file the manifest lists, into staging (hard-linked from the local cache)."""
-        cache = os.path.join(self.root, INDEX_CACHE_DIR, hashlib.sha256(self.url.encode()).hexdigest()[:16])
-        os.makedirs(cache, exist_ok=True)
+    def _fetch_indexes(self, old: Manifest, listing: dict[str, int]) -> None:
+        """Every index file the manifest lists, into staging (hard-linked from the local cache, whose
+        files are checked against the manifest's digests). One missing from the bucket (`listing`) is
+        left out: the planner names it, and a --rebuild does without it."""
+        cache = os.path.join(self.root, f"{INDEX_CACHE_DIR}-{os.getuid()}",
+                             hashlib.sha256(self.url.encode()).hexdigest()[:16])
+        os.makedirs(cache, mode=0o700, exist_ok=True)
         listed = {s.index.file for _, s in old.iter_shards() if s.index is not None}
         for name in os.listdir(cache):  # index files no manifest lists any more: the cache stays this small
             if name not in listed:
                 os.unlink(os.path.join(cache, name))
         for _, shard in old.iter_shards():
-            if shard.index is None:
+            if shard.index is None or listing.get(shard.index.file) != shard.index.bytes:
                 continue
             name = shard.index.file
             cached = os.path.join(cache, name)
-            if not os.path.exists(cached) or os.path.getsize(cached) != shard.index.bytes:
+            if not _cached_intact(cached, shard):
                 tmp = f"{cached}.{self.run_id}.part"
                 self.store.download(name, tmp)
                 os.replace(tmp, cached)
@@ -266,10 +282,12 @@ class BucketOutput:
     def _publish_manifest(self, manifest: Manifest) -> None:
         data = manifest.dumps().encode("utf-8")
         try:
-            if self.manifest_version is None:
-                self.manifest_version = self.store.create(MANIFEST_NAME, data)
-            else:
-                self.manifest_version = self.store.replace(MANIFEST_NAME, data, if_version=self.manifest_version)
+            self.manifest_version = write_if(self.store, MANIFEST_NAME, data, self.manifest_version)
+        except OutcomeUnknown as e:
+            self.maybe_published = True
+            raise PublishUnknownError(
+                f"{e}. This run's manifest may have been published: its shards are kept, and the next run "
+                "removes those the manifest does not list. Re-run.") from e
         except PreconditionFailed as e:
             raise PublishRaceError(
                 f"Another run published {self.store.url_of(MANIFEST_NAME)} after this run read it (the manifest is "
