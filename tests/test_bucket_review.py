@@ -208,3 +208,36 @@ def test_a_damaged_index_cache_file_is_downloaded_again(full, tmp_path, s3_bucke
     _grow(full, src, 12)
     assert run_cli(_args(src, url, "--staging-dir", str(staging))) == 0
     _assert_whole(url, tmp_path, source_keys(src))
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid  # no such process any more (as a run in another PID namespace looks from here)
+
+
+def test_a_live_staging_folder_whose_pid_is_not_visible_here_is_kept(tmp_path, s3_bucket):
+    """Two containers sharing --staging-dir do not see each other's pids: a live run's folder is
+    recognised by the lock it holds on it, a dead run's is removed."""
+    import fcntl
+
+    from converter.bucket.output import STAGING_LOCK
+
+    staging = tmp_path / "staging"
+    live = staging / f"imgshard-run-{_dead_pid()}-0123abcd-x1"
+    dead = staging / f"imgshard-run-{_dead_pid()}-4567abcd-x2"
+    for folder in (live, dead):
+        folder.mkdir(parents=True)
+        (folder / STAGING_LOCK).touch()
+        (folder / "train-00000-r0123abcd.tfrecord").write_bytes(b"a shard being converted")
+    fd = open(live / STAGING_LOCK, "rb")
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the other container's run holds its folder
+    try:
+        with BucketOutput(f"{s3_bucket}/ds", staging_dir=str(staging)) as run:
+            assert (Path(run.staging) / STAGING_LOCK).exists()
+        assert live.exists() and not dead.exists()
+    finally:
+        fd.close()

@@ -22,12 +22,14 @@ the dataset folder without its shards:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
 import secrets
 import shutil
 import tempfile
+import time
 from typing import Callable, Sequence
 
 from converter.bucket.cas import OutcomeUnknown, current, write_if
@@ -45,6 +47,43 @@ log = logging.getLogger(__name__)
 
 INDEX_CACHE_DIR = "imgshard-index-cache"
 STAGING_PREFIX = "imgshard-run-"
+#: held (flock) by the run that owns a staging folder, for as long as it runs
+STAGING_LOCK = ".imgshard-staging.lock"
+#: a folder this young without its lock file may be a run between mkdtemp and flock
+_STAGING_GRACE_SECONDS = 60.0
+
+
+def _hold_staging(staging: str) -> int:
+    """Lock the run's own staging folder (the kernel drops it when the run dies, however it dies)."""
+    fd = os.open(os.path.join(staging, STAGING_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _staging_dead(path: str, pid: int) -> bool:
+    """True when no run owns the staging folder `path`: nobody holds its lock file. Without a lock
+    file (a run between mkdtemp and flock), dead when old and its pid is gone. The pid alone is not
+    enough: a run in another PID namespace (a container sharing --staging-dir) is invisible here."""
+    try:
+        fd = os.open(os.path.join(path, STAGING_LOCK), os.O_RDONLY)
+    except FileNotFoundError:
+        try:
+            young = os.stat(path).st_mtime > time.time() - _STAGING_GRACE_SECONDS
+            os.kill(pid, 0)
+            return False  # alive (or reused: left alone)
+        except ProcessLookupError:
+            return not young
+        except OSError:  # another user's process, or the folder went away
+            return False
+    except OSError:  # another user's folder
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except OSError:  # held: its run is alive
+        return False
+    finally:
+        os.close(fd)
 
 
 def _sweep_dead_staging(root: str) -> None:
@@ -53,14 +92,7 @@ def _sweep_dead_staging(root: str) -> None:
         if not name.startswith(STAGING_PREFIX):
             continue
         pid = name[len(STAGING_PREFIX):].split("-", 1)[0]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # alive (or another user's: left alone)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
+        if not pid.isdigit() or not _staging_dead(os.path.join(root, name), int(pid)):
             continue
         log.info("removing the staging folder of a dead run: %s", os.path.join(root, name))
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
@@ -112,6 +144,7 @@ class BucketOutput:
         self.root = os.path.abspath(staging_dir or tempfile.gettempdir())
         self.lock = BucketLock(self.store, self.run_id, lock_ttl_seconds)
         self.staging = ""
+        self._staging_fd: int | None = None
         self.uploader: Uploader | None = None
         self.manifest_version: str | None = None  # the published manifest's version at the start (None: none)
         self.orphans: list[str] = []
@@ -131,11 +164,20 @@ class BucketOutput:
         try:
             _sweep_dead_staging(self.root)
             self.staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-{self.run_id}-", dir=self.root)
+            self._staging_fd = _hold_staging(self.staging)
             self.uploader = Uploader(self.store, self.staging)
         except BaseException:
             self.lock.__exit__(None, None, None)
+            self._drop_staging()
             raise
         return self
+
+    def _drop_staging(self) -> None:
+        if self.staging:
+            shutil.rmtree(self.staging, ignore_errors=True)
+        if self._staging_fd is not None:
+            os.close(self._staging_fd)
+            self._staging_fd = None
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
@@ -145,7 +187,7 @@ class BucketOutput:
                     self._remove_quietly(self.uploader.uploaded, "uploaded by this failed run")
         finally:
             self.lock.__exit__(exc_type, exc, tb)
-            shutil.rmtree(self.staging, ignore_errors=True)
+            self._drop_staging()
 
     def _remove_quietly(self, names: Sequence[str], why: str) -> None:
         for name in names:
