@@ -241,3 +241,30 @@ def test_a_live_staging_folder_whose_pid_is_not_visible_here_is_kept(tmp_path, s
         assert live.exists() and not dead.exists()
     finally:
         fd.close()
+
+
+def test_a_timed_out_manifest_put_that_lands_late_lists_shards_still_there(full, tmp_path, s3_bucket, monkeypatch):
+    """The PUT times out before the store applied it, so the read-back shows the old manifest; the
+    request may still arrive afterwards, so the run must keep its shards for it."""
+    from converter.bucket.output import PublishUnknownError
+
+    src = _grow(full, tmp_path / "src", 8)
+    url = f"{s3_bucket}/ds"
+    _run(src, url)
+    _grow(full, src, 16)
+    late = []
+    real = ObjectStore.replace
+
+    def timed_out(self, name, data, if_version):
+        if name != MANIFEST_NAME:
+            return real(self, name, data, if_version)
+        late.append((self, data, if_version))
+        raise StorageError(f"{self.url_of(name)}: conditional write failed: read timeout (simulated)")
+
+    monkeypatch.setattr(ObjectStore, "replace", timed_out)
+    with pytest.raises(PublishUnknownError, match="may have been published"):
+        _run(src, url)
+    monkeypatch.undo()
+    store, data, if_version = late[0]
+    store.replace(MANIFEST_NAME, data, if_version)  # the request arrives now
+    _assert_whole(url, tmp_path, source_keys(src))

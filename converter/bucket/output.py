@@ -32,7 +32,7 @@ import tempfile
 import time
 from typing import Callable, Sequence
 
-from converter.bucket.cas import OutcomeUnknown, current, write_if
+from converter.bucket.cas import current, write_if
 from converter.bucket.lock import BucketLock
 from converter.bucket.uploads import Uploader
 from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask, refuse_damaged
@@ -41,7 +41,7 @@ from converter.publish.migrate import migrated
 from converter.run.lock import EX_TEMPFAIL
 from readers.index import index_ref, is_index_name
 from readers.manifest import MANIFEST_NAME, REPORTS_DIR, Manifest
-from readers.storage import ObjectStore, PreconditionFailed, open_store
+from readers.storage import ObjectStore, PreconditionFailed, StorageError, open_store
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +115,9 @@ class PublishRaceError(RuntimeError):
 
 
 class PublishUnknownError(RuntimeError):
-    """The manifest's write failed without an answer and cannot be read back: this run's manifest may
-    have been published, so its shards are kept (the next run removes them if they are not listed)."""
+    """The manifest's write failed without a clear answer (not a refused precondition): this run's
+    manifest may have been published, or may still be by a request in flight, so its shards are kept
+    (the next run removes them if they are not listed)."""
 
     exit_code = os.EX_IOERR
 
@@ -325,17 +326,18 @@ class BucketOutput:
         data = manifest.dumps().encode("utf-8")
         try:
             self.manifest_version = write_if(self.store, MANIFEST_NAME, data, self.manifest_version)
-        except OutcomeUnknown as e:
-            self.maybe_published = True
-            raise PublishUnknownError(
-                f"{e}. This run's manifest may have been published: its shards are kept, and the next run "
-                "removes those the manifest does not list. Re-run.") from e
         except PreconditionFailed as e:
             raise PublishRaceError(
                 f"Another run published {self.store.url_of(MANIFEST_NAME)} after this run read it (the manifest is "
                 f"no longer at version {self.manifest_version or '(none)'}); nothing of this run was published and "
                 "its uploaded shards are removed (or left for the next run to remove). Re-run to add to the new "
                 "dataset.") from e
+        except StorageError as e:  # no answer (OutcomeUnknown), or a request that may still reach the store
+            self.maybe_published = True
+            raise PublishUnknownError(
+                f"Writing {self.store.url_of(MANIFEST_NAME)} failed without a clear answer ({e}). This run's "
+                "manifest may have been published (or may still be, by a request in flight): its shards are kept, "
+                "and the next run removes those the manifest does not list. Re-run.") from e
 
     def remove(self, names: Sequence[str]) -> None:
         """Objects the published manifest no longer lists (replaced shards, stale index files)."""
