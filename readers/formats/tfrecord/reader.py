@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from readers.errors import FIX_HINT, describe, shard_error
-from readers.files import open_regular, open_regular_file
+from readers.sources import ByteSource, is_ranged, open_source
 from readers.formats import (
     FEATURE_HEIGHT,
     FEATURE_IMAGE,
@@ -115,8 +115,21 @@ class TFRecordAdapter(FileAdapter):
     def iter_stored(self, shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
         from readers.formats.tfrecord import wire as tfrecord_wire
 
+        if shard.source is None:  # a local file: the codec opens it (and names it)
+            yield from self._iter_stored(tfrecord_wire.iter_records(shard.path, compression=spec.compression,
+                                                                    check_crc=True), shard, spec)
+            return
+        with naming_shard(shard.path):
+            source = open_source(shard)
+        with source:
+            yield from self._iter_stored(tfrecord_wire.iter_records(source.fileobj(), compression=spec.compression,
+                                                                    check_crc=True), shard, spec)
+
+    @staticmethod
+    def _iter_stored(records: Iterator[bytes], shard: ShardRef, spec: RecordSpec) -> Iterator[Record]:
+        from readers.formats.tfrecord import wire as tfrecord_wire
+
         index = 0
-        records = tfrecord_wire.iter_records(shard.path, compression=spec.compression, check_crc=True)
         while True:
             with naming_shard(shard.path, index):
                 try:
@@ -144,7 +157,8 @@ class TFRecordAdapter(FileAdapter):
         `PipelineOptions.planned`), which read gzip shards whole (`load_whole`) into the
         generator pipeline so that the stream is a pure function of (seed, epoch, step).
         """
-        if options.requires_plan or (ENGINE == "mapped" and (spec.compression == "none" or options.planned)):
+        remote = any(s.source is not None for s in shards)  # bucket shards: whole-object reads, no tensorflow-io
+        if options.requires_plan or remote or (ENGINE == "mapped" and (spec.compression == "none" or options.planned)):
             from readers.formats.batching import generator_dataset
 
             load = load_mapped if spec.compression == "none" else load_whole
@@ -301,19 +315,16 @@ def load_mapped(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = 
     `readers.formats.base.CRC_POLICY`), the features against the manifest, and the
     record count; any problem raises `ShardError` naming the file and the record.
     """
-    import mmap
-
     from readers.formats.batching import ShardArrays
 
     path = shard.path
     with naming_shard(path):
-        with open_regular_file(path) as f:
-            st = os.fstat(f.fileno())
-            check_crc, verified_key = crc_due(path, st, check_crc)
-            size = st.st_size
+        with open_source(shard) as source:
+            check_crc, verified_key = crc_due(path, source.stat, check_crc)
+            size = source.size
             if size == 0:
                 raise shard_error(path, "the file is empty")
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            mapped = source.map()  # the file mapped, or a bucket object read whole (checked)
     buf = np.frombuffer(mapped, np.uint8)
     images: list[np.ndarray] = []
     targets: list[Any] = []
@@ -550,7 +561,7 @@ class TFRecordRandomAccess(RandomAccessShard):
         self.shard = shard
         self.spec = spec
         self._offsets: list[int] | None = None
-        self._fd: int | None = None
+        self._fd: "ByteSource | None" = None
         self._pid: int | None = None
         self._lock = threading.Lock()
 
@@ -576,10 +587,10 @@ class TFRecordRandomAccess(RandomAccessShard):
                 offsets.append(pos)
                 pos += _HEADER_BYTES + length + _FOOTER_BYTES
         else:
-            fd = self._file()
-            size = os.fstat(fd).st_size
+            source = self._file()
+            size = source.size
             while pos < size:
-                header = os.pread(fd, _HEADER_BYTES, pos)
+                header = source.pread(_HEADER_BYTES, pos)
                 if len(header) < _HEADER_BYTES:
                     raise shard_error(path, "truncated record header", record=len(offsets), offset=pos)
                 length, _ = _HEADER.unpack(header)
@@ -593,10 +604,11 @@ class TFRecordRandomAccess(RandomAccessShard):
         self._offsets = offsets
         return offsets
 
-    def _file(self) -> int:
+    def _file(self) -> "ByteSource":
+        """The shard's bytes for ranged reads: the local file (`pread`) or its object (ranged GETs)."""
         if self._fd is None or self._pid != os.getpid():
             with naming_shard(self.shard.path):
-                self._fd = open_regular(self.shard.path)
+                self._fd = open_source(self.shard, ranged=True)
             self._pid = os.getpid()
         return self._fd
 
@@ -609,8 +621,8 @@ class TFRecordRandomAccess(RandomAccessShard):
                 cache.move_to_end(path)
                 return data
         with naming_shard(path):
-            with open_regular_file(path) as f:
-                data = gunzip_bounded(f.read(), gzip_limit(self.shard, self.spec), path)
+            with open_source(self.shard) as source:
+                data = gunzip_bounded(source.read_all(), gzip_limit(self.shard, self.spec), path)
         with TFRecordRandomAccess._gzip_lock:
             cache[path] = data
             total = sum(len(v) for v in cache.values())
@@ -633,8 +645,8 @@ class TFRecordRandomAccess(RandomAccessShard):
         start = offsets[index]
         end = offsets[index + 1] if index + 1 < len(offsets) else None
         if end is None:
-            end = os.fstat(self._file()).st_size
-        frame = os.pread(self._file(), end - start, start)
+            end = self._file().size
+        frame = self._file().pread(end - start, start)
         return frame, start
 
     def read_record(self, index: int) -> Record:
@@ -676,7 +688,7 @@ class TFRecordRandomAccess(RandomAccessShard):
         return data
 
     def read(self, index: int) -> tuple[np.ndarray, np.ndarray | int]:
-        if self.spec.compression == "none" and ENGINE == "mapped":
+        if self.spec.compression == "none" and ENGINE == "mapped" and not is_ranged(self.shard):
             if not 0 <= index < self.shard.records:
                 raise IndexError(f"record index must be in [0, {self.shard.records}). Received: {index}")
             data = self._mapped()
@@ -688,7 +700,7 @@ class TFRecordRandomAccess(RandomAccessShard):
     def close(self) -> None:
         if self._fd is not None and self._pid == os.getpid():
             try:
-                os.close(self._fd)
+                self._fd.close()
             except OSError as e:  # already closed: nothing to release
                 _ = describe(e)
         self._fd = None
