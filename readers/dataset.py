@@ -81,7 +81,6 @@ class Dataset:
             raise TypeError(f"path must be a str or os.PathLike. Received: {type(path).__name__}")
         location = os.fspath(path)
         self._store: Any = None
-        self._objects: dict[str, Any] = {}
         self._cache: ShardCache | None = None
         if is_remote(location):
             where = self._open_remote(location, storage_options, cache_dir, cache_max_bytes)
@@ -129,31 +128,15 @@ class Dataset:
         self._store = open_store(location, dict(storage_options or {}))
         self._path = self._store.url
         self._manifest = load_manifest(self._store)
-        self._objects = list_objects(self._store)
+        objects = list_objects(self._store)
         self._refs = {}
         for split, split_entry in self._manifest.splits.items():
             self._refs[split] = [
                 ShardRef(self._store.url_of(entry.file), entry, position,
-                         remote_file(self._store, self._objects, entry.file, entry.bytes, entry.digest,
+                         remote_file(self._store, objects, entry.file, entry.bytes, entry.digest,
                                      self._cache, "shard"))
                 for position, entry in enumerate(split_entry.shards)]
         return self._store.url_of(MANIFEST_NAME)
-
-    def _index_table(self, entry: Any) -> np.ndarray:
-        """The checked index table of a version-3 shard (local file or object)."""
-        from readers.index import IndexFileError, read_index
-
-        if self._store is None:
-            return read_index(self._path, entry)
-        from readers.remote import read_index_file, remote_file
-
-        ref = entry.index
-        try:
-            remote = remote_file(self._store, self._objects, ref.file, ref.bytes, ref.digest, self._cache,
-                                 "index file")
-        except (FileNotFoundError, ShardError) as e:
-            raise IndexFileError(f"{e} (the index file of shard {entry.file})") from e
-        return read_index_file(remote, entry.records)
 
     # -- description ----------------------------------------------------------------------------
     @property
@@ -244,12 +227,11 @@ class Dataset:
         manifest; `readers.index`): `open` loads none of them. Versions 1 and 2 keep
         the keys in the manifest itself.
         """
+        from readers.index import ref_keys
+
         out: list[str] = []
         for ref in self.shards(split):
-            if ref.entry.index is None:
-                out += ref.entry.keys
-            else:
-                out += [k.decode("utf-8") for k in self._index_table(ref.entry)["key"].tolist()]
+            out += ref_keys(ref)
         return out
 
     def find(self, key: str) -> SampleLocation:
@@ -258,6 +240,8 @@ class Dataset:
         Reads index files one at a time until the key is found (never all of them at
         once). Raises KeyError naming the dataset when no split holds `key`.
         """
+        from readers.index import ref_table
+
         if not isinstance(key, str):
             raise TypeError(f"key must be a str. Received: {type(key).__name__}")
         wanted = key.encode("utf-8")
@@ -269,7 +253,7 @@ class Dataset:
                     if key in keys:
                         return SampleLocation(split, entry.file, keys.index(key))
                     continue
-                hits = np.flatnonzero(self._index_table(entry)["key"] == wanted)
+                hits = np.flatnonzero(ref_table(ref)["key"] == wanted)
                 if len(hits):
                     return SampleLocation(split, entry.file, int(hits[0]))
         raise KeyError(f"No sample with key {key!r} in {self._path}. Keys look like "

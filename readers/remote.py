@@ -115,6 +115,10 @@ class RemoteFile:
     def cached(self) -> bool:
         return self.cache is not None and self.cache.fits(self.size)
 
+    def index_file(self, ref: Any) -> "RemoteFile":
+        """The index object (`IndexRef` of this shard's manifest entry) in the same store and cache."""
+        return RemoteFile(self.store, ref.file, ref.bytes, ref.digest, "", self.cache, "index file")
+
     def error(self, problem: str) -> ShardError:
         return ShardError(f"{self.what} {self.url}: {problem}. {FIX_HINT}", path=self.url)
 
@@ -135,9 +139,8 @@ class RemoteFile:
                 return self.store.read(self.name)
             return self.store.read_range(self.name, start, end)
         except FileNotFoundError:
-            raise self.error(f"the object has disappeared since the dataset was opened (the manifest lists it "
-                             f"with {self.size} bytes); a newer convert may have replaced the dataset: open it "
-                             "again") from None
+            raise self.error(f"the object is missing (the manifest lists it with {self.size} bytes); a newer "
+                             "convert may have replaced the dataset since it was opened: open it again") from None
         except OSError as e:  # StorageError: names the URL, the reason, the endpoint fix
             raise self.error(f"cannot read it ({e})") from e
 

@@ -158,6 +158,7 @@ class _RangedRaw(io.RawIOBase):
         super().__init__()
         self._source = source
         self._pos = 0
+        self.name = source.name  # the buffered stream's name: zipfile and the TFRecord codec show it
 
     def readable(self) -> bool:
         return True
@@ -204,9 +205,7 @@ class RangedSource(ByteSource):
         return self.remote.read_range(offset, end)
 
     def fileobj(self) -> IO[bytes]:
-        stream = io.BufferedReader(_RangedRaw(self), RANGED_BUFFER_BYTES)
-        stream.name = self.name  # type: ignore[misc] - zipfile and the TFRecord codec show it
-        return stream
+        return io.BufferedReader(_RangedRaw(self), RANGED_BUFFER_BYTES)
 
 
 def open_source(shard: Any, *, ranged: bool = False) -> ByteSource:

@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - exercised only without isal
 
 from readers.errors import FIX_HINT, ShardError, shard_error
 from readers.files import open_regular_file
-from readers.sources import ByteSource, FileSource, open_source
+from readers.sources import ByteSource, FileSource, is_ranged, open_source
 from readers.formats import (
     NPZ_IMAGE_BYTES,
     NPZ_IMAGE_OFFSETS,
@@ -641,10 +641,30 @@ class NpzRandomAccess(RandomAccessShard):
     dropped): random access over a large deflated split inflates shards repeatedly --
     prefer compression "none" for `keras_dataset`. Safe to pickle and to share between
     threads.
+
+    A shard of a bucket dataset read without a local cache: the records of stored, raw
+    members are read by ranged GETs (`RangedMembers`: the zip directory and .npy headers
+    once, then one GET per image and mask); deflated and encoded shards are read whole
+    (one checked GET) into the same per-process cache.
     """
 
     _cache: "collections.OrderedDict[str, NpzShard]" = collections.OrderedDict()
+    _ranged: "collections.OrderedDict[tuple[int, str], RangedMembers | None]" = collections.OrderedDict()
     _lock = threading.Lock()
+
+    def _ranged_members(self) -> "RangedMembers | None":
+        """The ranged layout of a bucket shard (None when its members are not stored raw)."""
+        key = (os.getpid(), self.shard.path)
+        with NpzRandomAccess._lock:
+            if key in NpzRandomAccess._ranged:
+                NpzRandomAccess._ranged.move_to_end(key)
+                return NpzRandomAccess._ranged[key]
+        layout = RangedMembers.open(self.shard, self.spec)
+        with NpzRandomAccess._lock:
+            NpzRandomAccess._ranged[key] = layout
+            while len(NpzRandomAccess._ranged) > RANGED_SHARDS:
+                NpzRandomAccess._ranged.popitem(last=False)
+        return layout
 
     def __init__(self, shard: ShardRef, spec: RecordSpec):
         self.shard = shard
@@ -669,10 +689,99 @@ class NpzRandomAccess(RandomAccessShard):
     def read(self, index: int) -> tuple[np.ndarray, np.ndarray | int]:
         if not 0 <= index < self.shard.records:
             raise IndexError(f"record index must be in [0, {self.shard.records}). Received: {index}")
+        if is_ranged(self.shard) and self.spec.image_codec == "raw":
+            members = self._ranged_members()
+            if members is not None:
+                return members.read(index)
         data = self._data()
         with naming_shard(self.shard.path, index):
             target = data.targets[index]
             return data.images[index], (target if self.spec.segmentation else int(target))
+
+
+#: Ranged layouts of bucket shards kept per process (a few hundred bytes each).
+RANGED_SHARDS = 4096
+
+
+class RangedMembers:
+    """Where each record of a stored NPZ shard in a bucket lies, for ranged GETs.
+
+    `open` reads the zip directory and the members' local and .npy headers by ranged
+    reads and applies the checks `read_npz` applies (sizes the object can back, stored
+    members, no object dtypes, shapes and dtypes the manifest implies); `read(i)` then
+    gets record i's image (and mask) with one ranged GET each. Labels (classification)
+    are read whole once. The zip CRC-32 covers a whole member and cannot be checked on a
+    range: pixel damage inside a member shows only on a whole read (`tf_dataset`,
+    `records`, `imgshard verify`, or any read through the cache, checked against the
+    manifest's digest).
+    """
+
+    def __init__(self, source: ByteSource, path: str, images: _NpyArray, targets: _NpyArray | None,
+                 labels: np.ndarray | None, spec: RecordSpec) -> None:
+        self.source, self.path, self.images, self.targets, self.labels, self.spec = (
+            source, path, images, targets, labels, spec)
+
+    @classmethod
+    def open(cls, shard: ShardRef, spec: RecordSpec) -> "RangedMembers | None":
+        path = shard.path
+        with naming_shard(path):
+            source = open_source(shard, ranged=True)
+            try:
+                zf = zipfile.ZipFile(source.fileobj())
+            except zipfile.BadZipFile as e:
+                raise shard_error(path, f"not a valid zip/npz file ({e})") from e
+            infos = {info.filename: info for info in zf.infolist()}
+            limits = member_limits(shard, spec)
+            n = shard.records
+            image = cls._member(source, infos, NPZ_IMAGES, path, limits, (n, *spec.image_shape), np.uint8)
+            if image is None:
+                return None
+            if spec.segmentation:
+                target = cls._member(source, infos, spec.kind.npz_member, path, limits, (n, *spec.mask_shape),
+                                     spec.mask_np_dtype)
+                return None if target is None else cls(source, path, image, target, None, spec)
+            labels = read_npz(path, [NPZ_LABELS], check_crc=True, source=open_source(shard))[NPZ_LABELS]
+            if labels.shape != (n,) or labels.dtype.kind not in "iu":
+                raise shard_error(path, f"member {NPZ_LABELS!r} is {labels.shape} {labels.dtype}, expected ({n},) "
+                                  "integers")
+            return cls(source, path, image, None, labels, spec)
+
+    @staticmethod
+    def _member(source: ByteSource, infos: dict, name: str, path: str, limits: Mapping[str, int],
+                shape: tuple[int, ...], dtype: Any) -> _NpyArray | None:
+        """The layout of a stored member (offsets in the object), checked; None when deflated."""
+        info = infos.get(name + ".npy")
+        if info is None:
+            raise shard_error(path, f"member {name + '.npy'!r} is missing; it holds {sorted(infos)}")
+        if info.compress_type != zipfile.ZIP_STORED:
+            return None
+        header = source.pread(_LOCAL_HEADER.size, info.header_offset)
+        if len(header) < _LOCAL_HEADER.size or header[:4] != _LOCAL_MAGIC:
+            raise shard_error(path, f"bad zip local header for member {info.filename!r}", offset=info.header_offset)
+        fields = _LOCAL_HEADER.unpack(header)
+        start = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
+        check_member_sizes(path, info, start, source.size, limits.get(name))
+        head = source.pread(min(info.file_size, NPY_HEADER_MAX_BYTES), start)
+        npy = _npy_layout(head, 0, info.file_size, info.filename, path)
+        if npy.shape != shape or npy.dtype != np.dtype(dtype) or npy.fortran:
+            raise shard_error(path, f"member {name!r} is {npy.shape} {npy.dtype}, the manifest implies {shape} "
+                              f"{np.dtype(dtype).name}")
+        return npy._replace(offset=start + npy.offset)
+
+    def _row(self, npy: _NpyArray, index: int) -> np.ndarray:
+        row = npy.shape[1:]
+        nbytes = math.prod(row) * npy.dtype.itemsize
+        data = self.source.pread(nbytes, npy.offset + index * nbytes)
+        if len(data) != nbytes:
+            raise shard_error(self.path, f"record bytes end early ({len(data)} of {nbytes})", record=index)
+        return np.frombuffer(data, npy.dtype).reshape(row)
+
+    def read(self, index: int) -> tuple[np.ndarray, np.ndarray | int]:
+        with naming_shard(self.path, index):
+            image = self._row(self.images, index)
+            if self.targets is not None:
+                return image, self._row(self.targets, index)
+            return image, int(self.labels[index])
 
 
 ADAPTER = NpzAdapter()
