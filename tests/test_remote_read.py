@@ -333,3 +333,85 @@ def test_cache_copy_names_carry_the_digest(local_sets, s3_bucket, tmp_path):
     digests = {s.entry.digest.split(":")[1][:32] for s in ds.shards("val")}
     assert {n.split("-")[1] for n in names if n.endswith(".tfrecord")} == digests
     assert not [n for n in names if n.startswith(".")]  # no temporary file left
+
+
+# -- verify, inspect, preview on URLs ---------------------------------------------------------
+
+
+def test_verify_url_checks_every_object_and_names_damage(local_sets, s3_bucket, capsys):
+    store = upload(local_sets["npz-deflate"], s3_bucket + "/out")
+    assert cli.main(["verify", s3_bucket + "/out", "--deep"]) == 0
+    assert f"in {s3_bucket}/out" in capsys.readouterr().out
+    entries = readers.open(local_sets["npz-deflate"]).shards("train")
+    _damage(store, entries[0].entry.file, "flip")
+    _damage(store, entries[1].entry.file, "truncated")
+    store.delete(entries[2].entry.index.file)
+    store.put("train-09999.npz", b"left by a crashed run")
+    assert cli.main(["verify", s3_bucket + "/out", "--json"]) == 1
+    import json
+
+    report = json.loads(capsys.readouterr().out)
+    assert report["out_dir"] == s3_bucket + "/out"
+    problems = {(e["file"], e["problem"].split(" ")[0]) for e in report["errors"]}
+    assert (entries[0].entry.file, "digest") in problems
+    assert (entries[1].entry.file, "size") in problems
+    assert (entries[2].entry.index.file, "missing:") in problems
+    assert [w["file"] for w in report["warnings"]] == ["train-09999.npz"]
+
+
+def test_verify_url_honours_storage_option_endpoint(local_sets, s3_bucket, s3_server, monkeypatch, capsys):
+    upload(local_sets["tfrecord"], s3_bucket + "/out")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: only the option can work
+    code = cli.main(["verify", s3_bucket + "/out", "--storage-option", f"endpoint_url={s3_server}"])
+    assert code == 0, capsys.readouterr()
+    code = cli.main(["verify", s3_bucket + "/out", "--storage-option", "config_kwargs.retries.max_attempts=1",
+                     "--storage-option", "config_kwargs.connect_timeout=1"])
+    err = capsys.readouterr().err
+    assert code == 1 and "endpoint" in err and "Traceback" not in err
+
+
+def test_inspect_url_reads_sizes_from_the_listing(local_sets, s3_bucket, capsys):
+    import json
+
+    store = upload(local_sets["tfrecord"], s3_bucket + "/out")
+    assert cli.main(["inspect", s3_bucket + "/out", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert cli.main(["inspect", local_sets["tfrecord"], "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert got["manifest"] == s3_bucket + "/out/imgshard.json" and got["path"] == s3_bucket + "/out"
+    assert got["totals"] == want["totals"] and got["classes"] == want["classes"]
+    name = readers.open(local_sets["tfrecord"]).shards("val")[0].entry.file
+    store.delete(name)
+    assert cli.main(["inspect", s3_bucket + "/out", "--json"]) == 0
+    assert f"{name}: missing" in json.loads(capsys.readouterr().out)["splits"]["val"]["problems"]
+
+
+def test_preview_url_draws_the_same_sheet_as_the_local_copy(local_sets, s3_bucket, tmp_path):
+    from PIL import Image
+
+    upload(local_sets["tfrecord-png"], s3_bucket + "/out")
+    assert cli.main(["preview", s3_bucket + "/out", "-o", str(tmp_path / "r.png"), "-n", "3", "--seed", "1"]) == 0
+    assert cli.main(["preview", local_sets["tfrecord-png"], "-o", str(tmp_path / "l.png"), "-n", "3",
+                     "--seed", "1"]) == 0
+    remote = np.asarray(Image.open(tmp_path / "r.png"))
+    local = np.asarray(Image.open(tmp_path / "l.png"))
+    assert remote.shape == local.shape
+    body = slice(40, None)  # below the title line (which names the path or URL)
+    assert np.mean(remote[body] != local[body]) < 0.02
+
+
+@pytest.mark.parametrize("argv,code,needle", [
+    (["verify", "ftp://host/out"], 2, "unknown URL scheme 'ftp'"),
+    (["inspect", "s3:///nobucket"], 2, "names no bucket"),
+])
+def test_cli_bad_urls_are_named_errors(argv, code, needle, capsys):
+    assert cli.main(argv) == code
+    err = capsys.readouterr()
+    assert needle in err.out + err.err and "Traceback" not in err.err
+
+
+def test_cli_missing_dataset_in_bucket_is_named(s3_bucket, capsys):
+    assert cli.main(["inspect", s3_bucket + "/none"]) == 1
+    assert f"No imgshard dataset at '{s3_bucket}/none'" in capsys.readouterr().err
+    assert cli.main(["verify", s3_bucket + "/none"]) == 1
+    assert "imgshard.json not found" in capsys.readouterr().err
