@@ -24,10 +24,12 @@ it is read).
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import io
 import mmap
 import os
-from typing import IO, Any, NamedTuple
+import threading
+from typing import IO, Any, Callable, NamedTuple
 
 
 class SourceStat(NamedTuple):
@@ -208,6 +210,27 @@ class RangedSource(ByteSource):
         return io.BufferedReader(_RangedRaw(self), RANGED_BUFFER_BYTES)
 
 
+#: Ranged GETs of one `keras_dataset` batch in flight at once (latency-bound, not CPU-bound).
+IO_THREADS = 16
+_io_pool: tuple[int, Any] | None = None
+_io_lock = threading.Lock()
+
+
+def parallel_io(n: int, fn: Callable[[int], None]) -> None:
+    """Call fn(0) .. fn(n-1) on up to `IO_THREADS` threads (the process's I/O pool); re-raise
+    the first error after every call has ended."""
+    global _io_pool
+    with _io_lock:
+        if _io_pool is None or _io_pool[0] != os.getpid():  # a forked child needs its own threads
+            _io_pool = (os.getpid(), concurrent.futures.ThreadPoolExecutor(IO_THREADS,
+                                                                          thread_name_prefix="imgshard-io"))
+        pool = _io_pool[1]
+    futures = [pool.submit(fn, j) for j in range(n)]
+    concurrent.futures.wait(futures)
+    for f in futures:
+        f.result()
+
+
 def open_source(shard: Any, *, ranged: bool = False) -> ByteSource:
     """The bytes of `shard` (a `ShardRef`, or a local path): a `FileSource` for a local
     shard; for a shard of a bucket dataset its `RemoteFile.open(ranged=...)` (the cached
@@ -225,5 +248,5 @@ def is_ranged(shard: Any) -> bool:
     return remote is not None and not remote.cached
 
 
-__all__ = ["ByteSource", "FileSource", "MemorySource", "RANGED_BUFFER_BYTES", "RangedSource", "SourceStat",
-           "is_ranged", "open_source"]
+__all__ = ["ByteSource", "FileSource", "IO_THREADS", "MemorySource", "RANGED_BUFFER_BYTES", "RangedSource",
+           "SourceStat", "is_ranged", "open_source", "parallel_io"]
