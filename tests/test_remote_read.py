@@ -415,3 +415,43 @@ def test_cli_missing_dataset_in_bucket_is_named(s3_bucket, capsys):
     assert f"No imgshard dataset at '{s3_bucket}/none'" in capsys.readouterr().err
     assert cli.main(["verify", s3_bucket + "/none"]) == 1
     assert "imgshard.json not found" in capsys.readouterr().err
+
+
+def test_cache_shared_by_concurrent_processes(local_sets, s3_bucket, tmp_path):
+    """Two processes filling one cache folder at once: both read the right records, the
+    folder ends with whole, verified copies and no temporary file."""
+    import subprocess
+
+    upload(local_sets["npz-stored"], s3_bucket + "/out")
+    cache = tmp_path / "cache"
+    code = ("import sys, hashlib, readers\n"
+            f"ds = readers.open({s3_bucket + '/out'!r}, cache_dir={str(cache)!r})\n"
+            "h = hashlib.sha256()\n"
+            "for split in sorted(ds.splits):\n"
+            "    for r in ds.records(split):\n"
+            "        h.update(r.key.encode()); h.update(r.image.tobytes()); h.update(r.mask.tobytes())\n"
+            "print(h.hexdigest())\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(__file__)),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    import hashlib
+
+    local = readers.open(local_sets["npz-stored"])
+    h = hashlib.sha256()
+    for split in sorted(local.splits):
+        for r in local.records(split):
+            h.update(r.key.encode()), h.update(r.image.tobytes()), h.update(r.mask.tobytes())
+    assert [o[0].strip() for o in outs] == [h.hexdigest()] * 2
+    names = os.listdir(cache)
+    assert not [n for n in names if n.startswith(".")]
+    from readers.cache import file_digest
+
+    by_name = {s.entry.file: s.entry for split in local.splits for s in local.shards(split)}
+    for n in names:
+        entry = by_name.get(n.split("-", 2)[2])
+        if entry is not None:
+            assert file_digest(str(cache / n), entry.digest) == entry.digest
+    assert sum(n.split("-", 2)[2] in by_name for n in names) == len(by_name)

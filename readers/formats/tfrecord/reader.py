@@ -2,7 +2,9 @@
 
 NumPy reading and random access use the pure-Python codec in
 `readers.formats.tfrecord.wire` (no TensorFlow); the `tf.data` pipeline uses
-TensorFlow's own reader and parses whole batches at once.
+TensorFlow's own reader and parses whole batches at once. Shards are opened only through
+`readers.sources` (local file, whole object, ranged reads): shards of bucket datasets
+never reach TensorFlow's file reader (no tensorflow-io).
 """
 
 from __future__ import annotations
@@ -552,6 +554,11 @@ class TFRecordRandomAccess(RandomAccessShard):
     decompresses shards repeatedly -- prefer compression "none" for `keras_dataset`.
     The reader is safe to pickle (files are reopened in each process) and to share
     between threads.
+
+    Bytes come from `readers.sources.open_source`: for a shard of a bucket dataset without
+    a local cache, the header index is built by ranged GETs of the 12-byte headers and each
+    record is one ranged GET (its length and data CRCs checked); with the cache, the
+    verified local copy is mapped as a local shard is.
     """
 
     _gzip_cache: "collections.OrderedDict[str, bytes]" = collections.OrderedDict()
