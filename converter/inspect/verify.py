@@ -152,21 +152,32 @@ def _verify_once(out_dir: str | os.PathLike, deep: bool, on_shard: Callable[[str
         report.seconds = time.perf_counter() - t0
         return report
 
+    _check_all(root, manifest, fmt, spec, report, on_shard)
+    _leftovers(root, manifest, report)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _check_all(root: str, manifest: Manifest, fmt: FileFormat, spec: RecordSpec, report: VerifyReport,
+               on_shard: Callable[[str], None] | None,
+               fetch: Callable[[str, ShardEntry], Callable[[], None]] | None = None) -> None:
+    """Check every shard and index file the manifest lists (files under `root`), then that no
+    key is listed twice. `fetch(split, entry)`: brings the shard's files into `root` first
+    (a bucket dataset) and returns what to call once the shard is checked."""
     keys = _KeyCheck()
     for split, entry in manifest.iter_shards():
         report.shards += 1
         report.records += entry.records
         report.bytes += entry.bytes
+        done = fetch(split, entry) if fetch is not None else None
         shard_keys = _check_index(root, split, entry, report)
         keys.add(entry, shard_keys)
-        found = _check_shard(root, split, entry, fmt, spec, deep, shard_keys)
-        report.errors.extend(found)
+        report.errors.extend(_check_shard(root, split, entry, fmt, spec, report.deep, shard_keys))
+        if done is not None:
+            done()
         if on_shard is not None:
             on_shard(entry.file)
     keys.report_duplicates(manifest, root, report)
-    _leftovers(root, manifest, report)
-    report.seconds = time.perf_counter() - t0
-    return report
 
 
 def _verify_url(url: str, deep: bool, on_shard: Callable[[str], None] | None,
@@ -192,22 +203,15 @@ def _verify_url(url: str, deep: bool, on_shard: Callable[[str], None] | None,
         report.errors.append(Problem(MANIFEST_NAME, str(e)))
         report.seconds = time.perf_counter() - t0
         return report
-    keys = _KeyCheck()
     with tempfile.TemporaryDirectory(prefix="imgshard-verify-") as tmp:
-        for split, entry in manifest.iter_shards():
-            report.shards += 1
-            report.records += entry.records
-            report.bytes += entry.bytes
+        def fetch(split: str, entry: ShardEntry) -> Callable[[], None]:
             names = [entry.file] + ([entry.index.file] if entry.index is not None else [])
-            for name in names:  # a missing object stays missing: the checks below name it
+            for name in names:  # a missing object stays missing: the checks name it
                 _download(store, objects, name, tmp, report, split)
-            shard_keys = _check_index(tmp, split, entry, report)
-            keys.add(entry, shard_keys)
-            report.errors.extend(_check_shard(tmp, split, entry, fmt, spec, deep, shard_keys))
-            _remove(os.path.join(tmp, entry.file))  # index files stay: duplicate keys are named from them
-            if on_shard is not None:
-                on_shard(entry.file)
-        keys.report_duplicates(manifest, tmp, report)
+            # the shard goes once checked; index files stay (duplicate keys are named from them)
+            return lambda: _remove(os.path.join(tmp, entry.file))
+
+        _check_all(tmp, manifest, fmt, spec, report, on_shard, fetch)
     _object_leftovers(objects, manifest, report)
     report.seconds = time.perf_counter() - t0
     return report
