@@ -455,3 +455,20 @@ def test_cache_shared_by_concurrent_processes(local_sets, s3_bucket, tmp_path):
         if entry is not None:
             assert file_digest(str(cache / n), entry.digest) == entry.digest
     assert sum(n.split("-", 2)[2] in by_name for n in names) == len(by_name)
+
+
+@pytest.mark.parametrize("compression", ["none", "deflate"])
+def test_classification_npz_from_s3_equals_local(compression, classification_src, s3_bucket, tmp_path):
+    """Labels instead of masks: the ranged reader reads the labels member whole once."""
+    out = tmp_path / "cls"
+    assert cli.main(["convert", str(classification_src.root), str(out), "--size", "16x16", "--workers", "1",
+                     "--format", "npz", "--compression", compression, "--shard-size", "2KB"]) == 0
+    upload(str(out), s3_bucket + "/cls")
+    local, remote = readers.open(str(out)), readers.open(s3_bucket + "/cls")
+    assert len(remote.shards("train")) > 1
+    got = [(r.key, r.label, r.image.tobytes()) for r in remote.records("train")]
+    assert got == [(r.key, r.label, r.image.tobytes()) for r in local.records("train")]
+    kr, kl = remote.keras_dataset("train", 3, seed=1), local.keras_dataset("train", 3, seed=1)
+    for i in range(len(kl)):
+        for a, b in zip(kr[i], kl[i]):
+            np.testing.assert_array_equal(a, b)

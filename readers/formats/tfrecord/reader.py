@@ -568,7 +568,7 @@ class TFRecordRandomAccess(RandomAccessShard):
         self.shard = shard
         self.spec = spec
         self._offsets: list[int] | None = None
-        self._fd: "ByteSource | None" = None
+        self._source: "ByteSource | None" = None
         self._pid: int | None = None
         self._lock = threading.Lock()
 
@@ -613,11 +613,11 @@ class TFRecordRandomAccess(RandomAccessShard):
 
     def _file(self) -> "ByteSource":
         """The shard's bytes for ranged reads: the local file (`pread`) or its object (ranged GETs)."""
-        if self._fd is None or self._pid != os.getpid():
+        if self._source is None or self._pid != os.getpid():
             with naming_shard(self.shard.path):
-                self._fd = open_source(self.shard, ranged=True)
+                self._source = open_source(self.shard, ranged=True)
             self._pid = os.getpid()
-        return self._fd
+        return self._source
 
     def _gzip_bytes(self) -> bytes:
         cache = TFRecordRandomAccess._gzip_cache
@@ -705,12 +705,12 @@ class TFRecordRandomAccess(RandomAccessShard):
         return record.image, (record.mask if self.spec.segmentation else record.label)
 
     def close(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
+        if self._source is not None and self._pid == os.getpid():
             try:
-                self._fd.close()
+                self._source.close()
             except OSError as e:  # already closed: nothing to release
                 _ = describe(e)
-        self._fd = None
+        self._source = None
 
     def __del__(self) -> None:
         self.close()
