@@ -217,7 +217,7 @@ def _damage(store: ObjectStore, name: str, how: str) -> None:
 
 
 @pytest.mark.parametrize("flavour", ["tfrecord", "npz-deflate"])
-def test_bit_flip_in_bucket_is_a_named_error(flavour, local_sets, s3_bucket, tmp_path):
+def test_bit_flip_in_bucket_is_a_named_error(flavour, local_sets, s3_bucket, tmp_path, monkeypatch):
     store = upload(local_sets[flavour], s3_bucket + "/out")
     name = readers.open(local_sets[flavour]).shards("train")[0].entry.file
     _damage(store, name, "flip")
@@ -229,7 +229,13 @@ def test_bit_flip_in_bucket_is_a_named_error(flavour, local_sets, s3_bucket, tmp
         assert info.value.path == url
         with pytest.raises(Exception, match=url):
             _batches(ds.tf_dataset("train", 4, shuffle=False))
-    if flavour == "tfrecord":  # ranged reads: the record's own CRC names the record
+    if flavour == "tfrecord":  # ranged reads: the streamed offset index checks the digest ...
+        seq = readers.open(s3_bucket + "/out").keras_dataset("train", 1, shuffle=False)
+        with pytest.raises(ShardError, match=f"{url}.*digest"):
+            _ = [seq[i] for i in range(len(seq))]
+        from readers.formats.tfrecord import reader as tfr
+
+        monkeypatch.setattr(tfr, "HEADER_SCAN_RECORD_BYTES", 0)  # ... header GETs: the record's own CRC
         seq = readers.open(s3_bucket + "/out").keras_dataset("train", 1, shuffle=False)
         with pytest.raises(ShardError, match=f"{url}, record \\d+.*CRC"):
             _ = [seq[i] for i in range(len(seq))]
@@ -472,3 +478,27 @@ def test_classification_npz_from_s3_equals_local(compression, classification_src
     for i in range(len(kl)):
         for a, b in zip(kr[i], kl[i]):
             np.testing.assert_array_equal(a, b)
+
+
+def test_tfrecord_offset_index_streams_small_record_shards(local_sets, s3_bucket, monkeypatch):
+    """Records of a few KB: the offset index comes from one large ranged GET per shard (not
+    one GET per header), checked against the digest; then one GET per record."""
+    from readers.formats.tfrecord import reader as tfr
+
+    monkeypatch.setattr(tfr, "SCAN_CHUNK_BYTES", 5000)  # several chunks per shard: headers cut by chunk ends
+    store = upload(local_sets["tfrecord"], s3_bucket + "/out")
+    ds = readers.open(s3_bucket + "/out")
+    shard = ds.shards("train")[0]
+    counter = GetCounter(monkeypatch)
+    reader = ds._adapter.random_access(shard, ds._spec)
+    want = readers.open(local_sets["tfrecord"])._adapter.random_access(
+        readers.open(local_sets["tfrecord"]).shards("train")[0], ds._spec)
+    for i in reversed(range(shard.records)):
+        for a, b in zip(reader.read(i), want.read(i)):
+            np.testing.assert_array_equal(a, b)
+    chunks = -(-shard.entry.bytes // 5000)
+    assert len(counter.shard_gets()) == chunks + shard.records
+    _damage(store, shard.entry.file, "flip")
+    fresh = readers.open(s3_bucket + "/out")
+    with pytest.raises(ShardError, match=f"{store.url_of(shard.entry.file)}.*digest"):
+        fresh._adapter.random_access(fresh.shards("train")[0], fresh._spec).read(0)
