@@ -502,3 +502,38 @@ def test_tfrecord_offset_index_streams_small_record_shards(local_sets, s3_bucket
     fresh = readers.open(s3_bucket + "/out")
     with pytest.raises(ShardError, match=f"{store.url_of(shard.entry.file)}.*digest"):
         fresh._adapter.random_access(fresh.shards("train")[0], fresh._spec).read(0)
+
+
+def test_tf_dataset_from_bucket_holds_few_shards_in_memory(local_sets, s3_bucket, tmp_path, monkeypatch):
+    """Whole-object reads stream: at most the loader's read-ahead of shards is alive at once."""
+    import gc
+    import weakref
+
+    from readers.formats import batching
+    from readers.remote import RemoteFile
+
+    src = synth.make_camvid(tmp_path / "src", splits={"train": 12}, size=[(32, 48)], seed=3)
+    out = tmp_path / "one-per-shard"
+    assert cli.main(["convert", str(src.root), str(out), "--size", "32x48", "--workers", "1",
+                     "--shard-size", "1KB"]) == 0
+    upload(str(out), s3_bucket + "/o")
+
+    class Tracked(bytearray):
+        pass
+
+    live, peak = [0], [0]
+    real = RemoteFile.read_whole
+
+    def tracked(self):
+        data = Tracked(real(self))
+        live[0] += 1
+        peak[0] = max(peak[0], live[0])
+        weakref.finalize(data, lambda: live.__setitem__(0, live[0] - 1))
+        return data
+
+    monkeypatch.setattr(RemoteFile, "read_whole", tracked)
+    ds = readers.open(s3_bucket + "/o")
+    assert len(ds.shards("train")) == 12
+    for _ in ds.tf_dataset("train", 1, shuffle=False):
+        gc.collect()
+    assert peak[0] <= batching.SHARDS_AHEAD + 3 < 12
