@@ -210,10 +210,23 @@ def ref_table(shard: Any) -> np.ndarray:
     or the index object of a bucket dataset (`readers.remote`)."""
     entry = shard.entry
     if shard.source is not None:
-        from readers.remote import read_index_file
-
-        return read_index_file(shard.source.index_file(entry.index), entry.records)
+        return read_index_object(shard.source.index_file(entry.index), entry.records)
     return read_index(shard.path[: len(shard.path) - len(entry.file)], entry)
+
+
+def read_index_object(remote: Any, records: int) -> np.ndarray:
+    """The checked table of an index object of a bucket dataset (a `readers.remote.RemoteFile`:
+    its verified cached copy, or one GET checked against the manifest's size and digest)."""
+    from readers.errors import ShardError
+
+    try:
+        with remote.open() as source:
+            data = bytes(source.map())
+        if remote.cached:  # the copy was verified when stored; check what was read from it
+            remote.check(data)
+    except ShardError as e:
+        raise IndexFileError(str(e)) from e
+    return decode_index(data, remote.url, records)
 
 
 def ref_keys(shard: Any) -> list[str]:
@@ -232,4 +245,4 @@ def shard_keys(root: str, entry: ShardEntry) -> list[str]:
 
 __all__ = ["FIELDS", "INDEX_SUFFIX", "IndexFileError", "build_table", "decode_index", "encode_index", "index_name",
            "index_ref", "encode_table", "read_bounded",
-           "is_index_name", "read_index", "ref_keys", "ref_table", "shard_keys", "shard_samples", "table_samples"]
+           "is_index_name", "read_index", "read_index_object", "ref_keys", "ref_table", "shard_keys", "shard_samples", "table_samples"]

@@ -186,20 +186,6 @@ def remote_file(store: Any, objects: dict[str, Any], name: str, size: int, diges
     return RemoteFile(store, name, size, digest, info.version, cache, what)
 
 
-def read_index_file(remote: RemoteFile, records: int) -> Any:
-    """The checked index table (`readers.index`) of a shard of a bucket dataset."""
-    from readers.index import IndexFileError, decode_index
-
-    try:
-        with remote.open() as source:
-            data = bytes(source.map())
-        if remote.cached:  # a cached copy was verified when it was stored; check what was read
-            remote.check(data)
-    except ShardError as e:
-        raise IndexFileError(str(e)) from e
-    return decode_index(data, remote.url, records)
-
-
 def local_copy_name(remote: RemoteFile) -> str:
     """A file name for `remote`'s bytes: its digest (content-addressed) and its base name."""
     algorithm, _, hexdigest = remote.digest.partition(":")
@@ -209,5 +195,5 @@ def local_copy_name(remote: RemoteFile) -> str:
     return f"{algorithm}-{hexdigest[:32]}-{os.path.basename(remote.name)}"
 
 
-__all__ = ["DIGEST_ALGORITHMS", "Digest", "RemoteFile", "digest_of", "list_objects", "load_manifest", "read_index_file",
+__all__ = ["DIGEST_ALGORITHMS", "Digest", "RemoteFile", "digest_of", "list_objects", "load_manifest",
            "local_copy_name", "remote_file"]
