@@ -537,3 +537,30 @@ def test_tf_dataset_from_bucket_holds_few_shards_in_memory(local_sets, s3_bucket
     for _ in ds.tf_dataset("train", 1, shuffle=False):
         gc.collect()
     assert peak[0] <= batching.SHARDS_AHEAD + 3 < 12
+
+
+def test_keras_dataset_from_bucket_reads_in_a_forked_worker(local_sets, s3_bucket):
+    """Keras `use_multiprocessing` forks workers that inherit the readers: the object store
+    reconnects in the child (fsspec clients are not fork-safe)."""
+    import hashlib
+
+    upload(local_sets["tfrecord"], s3_bucket + "/out")
+    seq = readers.open(s3_bucket + "/out").keras_dataset("train", 2, shuffle=False)
+    x, y = seq[0]  # the parent has used its connection before the fork
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        code = 1
+        try:
+            cx, cy = seq[len(seq) - 1]
+            os.write(w, hashlib.sha256(cx.tobytes() + cy.tobytes()).hexdigest().encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    got = os.read(r, 100).decode()
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    lx, ly = readers.open(local_sets["tfrecord"]).keras_dataset("train", 2, shuffle=False)[len(seq) - 1]
+    assert got == hashlib.sha256(lx.tobytes() + ly.tobytes()).hexdigest()
