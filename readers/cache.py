@@ -29,7 +29,7 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -43,6 +43,15 @@ _CHUNK_BYTES = 8 << 20
 
 _verified: set[tuple[str, int, int, int]] = set()
 _verified_lock = threading.Lock()
+_evict_lock = threading.Lock()
+
+
+def _new_locks() -> None:  # a forked child must not inherit a lock a loader thread held
+    global _verified_lock, _evict_lock
+    _verified_lock, _evict_lock = threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_locks)
 
 
 def _file_key(path: str, st: os.stat_result) -> tuple[str, int, int, int]:
@@ -66,7 +75,6 @@ class ShardCache:
 
     directory: str
     max_bytes: int = CACHE_MAX_BYTES
-    _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.directory, (str, os.PathLike)) or not os.fspath(self.directory):
@@ -79,9 +87,6 @@ class ShardCache:
         except OSError as e:
             raise OSError(f"cache_dir {self.directory}: cannot create the folder ({e}); pass a writable "
                           "cache_dir") from e
-
-    def __reduce__(self) -> tuple:
-        return (ShardCache, (self.directory, self.max_bytes))
 
     def fits(self, size: int) -> bool:
         return size <= self.max_bytes
@@ -165,7 +170,7 @@ class ShardCache:
 
     def evict(self, keep: str | None = None) -> int:
         """Delete least recently used copies until at most `max_bytes` remain; returns bytes freed."""
-        with self._lock:
+        with _evict_lock:
             entries = sorted(self.entries(), key=lambda e: e[1].st_atime_ns)
             total = sum(st.st_size for _, st in entries)
             freed = 0

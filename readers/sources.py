@@ -216,6 +216,14 @@ _io_pool: tuple[int, Any] | None = None
 _io_lock = threading.Lock()
 
 
+def _new_io_lock() -> None:  # a forked child must not inherit a lock another thread held
+    global _io_lock
+    _io_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_io_lock)
+
+
 def parallel_io(n: int, fn: Callable[[int], None]) -> None:
     """Call fn(0) .. fn(n-1) on up to `IO_THREADS` threads (the process's I/O pool); re-raise
     the first error after every call has ended."""
