@@ -13,9 +13,13 @@ from typing import Any
 
 
 def add_storage_option_argument(p: argparse.ArgumentParser) -> None:
+    """Add ``--storage-option`` unless another shared group (the source arguments) already did."""
+    if "--storage-option" in p._option_string_actions:
+        return
     p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                    help="option for s3:// / gs:// access (fsspec keyword; repeatable), e.g. "
-                        "endpoint_url=http://127.0.0.1:9000 or anon=true (docs/STORAGE.md)")
+                        "endpoint_url=http://127.0.0.1:9000 or anon=true (docs/STORAGE.md)",
+                   dest="storage_option")
 
 
 def storage_options(args: argparse.Namespace) -> dict[str, Any]:
