@@ -268,3 +268,31 @@ def test_a_timed_out_manifest_put_that_lands_late_lists_shards_still_there(full,
     store, data, if_version = late[0]
     store.replace(MANIFEST_NAME, data, if_version)  # the request arrives now
     _assert_whole(url, tmp_path, source_keys(src))
+
+
+def test_a_slow_lock_renewal_does_not_stall_the_run_between_shards(s3_bucket, monkeypatch):
+    """`check` runs between shards in the conversion loop: it must not wait for a renewal's request."""
+    from converter.bucket.lock import BucketLock
+
+    store = open_store(f"{s3_bucket}/ds")
+    real = ObjectStore.replace
+    slow = []
+
+    def slow_replace(self, name, data, if_version):
+        if name == LOCK_NAME:
+            slow.append(time.monotonic())
+            time.sleep(2.0)  # a stalled connection
+        return real(self, name, data, if_version)
+
+    monkeypatch.setattr(ObjectStore, "replace", slow_replace)
+    with BucketLock(store, "cafecafe", ttl_seconds=6) as lock:
+        deadline = time.monotonic() + 5
+        while not slow and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert slow, "no renewal started"
+        time.sleep(0.2)  # the renewal's request is under way
+        t0 = time.monotonic()
+        lock.check()
+        assert time.monotonic() - t0 < 0.5
+        assert lock.lost is None
+    assert not store.exists(LOCK_NAME)

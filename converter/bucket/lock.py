@@ -115,18 +115,17 @@ class BucketLock:
             holder = {}
         return found[0], holder if isinstance(holder, dict) else {}
 
-    def _still_mine(self) -> bool:
-        """After a refused renewal: True (and the lock's version adopted) when the lock still holds this
-        run's body, written by an earlier renewal whose answer was lost."""
+    def _still_mine(self) -> tuple[str, float] | None:
+        """After a refused renewal: (version, expiry) when the lock still holds this run's body, written
+        by an earlier renewal whose answer was lost; None when another run's (or none) is there."""
         try:
             found = self._read()
         except StorageError:
-            return False
+            return None
         mine = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": self.run_id}
         if found is None or any(found[1].get(k) != v for k, v in mine.items()):
-            return False
-        self.version, self.expires = found[0], float(found[1].get("expires_epoch") or 0.0)
-        return True
+            return None
+        return found[0], float(found[1].get("expires_epoch") or 0.0)
 
     @staticmethod
     def _live(holder: dict) -> bool:
@@ -153,23 +152,29 @@ class BucketLock:
                 return
 
     def renew(self) -> None:
-        """Extend the lock (conditional on this run's version); marks it lost when refused or late."""
+        """Extend the lock (conditional on this run's version); marks it lost when refused or late. The
+        requests run outside the mutex: `check`, called between shards, never waits on the network."""
         with self._mutex:
             if self.lost or self.version is None:
                 return
-            body, expires = self._body()
-            try:
-                self.version = write_if(self.store, LOCK_NAME, body, self.version)
-                self.expires = expires
-            except PreconditionFailed:
-                if not self._still_mine():
-                    self.lost = "another run replaced or removed the lock object"
-            except StorageError as e:  # a network failure: retried at the next beat, lost once expired
-                log.warning("could not renew the lock %s (%s); retrying", self.store.url_of(LOCK_NAME), e)
-                if time.time() >= self.expires:
-                    self.lost = f"it expired while renewals failed ({e})"
-            if self.lost:
-                log.error("lost the lock %s: %s", self.store.url_of(LOCK_NAME), self.lost)
+            version = self.version
+        body, expires = self._body()
+        renewed, lost = None, None
+        try:
+            renewed = write_if(self.store, LOCK_NAME, body, version), expires
+        except PreconditionFailed:
+            renewed = self._still_mine()
+            lost = None if renewed else "another run replaced or removed the lock object"
+        except StorageError as e:  # a network failure: retried at the next beat, lost once expired
+            log.warning("could not renew the lock %s (%s); retrying", self.store.url_of(LOCK_NAME), e)
+            if time.time() >= self.expires:
+                lost = f"it expired while renewals failed ({e})"
+        with self._mutex:
+            if lost and not self.lost:
+                self.lost = lost
+                log.error("lost the lock %s: %s", self.store.url_of(LOCK_NAME), lost)
+            elif renewed and not self.lost:
+                self.version, self.expires = renewed
 
     def check(self) -> None:
         """Raise `LockLostError` unless this run still holds a live lock (call it right before publishing)."""
