@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from readers.errors import describe
+from readers.formats.blocks import reusable_block
 from readers.formats.encoding import parallel_for, row_layout
-from readers.formats.expand import expand_tf, make_expand_tf
+from readers.formats.expand import RecordExpander, expand_tf, make_expand_tf
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import RecordSpec, ShardRef, y_signature
 
@@ -52,6 +53,10 @@ logger = logging.getLogger(__name__)
 LOADER_THREADS = min(4, max(2, os.cpu_count() or 2))
 #: Shards loaded ahead of the one being batched (each held in memory whole).
 SHARDS_AHEAD = LOADER_THREADS
+#: Expand (cast, scale, one-hot) while gathering the records into the batch, in one pass
+#: per output (`RecordExpander`); False: gather a compact batch and expand it in a
+#: `tf.data` map (`make_expand_tf`, XLA), the pipeline before issue 19, kept for comparison.
+EXPAND_IN_GENERATOR = True
 
 
 @dataclass(frozen=True)
@@ -79,23 +84,27 @@ def generator_dataset(shards: Sequence[ShardRef], spec: RecordSpec, options: Pip
     `options.augment`, see `BatchGenerator`; `ids`: one uint64 per record, its key's id)."""
     import tensorflow as tf
 
-    image_spec = tf.TensorSpec((None, *spec.image_shape), tf.uint8)
-    y_shape, y_dtype = y_signature(spec)
     lead = options.batch_size if options.drop_remainder else None
-    if options.drop_remainder:
-        image_spec = tf.TensorSpec((lead, *spec.image_shape), tf.uint8)
-        y_shape = (lead, *y_shape[1:])
-    signature = (image_spec, tf.TensorSpec(y_shape, tf.dtypes.as_dtype(y_dtype)))
+    direct = (options.augment is None and EXPAND_IN_GENERATOR
+              and not expansion_is_identity(spec, one_hot=options.one_hot, normalize=options.normalize))
+    expander = RecordExpander(spec, one_hot=options.one_hot, normalize=options.normalize) if direct else None
+    if expander is not None:
+        (x_shape, x_dtype), (y_shape, y_dtype) = expander.layout(0)
+    else:
+        x_shape, x_dtype = (0, *spec.image_shape), np.dtype(np.uint8)
+        y_shape, y_dtype = y_signature(spec)
+    signature = (tf.TensorSpec((lead, *x_shape[1:]), tf.dtypes.as_dtype(x_dtype)),
+                 tf.TensorSpec((lead, *y_shape[1:]), tf.dtypes.as_dtype(y_dtype)))
     if options.augment is not None:
         from readers.augment import PARAMS
 
         signature += (tf.TensorSpec((lead, PARAMS), tf.float32),)
-    generator = BatchGenerator(list(shards), spec, options, load, ids)
+    generator = BatchGenerator(list(shards), spec, options, load, ids, expander)
     ds = python_batches(generator, signature)
     if options.augment is not None:
         return ds.map(augment_map(spec, options), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if expansion_is_identity(spec, one_hot=options.one_hot, normalize=options.normalize):
-        return ds  # compact mode: no map (a map is one more function to instantiate per epoch)
+    if direct or expansion_is_identity(spec, one_hot=options.one_hot, normalize=options.normalize):
+        return ds  # expanded in the generator, or compact mode: no map (one more function per epoch)
     expand = make_expand_tf(spec, one_hot=options.one_hot, normalize=options.normalize)
     return ds.map(expand, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
@@ -294,8 +303,9 @@ class BatchGenerator:
     """
 
     def __init__(self, shards: list[ShardRef], spec: RecordSpec, options: PipelineOptions, load: LoadFn,
-                 ids: np.ndarray | None = None):
+                 ids: np.ndarray | None = None, expander: RecordExpander | None = None):
         self.shards = shards
+        self.expander = expander
         self.load = load
         self.spec = spec
         self.options = options
@@ -398,34 +408,47 @@ class BatchGenerator:
         return (draw_params(augment, self.spec.height, self.spec.width, self.seed, epoch, ids),)
 
     def _emit(self, batch: np.ndarray, owners: np.ndarray, live: dict[int, ShardArrays]) -> tuple[np.ndarray, np.ndarray]:
-        """Gather a batch; a contiguous run of one shard's records is a view."""
+        """Gather (and expand) a batch; a contiguous, aligned run of one shard's records is a view."""
         records = batch - self.starts[owners]
-        if owners[0] == owners[-1] and (owners == owners[0]).all():
+        if self.expander is None and owners[0] == owners[-1] and (owners == owners[0]).all():
             data = live[int(owners[0])]
             lo, hi = int(records[0]), int(records[-1])
-            if isinstance(data.images, np.ndarray) and hi - lo + 1 == len(records) and (np.diff(records) == 1).all():
+            if (isinstance(data.images, np.ndarray) and hi - lo + 1 == len(records) and (np.diff(records) == 1).all()
+                    and _aligned(data.images[lo]) and _aligned(data.targets[lo])):
                 return data.images[lo:hi + 1], data.targets[lo:hi + 1]
         return self._gather([(live[int(i)], int(r)) for i, r in zip(owners, records)])
 
     def _gather(self, samples: list[tuple[ShardArrays, int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Copy (raw) or decode (encoded shards, on the decoder threads) records into a batch."""
-        first = samples[0][0]
-        image_shape, image_dtype = row_layout(first.images)
-        target_shape, target_dtype = row_layout(first.targets)
-        images = aligned_empty((len(samples), *image_shape), image_dtype)
-        targets = aligned_empty((len(samples), *target_shape), target_dtype)
+        """Copy (raw), decode (encoded shards) or expand (`self.expander`) the records
+        straight into the batch's arrays: pooled, 64-byte aligned blocks that TensorFlow
+        takes without a copy. The records are spread over the decoder threads (the
+        copies and the C loops release the GIL)."""
+        n, expander = len(samples), self.expander
+        if expander is not None:
+            (x_shape, x_dtype), (y_shape, y_dtype) = expander.layout(n)
+        else:
+            first = samples[0][0]
+            image_shape, x_dtype = row_layout(first.images)
+            target_shape, y_dtype = row_layout(first.targets)
+            x_shape, y_shape = (n, *image_shape), (n, *target_shape)
+        images, _ = reusable_block(x_shape, x_dtype, zeroed=False)
+        targets, _ = reusable_block(y_shape, y_dtype, zeroed=False)
 
         def fill(j: int) -> None:
             data, i = samples[j]
-            images[j] = data.images[i]
-            targets[j] = data.targets[i]
+            if expander is not None:
+                expander.fill(images, targets, j, data.images[i], data.targets[i])
+            else:
+                images[j] = data.images[i]
+                targets[j] = data.targets[i]
 
-        if self.spec.encoded:
-            parallel_for(len(samples), fill)
-        else:
-            for j in range(len(samples)):
-                fill(j)
+        parallel_for(n, fill)
         return images, targets
+
+
+def _aligned(a: Any) -> bool:
+    """Whether TensorFlow takes `a` without a copy (64-byte aligned, C-contiguous)."""
+    return isinstance(a, np.ndarray) and a.ctypes.data % 64 == 0 and a.flags.c_contiguous
 
 
 def _cut(flat: np.ndarray, bs: int, drop_remainder: bool) -> list[np.ndarray]:
@@ -446,5 +469,5 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np
 
 
 
-__all__ = ["LOADER_THREADS", "SHARDS_AHEAD", "SOURCE", "BatchGenerator", "ShardArrays", "aligned_empty",
+__all__ = ["EXPAND_IN_GENERATOR", "LOADER_THREADS", "SHARDS_AHEAD", "SOURCE", "BatchGenerator", "ShardArrays", "aligned_empty",
            "expansion_is_identity", "generator_dataset", "loader_pool", "python_batches"]
