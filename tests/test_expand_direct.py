@@ -7,6 +7,10 @@ NPZ, gzip TFRecord."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -167,3 +171,21 @@ def test_numpy_fallback_gives_the_same_batches_as_the_c_loops(tmp_path, monkeypa
     for a, b in zip(fast, slow):
         np.testing.assert_array_equal(a, b)
     assert fast[1].sum() > 0 and fast[0].std() > 0
+
+
+def test_process_exits_promptly_with_a_live_repeating_iterator(tmp_path):
+    """A tf.data iterator alive at exit (a module global) is destroyed during finalization;
+    the streams are ended first (`batching._quiesce`), so no prefetch thread is inside a
+    `numpy_function` waiting for the GIL then (it hung the interpreter before)."""
+    case = Case("tfrecord", "none", 64, 48, (12, 12), "noise", "class_map", 5, 9)
+    write_case(tmp_path / "ds", case)
+    code = ("import readers\n"
+            f"ds = readers.open({str(tmp_path / 'ds')!r})\n"
+            "it = iter(ds.tf_dataset('train', 2, repeat=True))\n"
+            "for _ in range(5):\n    x, y = next(it)\n"
+            "assert x.shape == (2, 64, 48, 3) and y.shape == (2, 64, 48, 5)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "PyFunc" not in done.stderr

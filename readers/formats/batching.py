@@ -2,12 +2,15 @@
 
 Whole shards are loaded by a few threads (`LOADER_THREADS`, started once per process,
 `SHARDS_AHEAD` shards ahead; the loaders do their heavy work -- inflating, CRC checks,
-page-cache copies -- without the GIL), a generator cuts compact batches (uint8 images,
-class maps or labels) from them, gathering each record straight from the shard's arrays
-(for stored shards: the file mapping) into a 64-byte aligned batch -- the only copy
-between the page cache and the `tf.Tensor` -- and `python_batches` hands those over
-without a copy. In compact mode that is the whole pipeline; otherwise a parallel map
-casts / one-hot encodes the batches.
+page-cache copies -- without the GIL), a generator cuts batches from them, writing each
+record straight from the shard's arrays (for stored shards: the file mapping) into a
+pooled, 64-byte aligned batch (`readers.formats.blocks`), the records spread over the
+decoder threads, and `python_batches` hands those over without a copy. Compact mode
+(uint8 images, class maps or labels): that write is a copy, the only one between the
+page cache and the `tf.Tensor`. Otherwise the write is the expansion itself
+(`RecordExpander`: float32 / 255, one-hot rows, in one pass per output, in C): no
+compact batch, no cast, scale or one-hot pass, no `tf.data` map. Augmented pipelines cut
+compact batches and augment + expand them in a parallel map (`augment_map`).
 
 Fixed cost per epoch (every `iter()` of the dataset) matters on small splits and
 frequent evaluation: `python_batches` builds the generator dataset so that tf.data
@@ -25,6 +28,7 @@ augmentation, each batch carries its samples' parameters into `augment_map`.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import functools
@@ -32,6 +36,8 @@ import itertools
 import logging
 import os
 import threading
+import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
@@ -156,7 +162,7 @@ def python_batches(make: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
     Like `tf.data.Dataset.from_generator(make, output_signature=signature)`: every
     iterator (every epoch) calls `make` once, concurrent iterators get their own call,
     and an iterator dropped early closes its generator. Arrays are handed over without a
-    copy when they are C-contiguous and 64-byte aligned (see `aligned_empty`).
+    copy when they are C-contiguous and 64-byte aligned (see `readers.formats.blocks`).
     """
     import tensorflow as tf
 
@@ -242,23 +248,40 @@ def _build_source_class(dataset_ops: Any, structured_function: Any, structure: A
 
 
 class _Epochs:
-    """The live Python iterators of one `python_batches` dataset, by iterator id."""
+    """The live Python iterators of one `python_batches` dataset, by iterator id.
+
+    At interpreter exit (`_quiesce`, an `atexit` hook) every pipeline's stream ends: a
+    `tf.data` iterator still alive then (a module global, a repeating `fit` input) is
+    destroyed during finalization by a thread that holds the GIL and waits for its
+    prefetch thread, which would wait for the GIL inside the next batch's
+    `numpy_function`: a hang at exit. Ended streams make the prefetch threads stop
+    calling into Python first."""
 
     def __init__(self, make: Callable[[], Iterator[Any]]):
         self.make = make
         self.live: dict[int, Iterator[Any]] = {}
         self.ids = itertools.count()
         self.lock = threading.Lock()
+        self.busy = 0  # calls running now
+        _ALL_EPOCHS.add(self)
 
     def start(self) -> np.ndarray:
-        it = iter(self.make())
+        it = iter(()) if _closing.is_set() else iter(self.make())
         with self.lock:
             key = next(self.ids)
             self.live[key] = it
         return np.array(key, np.int64)
 
     def next(self, key: np.ndarray) -> tuple[np.ndarray, ...]:
-        return next(self.live[int(key)])  # StopIteration ends the epoch (OutOfRangeError)
+        if _closing.is_set():
+            raise StopIteration  # exiting: end the stream (see the class doc)
+        with self.lock:
+            self.busy += 1
+        try:
+            return next(self.live[int(key)])  # StopIteration ends the epoch (OutOfRangeError)
+        finally:
+            with self.lock:
+                self.busy -= 1
 
     def finish(self, key: np.ndarray) -> np.ndarray:
         with self.lock:
@@ -270,6 +293,29 @@ class _Epochs:
             except ValueError:  # still running in another thread: collected when it returns
                 pass
         return np.array(0, np.int64)
+
+
+_ALL_EPOCHS: "weakref.WeakSet[_Epochs]" = weakref.WeakSet()
+_closing = threading.Event()
+#: Longest wait at exit for the batches being cut to finish (`_quiesce`).
+EXIT_WAIT_SECONDS = 5.0
+
+
+@atexit.register
+def _quiesce() -> None:
+    """End every pipeline's stream and wait (releasing the GIL) until no batch is being
+    cut and no call came in for a while, so that no prefetch thread is inside a
+    `numpy_function` when finalization destroys the iterators (see `_Epochs`)."""
+    _closing.set()
+    if not any(e.live for e in list(_ALL_EPOCHS)):
+        return  # no stream open: nothing to wait for
+    deadline, quiet_since = time.monotonic() + EXIT_WAIT_SECONDS, time.monotonic()
+    while time.monotonic() < deadline:
+        if any(e.busy for e in list(_ALL_EPOCHS)):
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 0.1:
+            return
+        time.sleep(0.01)
 
 
 _pool: "tuple[int, concurrent.futures.ThreadPoolExecutor] | None" = None
@@ -457,17 +503,5 @@ def _cut(flat: np.ndarray, bs: int, drop_remainder: bool) -> list[np.ndarray]:
     return [flat[i:min(i + bs, end)] for i in range(0, end, bs)]
 
 
-def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np.ndarray:
-    """`np.empty` whose data starts on an `alignment`-byte boundary: TensorFlow then wraps
-    the array handed over by `from_generator` without copying it (it copies arrays that
-    are not aligned for Eigen)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    raw = np.empty(nbytes + alignment, np.uint8)
-    start = (-raw.ctypes.data) % alignment
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
-
-
-
-__all__ = ["EXPAND_IN_GENERATOR", "LOADER_THREADS", "SHARDS_AHEAD", "SOURCE", "BatchGenerator", "ShardArrays", "aligned_empty",
+__all__ = ["EXPAND_IN_GENERATOR", "LOADER_THREADS", "SHARDS_AHEAD", "SOURCE", "BatchGenerator", "ShardArrays",
            "expansion_is_identity", "generator_dataset", "loader_pool", "python_batches"]
