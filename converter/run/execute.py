@@ -16,7 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from converter.run.fork import ProgressFn, R, T, drain_progress, fork_is_safe, fork_map
+from converter.run.fork import ProgressFn, R, T, drain_progress, fork_is_safe, fork_map, stop_drainer
 
 if TYPE_CHECKING:  # pragma: no cover - `scan` maps its own batches and never loads the shard writers
     from converter.plan.shards import ShardTask
@@ -95,14 +95,14 @@ def _run_loky(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
         progress = _QueueProgress(q)
         drainer = threading.Thread(target=drain_progress, args=(q, on_progress, stop), daemon=True)
         drainer.start()
+    finished = False
     try:
         parallel = Parallel(n_jobs=min(workers, len(tasks)), backend="loky", return_as="generator_unordered",
                             pre_dispatch="all")
         yield from parallel(delayed(run_shard_task)(t, ctx, progress) for t in tasks)
+        finished = True  # every task returned: its counts were put (synchronously) on the manager's queue
     finally:
-        stop.set()
-        if drainer is not None:
-            drainer.join(timeout=5)
+        stop_drainer(drainer, stop, progress.q if progress is not None else None, senders_done=finished)
         if manager is not None:
             manager.shutdown()
 
