@@ -259,6 +259,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
         result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json()}
     results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress)
     _collect(result, results)
+    result.workers["helped_samples"] = sum(r.helped for r in results)  # converted by a worker that had no shard left
     result.seconds = time.perf_counter() - t0
     result.timings = {"discover_and_plan": t_plan - t0, "write_shards": time.perf_counter() - t_plan,
                       "worker_busy": sum(r.seconds for r in results)}

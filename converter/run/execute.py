@@ -60,7 +60,7 @@ def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
 
     `start`: one of START_METHODS; default `local_start(workers, len(tasks))`.
     """
-    from converter.run.task import run_shard_task, warm_up
+    from converter.run.task import run_shard_task, tail_share, warm_up
 
     start = local_start(workers, len(tasks)) if start is None else start
     if start == "in-process":
@@ -68,7 +68,10 @@ def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
             yield run_shard_task(task, ctx, on_progress)
     elif start == "fork":
         warm_up(ctx)  # the workers inherit the transformer and share its colour table
-        yield from fork_map(lambda task, progress: run_shard_task(task, ctx, progress), tasks, workers, on_progress)
+        tail = tail_share(tasks, ctx, min(workers, len(tasks)))  # idle workers help with the last shards
+        index = {t.file: i for i, t in enumerate(tasks)}
+        yield from fork_map(lambda task, progress: run_shard_task(task, ctx, progress, tail.for_task(index[task.file])),
+                            tasks, workers, on_progress, tail=tail)
     elif start == "loky":
         yield from _run_loky(tasks, ctx, workers, on_progress)
     else:

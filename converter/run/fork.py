@@ -27,7 +27,10 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from converter.run.steal import TailShare
 
 log = logging.getLogger(__name__)
 ProgressFn = Callable[[int], None]
@@ -53,6 +56,11 @@ def fork_is_safe() -> bool:
         return False
 
 
+def _exit_if_orphaned(parent_pid: int) -> None:
+    if os.getppid() != parent_pid:
+        os._exit(3)
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Ask the kernel to SIGKILL this worker when the run dies; exit if it already has."""
     try:
@@ -60,11 +68,10 @@ def _die_with_parent(parent_pid: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError) as e:  # no prctl: the WorkerGuard still stops orphans from writing
         log.debug("prctl(PR_SET_PDEATHSIG) unavailable (%s); relying on the worker guard", e)
-    if os.getppid() != parent_pid:
-        os._exit(3)
+    _exit_if_orphaned(parent_pid)
 
 
-def _portable(e: BaseException) -> BaseException:
+def portable_error(e: BaseException) -> BaseException:
     """The exception itself if it survives pickling, else a RuntimeError carrying its traceback."""
     try:
         pickle.loads(pickle.dumps(e))
@@ -82,18 +89,23 @@ def _take(next_item) -> int:
     return index
 
 
-def _worker(fn: Callable, items: Sequence, next_item, done, progress_q, parent_pid: int) -> None:
+def _worker(fn: Callable, items: Sequence, next_item, done, progress_q, parent_pid: int, worker: int,
+            tail: TailShare | None) -> None:
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the run, which stops the workers
     progress = progress_q.put if progress_q is not None else None
+    if tail is not None:
+        tail.start(worker, lambda: _exit_if_orphaned(parent_pid))
     while True:
         index = _take(next_item)
         if index >= len(items):
+            if tail is not None:
+                tail.help()  # no task left: convert samples of the shards still being written
             break
         try:
             done.put((fn(items[index], progress), None))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the run, which raises it
-            done.put((None, _portable(e)))
+            done.put((None, portable_error(e)))
             break
     done.close()
     done.join_thread()
@@ -142,14 +154,15 @@ def stop_drainer(drainer: threading.Thread | None, stop: threading.Event, progre
 
 
 def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], workers: int,
-             on_progress: ProgressFn | None = None) -> Iterator[R]:
+             on_progress: ProgressFn | None = None, *, tail: TailShare | None = None) -> Iterator[R]:
     """`fn(item, progress)` for every item on `workers` processes; results as they finish.
 
     This process is one of the workers: it forks `workers - 1` others (one fewer
     process to start and to fault its memory in) and, between its own items, passes on
     the results the others sent. `fn` and `items` are inherited, never pickled (a
     closure is fine); results are pickled back. `progress(n)`, called in a worker,
-    reaches `on_progress(n)` in this process (None when `on_progress` is None).
+    reaches `on_progress(n)` in this process (None when `on_progress` is None). `tail`
+    (made before this call): a worker with no item left helps the others finish theirs.
     """
     import multiprocessing as mp
 
@@ -157,7 +170,7 @@ def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], worker
     next_item, done = fork.Value("q", 0), fork.Queue()
     progress_q = fork.Queue() if on_progress is not None else None
     n = min(workers, len(items))
-    procs = [fork.Process(target=_worker, args=(fn, items, next_item, done, progress_q, os.getpid()),
+    procs = [fork.Process(target=_worker, args=(fn, items, next_item, done, progress_q, os.getpid(), i + 1, tail),
                           name=f"imgshard-worker-{i}", daemon=True) for i in range(n - 1)]
     for p in procs:
         p.start()
@@ -168,6 +181,8 @@ def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], worker
                                    name="imgshard-progress")
         drainer.start()
     finished = False
+    if tail is not None:
+        tail.start(0, lambda: _raise_if_dead(procs))
     try:
         received = 0
         while (index := _take(next_item)) < len(items):  # this process's own share
@@ -176,6 +191,8 @@ def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], worker
             while (ready := _ready_result(done)) is not _NOTHING:
                 received += 1
                 yield ready  # type: ignore[misc]
+        if tail is not None:
+            tail.help()
         while received < len(items):
             result = _next_result(done, procs)
             received += 1
@@ -189,6 +206,8 @@ def fork_map(fn: Callable[[T, ProgressFn | None], R], items: Sequence[T], worker
         for p in procs:
             p.join(timeout=None if finished else 10)
         stop_drainer(drainer, stop, progress_q, senders_done=finished)
+        if tail is not None:
+            tail.close(finished=finished)
         for q in (done, progress_q):
             if q is not None:
                 q.close()
@@ -221,11 +240,16 @@ def _next_result(done, procs: list) -> object:
         try:
             return _result_of(done.get(timeout=_POLL_SECONDS))
         except queue.Empty:
-            dead = [p for p in procs if p.exitcode not in (None, 0)]
-            if dead:
-                p = dead[0]
-                how = f"signal {-p.exitcode}" if p.exitcode < 0 else f"exit code {p.exitcode}"
-                raise WorkerDiedError(
-                    f"worker process {p.pid} died ({how}) while converting; nothing was published and the "
-                    "previous dataset is intact. If it ran out of memory, use fewer --workers; then re-run."
-                ) from None
+            _raise_if_dead(procs)
+
+
+def _raise_if_dead(procs: list) -> None:
+    """Raise WorkerDiedError if a worker process ended with an error."""
+    dead = [p for p in procs if p.exitcode not in (None, 0)]
+    if dead:
+        p = dead[0]
+        how = f"signal {-p.exitcode}" if p.exitcode < 0 else f"exit code {p.exitcode}"
+        raise WorkerDiedError(
+            f"worker process {p.pid} died ({how}) while converting; nothing was published and the "
+            "previous dataset is intact. If it ran out of memory, use fewer --workers; then re-run."
+        ) from None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from readers.formats.encoder import SampleArrays
 from readers.formats.registry import encoder_for
 from readers.index import shard_samples
 from readers.manifest import ClassInfo, Manifest, SampleEntry, ShardEntry, SourceFingerprint
+
+if TYPE_CHECKING:  # pragma: no cover
+    from converter.run.steal import TailShare, TaskTail
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class ShardResult:
     seconds: float = 0.0
     added: int = 0  # records of new samples written
     replaced: int = 0  # re-converted records whose source content changed
+    helped: int = 0  # samples of this shard that other workers converted (`converter.run.steal`)
 
 
 _TRANSFORMERS: dict[Any, SampleTransformer] = {}
@@ -138,7 +142,63 @@ def content_changed(new: SampleEntry, old: SampleEntry, source_base: str) -> boo
     return not (new.label == old.label and same_file(new.image, old.image) and same_file(new.mask, old.mask))
 
 
-def _note_bad(result: ShardResult, e: DecodeError, key: str) -> None:
+@dataclass
+class Converted:
+    """One source sample converted for its shard writer (`record` None: it was bad).
+
+    Picklable: a worker that helps with another's shard (`converter.run.steal`) sends it
+    to the shard's writer."""
+
+    record: SampleArrays | None = None
+    entry: SampleEntry | None = None
+    class_pixels: np.ndarray | None = None
+    ignore_pixels: int = 0
+    bad: list[BadInput] = field(default_factory=list)
+    unknown_colors: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
+
+
+def convert_sample(transform: SampleTransformer, encode: SampleEncoding, sample: SourceSample) -> Converted:
+    """Decode, transform and encode one sample; a bad one lists every bad file it has."""
+    try:
+        out = transform(sample)
+    except DecodeError as e:
+        bad = Converted()
+        _note_bad(bad, e, sample.key)
+        if sample.mask is not None and e.path == sample.image:  # its mask may be bad too
+            mask_error = _mask_problem(transform, sample)
+            if mask_error is not None:
+                _note_bad(bad, mask_error, sample.key)
+        return bad
+    return Converted(encode(SampleArrays(out.entry.key, out.image, out.mask, out.label)), out.entry,
+                     out.class_pixels, out.ignore_pixels)
+
+
+def _sample_encoding(ctx: WorkerContext) -> SampleEncoding:
+    return SampleEncoding(ctx.options, ignore_index_for(len(ctx.classes)))
+
+
+def tail_share(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int) -> TailShare:
+    """The `TailShare` of forked workers running `tasks`: a helper converts the items that are
+    converted (not copied) with this run's transformer and encoding."""
+    from converter.run.steal import TailShare
+
+    def convert(task: int, item: int) -> Converted:
+        it = tasks[task].items[item]
+        return convert_sample(_transformer(ctx), _sample_encoding(ctx), it.sample if isinstance(it, ReplaceRecord) else it)
+
+    return TailShare([t.num_samples for t in tasks], workers, convert,
+                     lambda task, item: not isinstance(tasks[task].items[item], CopyRecord))
+
+
+def _merge_bad(result: ShardResult, converted: Converted) -> None:
+    result.bad += converted.bad
+    for color, (pixels, files) in converted.unknown_colors.items():
+        agg = result.unknown_colors.setdefault(color, [0, 0])
+        agg[0] += pixels
+        agg[1] += files
+
+
+def _note_bad(result: ShardResult | Converted, e: DecodeError, key: str) -> None:
     result.bad.append(BadInput(e.path, e.reason, e.fix, key, e.kind))
     if isinstance(e, UnknownColorError):
         for color, n in e.unknown.counts.items():
@@ -174,15 +234,23 @@ class _EmptyShard(Exception):
     """Every sample of a shard was bad: leaving the `with` block discards the file."""
 
 
-def run_shard_task(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], None] | None = None) -> ShardResult:
+def run_shard_task(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], None] | None = None,
+                   tail: TaskTail | None = None) -> ShardResult:
     """Write `task.file` in `ctx.out_dir`. Bad samples are skipped and reported in the result.
 
     A `ReplaceRecord` whose new source is bad is reported and its old record is kept,
-    so a bad replacement never loses a sample.
+    so a bad replacement never loses a sample. `tail`: other workers may convert some
+    of its samples (`converter.run.steal`); they are written in the same order.
     """
     try:
         with WorkerGuard(ctx.out_dir, ctx.owner_pid) as guard:
-            return _run_guarded(task, ctx, progress, guard)
+            if tail is None:
+                return _run_guarded(task, ctx, progress, guard, None)
+            tail.begin()
+            try:
+                return _run_guarded(task, ctx, progress, guard, tail)
+            finally:
+                tail.end()
     except OrphanedWorker:
         if ctx.owner_pid is not None and ctx.owner_pid != os.getpid():
             os._exit(3)  # our run was killed: nobody waits for this result
@@ -190,7 +258,7 @@ def run_shard_task(task: ShardTask, ctx: WorkerContext, progress: Callable[[int]
 
 
 def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], None] | None,
-                 guard: WorkerGuard) -> ShardResult:
+                 guard: WorkerGuard, tail: TaskTail | None) -> ShardResult:
     t0 = time.perf_counter()
     transform = _transformer(ctx)
     class_pixels = np.zeros(len(ctx.classes), dtype=np.int64)
@@ -200,32 +268,29 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     result = ShardResult(task.split, None, task.replaces)
     copies: dict[Any, Any] = {}  # shard file -> (records, samples, spec); None -> the old layout
     encoder = encoder_for(ctx.options.format)
-    encode = SampleEncoding(ctx.options, ignore_index_for(len(ctx.classes)))
+    encode = _sample_encoding(ctx)
     try:
         with ShardWriter(ctx.out_dir, task.file, encoder, compression=ctx.options.compression,  # type: ignore[arg-type]
                          capacity=task.num_samples) as writer:
-            for item in task.items:
+            for i, item in enumerate(task.items):
                 copy = item if isinstance(item, CopyRecord) else None
                 counts = None
+                mine = tail is None or tail.mine(i)
                 if not isinstance(item, CopyRecord):
                     sample = item.sample if isinstance(item, ReplaceRecord) else item
-                    try:
-                        out = transform(sample)
-                    except DecodeError as e:
-                        _note_bad(result, e, sample.key)
-                        if sample.mask is not None and e.path == sample.image:  # its mask may be bad too
-                            mask_error = _mask_problem(transform, sample)
-                            if mask_error is not None:
-                                _note_bad(result, mask_error, sample.key)
+                    out = convert_sample(transform, encode, sample) if mine else tail.stolen(i)  # type: ignore[union-attr]
+                    result.helped += not mine
+                    _merge_bad(result, out)
+                    if out.record is None:
                         if isinstance(item, ReplaceRecord):
                             copy = item.old  # keep the old record: nothing is lost
                     else:
-                        writer.add(encode(SampleArrays(out.entry.key, out.image, out.mask, out.label)))
-                        entries.append(out.entry)
+                        writer.add(out.record)
+                        entries.append(out.entry)  # type: ignore[arg-type]
                         counts, ignored = out.class_pixels, out.ignore_pixels
                         if isinstance(item, ReplaceRecord):
                             old_samples = _copy_source(ctx, copies, item.old.shard)[1]
-                            result.replaced += content_changed(out.entry, old_samples[item.old.index],
+                            result.replaced += content_changed(out.entry, old_samples[item.old.index],  # type: ignore[arg-type]
                                                                 ctx.source_base)
                         else:
                             result.added += 1
