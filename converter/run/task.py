@@ -106,7 +106,7 @@ def _old_records(ctx: WorkerContext, layout: tuple[Any, Any],
     from readers.formats.registry import get_adapter
 
     manifest, spec = layout
-    entry = next(s for _, s in manifest.iter_shards() if s.file == shard_file)
+    entry = _old_entry(manifest, shard_file)
     path = os.path.join(ctx.out_dir, shard_file)
     digest = digest_file(path, algorithm_of(entry.digest))
     if digest != entry.digest:
@@ -117,6 +117,23 @@ def _old_records(ctx: WorkerContext, layout: tuple[Any, Any],
     ref = ShardRef(path, entry, 0)
     return (dict(enumerate(get_adapter(manifest.format).iter_stored(ref, spec))), shard_samples(ctx.out_dir, entry),
             spec)
+
+
+def _old_entry(manifest: Manifest, shard_file: str) -> ShardEntry:
+    return next(s for _, s in manifest.iter_shards() if s.file == shard_file)
+
+
+def _old_samples(ctx: WorkerContext, copies: dict, shard_file: str) -> list[SampleEntry]:
+    """The samples of an old shard, from its index file alone (a replaced record needs its old
+    entry, not the shard's records: those are read and hashed only when records are copied)."""
+    if shard_file in copies:
+        return copies[shard_file][1]
+    key = ("samples", shard_file)
+    if key not in copies:
+        if None not in copies:
+            copies[None] = _old_layout(ctx)
+        copies[key] = shard_samples(ctx.out_dir, _old_entry(copies[None][0], shard_file))
+    return copies[key]
 
 
 def _stored_mask(rec: Any, spec: Any) -> Any:
@@ -184,7 +201,8 @@ def tail_share(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int) -> 
 
     def convert(task: int, item: int) -> Converted:
         it = tasks[task].items[item]
-        return convert_sample(_transformer(ctx), _sample_encoding(ctx), it.sample if isinstance(it, ReplaceRecord) else it)
+        sample = it.sample if isinstance(it, ReplaceRecord) else it
+        return convert_sample(_transformer(ctx), _sample_encoding(ctx), sample)
 
     return TailShare([t.num_samples for t in tasks], workers, convert,
                      lambda task, item: not isinstance(tasks[task].items[item], CopyRecord))
@@ -266,7 +284,8 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     ignore_pixels = 0
     entries: list[SampleEntry] = []
     result = ShardResult(task.split, None, task.replaces)
-    copies: dict[Any, Any] = {}  # shard file -> (records, samples, spec); None -> the old layout
+    # shard file -> (records, samples, spec); ("samples", file) -> samples; None -> the old layout
+    copies: dict[Any, Any] = {}
     encoder = encoder_for(ctx.options.format)
     encode = _sample_encoding(ctx)
     try:
@@ -278,7 +297,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                 mine = tail is None or tail.mine(i)
                 if not isinstance(item, CopyRecord):
                     sample = item.sample if isinstance(item, ReplaceRecord) else item
-                    out = convert_sample(transform, encode, sample) if mine else tail.stolen(i)  # type: ignore[union-attr]
+                    out = tail.stolen(i) if tail is not None and not mine else convert_sample(transform, encode, sample)
                     result.helped += not mine
                     _merge_bad(result, out)
                     if out.record is None:
@@ -289,8 +308,8 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                         entries.append(out.entry)  # type: ignore[arg-type]
                         counts, ignored = out.class_pixels, out.ignore_pixels
                         if isinstance(item, ReplaceRecord):
-                            old_samples = _copy_source(ctx, copies, item.old.shard)[1]
-                            result.replaced += content_changed(out.entry, old_samples[item.old.index],  # type: ignore[arg-type]
+                            old_samples = _old_samples(ctx, copies, item.old.shard)
+                            result.replaced += content_changed(out.entry, old_samples[item.old.index],  # type: ignore
                                                                 ctx.source_base)
                         else:
                             result.added += 1
