@@ -1,20 +1,22 @@
 """Sample-level help for the last shards of a forked run, so no worker idles in the tail.
 
 Shard tasks are whole shards (their contents are fixed by the plan, whatever the
-number of workers), so a worker that finds no task left used to wait while the
+number of workers), so a worker that found no task left used to wait while the
 others finished theirs: up to one shard's time (0.4 s of a 2 s 2-worker run here
-when one worker fell behind). With `TailShare`, such a worker takes samples of a
-shard still being written instead, from its end: it decodes, transforms and encodes
-them and sends the result to the shard's writer (its owner), which takes samples
-from the front and, once the two meet, writes the helpers' samples in order. The
-shard is the same bytes whoever converted its samples.
+when one worker fell behind). With `TailShare`, such a worker (a helper) converts
+samples of a shard still being written instead: it decodes, transforms and encodes
+the next sample nobody has taken and sends the result to the shard's writer (its
+owner), which writes every sample in order. The shard is the same bytes whoever
+converted its samples.
 
-Per task, two shared bounds: `front` (the owner's next sample) and `back` (samples
-at and after it belong to helpers), moved under one lock. Only samples that are
-converted (not records copied from an old shard) are taken, and only contiguously
-from the end. Each worker has an inbox (a queue that only its owner reads); a
-helper's payload is pickled before it is queued, so a payload that cannot be
-pickled fails in the helper, which then sends the error instead.
+Per task, one shared counter: the next sample nobody has taken, moved under one lock
+by the owner and the helpers alike, so they take turns along the shard and the
+owner receives a helper's sample about when it needs it (nothing piles up: the owner
+holds at most the few samples it converted ahead while a helper's is on its way).
+Only samples that are converted (not records copied from an old shard) are taken
+by helpers. Each worker has an inbox (a queue only it reads); a helper pickles its
+payload before queueing it, so a payload that cannot be pickled fails in the helper,
+which then sends the error instead, and the owner raises it.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ class _HelperFailed:
 class TailShare:
     """Shared state of the forked workers of one run; create it before they are forked.
 
-    `convert(task_index, item_index)` -> a picklable payload for the owner;
-    `stealable(task_index, item_index)` -> whether a helper may convert that item.
+    `sizes`: items per task. `convert(task, item)` -> a picklable payload for the owner;
+    `stealable(task, item)` -> whether a helper may convert that item.
     """
 
     def __init__(self, sizes: Sequence[int], workers: int, convert: Callable[[int, int], Any],
@@ -45,17 +47,17 @@ class TailShare:
         import multiprocessing as mp
 
         fork = mp.get_context("fork")
-        self._bounds = fork.Array("q", [b for n in sizes for b in (0, n)])  # front, back per task (locked)
-        self._active = fork.Array("q", [-1] * workers, lock=False)  # worker -> the task it writes (under _bounds' lock)
+        self._sizes = list(sizes)
+        self._next = fork.Array("q", len(self._sizes))  # per task: the next item nobody has taken (locked)
+        self._active = fork.Array("q", [-1] * workers, lock=False)  # worker -> the task it writes (same lock)
         self._inboxes = [fork.Queue() for _ in range(workers)]
         self._convert = convert
         self._stealable = stealable
         self._me = 0
         self._check: Callable[[], None] = lambda: None
-        self._received: dict[tuple[int, int], Any] = {}
+        self._received: dict[tuple[int, int], bytes] = {}
         self.helped = 0  # samples this process converted for other workers' shards
 
-    # -- in every worker ------------------------------------------------------------
     def start(self, worker: int, check: Callable[[], None]) -> None:
         """Called in worker `worker` (0: the run itself) before its first task; `check()`
         raises (or exits) when the run cannot go on (a worker died)."""
@@ -66,25 +68,31 @@ class TailShare:
 
     # -- the owner of a task -----------------------------------------------------------
     def begin(self, task: int) -> None:
-        with self._bounds.get_lock():
+        with self._next.get_lock():
             self._active[self._me] = task
 
-    def mine(self, task: int, item: int) -> bool:
-        """Claim `item` (the next from the front) for the owner; False: a helper has it."""
-        with self._bounds.get_lock():
-            front, back = self._bounds[2 * task], self._bounds[2 * task + 1]
-            if item != front or front >= back:
-                return False
-            self._bounds[2 * task] = front + 1
-            return True
+    def claim(self, task: int, item: int | None = None, *, stealable_only: bool = False) -> int | None:
+        """Take the next untaken item of `task` (only if it is `item`, when given); None if
+        there is none (or it is another, or, with `stealable_only`, one helpers may not take)."""
+        with self._next.get_lock():
+            nxt = self._next[task]
+            if nxt >= self._sizes[task] or (item is not None and nxt != item):
+                return None
+            if stealable_only and not self._stealable(task, nxt):
+                return None
+            self._next[task] = nxt + 1
+            return nxt
 
-    def stolen(self, task: int, item: int) -> Any:
-        """The payload a helper sent for `item` of `task` (waits; raises a helper's error)."""
+    def arrived(self, task: int, item: int, *, wait: bool) -> Any:
+        """A helper's payload for `item` of `task` if it is here (with `wait`, once it is), else
+        None. Raises the helper's error, if it sent one."""
         inbox = self._inboxes[self._me]
         while (task, item) not in self._received:
             try:
-                t, i, data = inbox.get(timeout=_WAIT_SECONDS)
+                t, i, data = inbox.get(timeout=_WAIT_SECONDS) if wait else inbox.get_nowait()
             except queue.Empty:
+                if not wait:
+                    return None
                 self._check()
                 continue
             self._received[(t, i)] = data
@@ -95,8 +103,8 @@ class TailShare:
 
     def end(self, task: int) -> None:
         """The owner is done with `task` (or failed): nothing of it is left to take."""
-        with self._bounds.get_lock():
-            self._bounds[2 * task] = self._bounds[2 * task + 1] = 0
+        with self._next.get_lock():
+            self._next[task] = self._sizes[task]
             self._active[self._me] = -1
 
     # -- an idle worker ------------------------------------------------------------------
@@ -104,32 +112,30 @@ class TailShare:
         """Convert samples of the shards still being written until none is left to take."""
         from converter.run.fork import portable_error
 
-        while (claim := self._claim_back()) is not None:
+        while (claim := self._claim_for_helper()) is not None:
             task, item, owner = claim
             try:
                 data = pickle.dumps(self._convert(task, item), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as e:  # noqa: BLE001 - the owner raises it in its task, which ends the run
-                data = pickle.dumps(_HelperFailed(portable_error(e)))
-                self._inboxes[owner].put((task, item, data))
+                self._inboxes[owner].put((task, item, pickle.dumps(_HelperFailed(portable_error(e)))))
                 return
             self._inboxes[owner].put((task, item, data))
             self.helped += 1
 
-    def _claim_back(self) -> tuple[int, int, int] | None:
-        """(task, item, owner) of the last untaken sample of the task being written with the most
-        left, or None."""
-        with self._bounds.get_lock():
+    def _claim_for_helper(self) -> tuple[int, int, int] | None:
+        """(task, item, owner): the next sample of the task being written with the most left."""
+        with self._next.get_lock():
             best, left, owner = -1, 0, -1
             for worker, task in enumerate(self._active):
                 if task < 0 or worker == self._me:
                     continue
-                front, back = self._bounds[2 * task], self._bounds[2 * task + 1]
-                if back - front > left and self._stealable(task, back - 1):
-                    best, left, owner = task, back - front, worker
+                nxt = self._next[task]
+                if self._sizes[task] - nxt > left and self._stealable(task, nxt):
+                    best, left, owner = task, self._sizes[task] - nxt, worker
             if best < 0:
                 return None
-            item = self._bounds[2 * best + 1] - 1
-            self._bounds[2 * best + 1] = item
+            item = self._next[best]
+            self._next[best] = item + 1
             return best, item, owner
 
     def close(self, *, finished: bool) -> None:
@@ -144,19 +150,36 @@ class TailShare:
 
 
 class TaskTail:
-    """The owner's view of one task of a `TailShare` (what `run_shard_task` is given)."""
+    """The owner's side of one task of a `TailShare` (what `run_shard_task` is given).
+
+    The owner asks for its items in order: `take(i)` for an item only it handles (a
+    copied record), `converted(i, convert)` for one a helper may have converted.
+    """
 
     def __init__(self, share: TailShare, task: int) -> None:
         self.share, self.task = share, task
+        self._ahead: dict[int, Any] = {}  # items this owner converted while a helper's was on its way
 
     def begin(self) -> None:
         self.share.begin(self.task)
 
-    def mine(self, item: int) -> bool:
-        return self.share.mine(self.task, item)
+    def take(self, item: int) -> None:
+        if self.share.claim(self.task, item) is None:  # helpers never take these
+            raise RuntimeError(f"item {item} of task {self.task} was taken by a helper, which must not happen")
 
-    def stolen(self, item: int) -> Any:
-        return self.share.stolen(self.task, item)
+    def converted(self, item: int, convert: Callable[[int], Any]) -> tuple[Any, bool]:
+        """(payload of `item`, whether a helper converted it); `convert(j)` converts item j here."""
+        if self.share.claim(self.task, item) is not None:
+            return convert(item), False
+        while item not in self._ahead:  # taken: by a helper, or by this owner ahead of it
+            payload = self.share.arrived(self.task, item, wait=False)
+            if payload is not None:
+                return payload, True
+            ahead = self.share.claim(self.task, stealable_only=True)
+            if ahead is None:  # nothing left to convert here: wait for the helper's
+                return self.share.arrived(self.task, item, wait=True), True
+            self._ahead[ahead] = convert(ahead)
+        return self._ahead.pop(item), False
 
     def end(self) -> None:
         self.share.end(self.task)

@@ -200,12 +200,14 @@ def tail_share(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int) -> 
     from converter.run.steal import TailShare
 
     def convert(task: int, item: int) -> Converted:
-        it = tasks[task].items[item]
-        sample = it.sample if isinstance(it, ReplaceRecord) else it
-        return convert_sample(_transformer(ctx), _sample_encoding(ctx), sample)
+        return convert_sample(_transformer(ctx), _sample_encoding(ctx), _sample_of(tasks[task].items[item]))
 
     return TailShare([t.num_samples for t in tasks], workers, convert,
                      lambda task, item: not isinstance(tasks[task].items[item], CopyRecord))
+
+
+def _sample_of(item: SourceSample | ReplaceRecord) -> SourceSample:
+    return item.sample if isinstance(item, ReplaceRecord) else item
 
 
 def _merge_bad(result: ShardResult, converted: Converted) -> None:
@@ -294,11 +296,16 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
             for i, item in enumerate(task.items):
                 copy = item if isinstance(item, CopyRecord) else None
                 counts = None
-                mine = tail is None or tail.mine(i)
+                if copy is not None and tail is not None:
+                    tail.take(i)
                 if not isinstance(item, CopyRecord):
-                    sample = item.sample if isinstance(item, ReplaceRecord) else item
-                    out = tail.stolen(i) if tail is not None and not mine else convert_sample(transform, encode, sample)
-                    result.helped += not mine
+                    sample = _sample_of(item)
+                    if tail is None:
+                        out = convert_sample(transform, encode, sample)
+                    else:
+                        out, helped = tail.converted(i, lambda j: convert_sample(transform, encode,
+                                                                                 _sample_of(task.items[j])))
+                        result.helped += helped
                     _merge_bad(result, out)
                     if out.record is None:
                         if isinstance(item, ReplaceRecord):
