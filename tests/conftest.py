@@ -13,6 +13,9 @@ import pytest
 
 from converter.testing import synth
 
+# Real S3 (moto server) and GCS (emulator) servers on 127.0.0.1, started once per session.
+from _objstore import gcs_bucket, gcs_server, s3_bucket, s3_server  # noqa: F401  (fixtures)
+
 # (height, width) of the samples in the tiny datasets; the second size varies the
 # shape across pairs (each pair keeps one size for its image and its mask).
 TINY_SIZE: tuple[int, int] = (64, 96)
