@@ -10,7 +10,8 @@ TensorFlow's, can deadlock the child), and falls back to loky elsewhere.
 
 This process is one of the workers (it forks one fewer); all inherit the task list, a
 shared counter hands out the next task to whichever worker is free, and results and
-progress counts come back on queues. A
+progress counts come back on queues. With a `TailShare` (`converter.run.steal`), a
+worker that finds no task left helps convert the samples of those still running. A
 worker that dies, or a task that raises, ends the run: the other workers are killed
 before the error reaches the caller, so none of them can rename a shard into the
 folder afterwards. Workers also die with the run (PR_SET_PDEATHSIG) when it is killed.
