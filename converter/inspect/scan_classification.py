@@ -54,6 +54,7 @@ from converter.inspect.scan_core import (
     share,
 )
 from converter.transform import png
+from converter.discover.files import WithStorage
 from converter.transform.decode import DecodeError, decode_image, read_source
 from converter.transform.sample import relative_key_path
 from readers.manifest import ClassInfo
@@ -121,10 +122,11 @@ def scan_image_batch(samples: Sequence[SourceSample], base: str, max_pixels: int
 
 
 def run_image_workers(samples: Sequence[SourceSample], base: str, max_pixels: int, workers: int,
-                      on_progress: Callable[[int], None] | None = None) -> list[ImageSummary]:
+                      on_progress: Callable[[int], None] | None = None,
+                      storage_options: tuple = ()) -> list[ImageSummary]:
     """Summaries of every image, sorted by key; worker processes when workers > 1 (`execute.map_unordered`)."""
-    return run_batched(functools.partial(scan_image_batch, base=base, max_pixels=max_pixels), samples, workers,
-                       on_progress)
+    scan = functools.partial(scan_image_batch, base=base, max_pixels=max_pixels)
+    return run_batched(WithStorage(scan, base, storage_options), samples, workers, on_progress)
 
 
 # -- parent side ----------------------------------------------------------------------------------
@@ -180,7 +182,7 @@ def scan_classification(spec: SourceSpec, options: ScanOptions | None = None, *,
     if on_start is not None:
         on_start(len(found.samples))
     summaries = run_image_workers(found.samples, spec.base, options.max_pixels, options.effective_workers,
-                                  on_progress)
+                                  on_progress, spec.storage_options)
     return build_classification_report(spec, options, classes, found.splits, found.bad, summaries)
 
 
