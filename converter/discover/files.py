@@ -281,8 +281,10 @@ def join(folder: str, *names: str) -> str:
 def relative(path: str, base: str) -> str:
     """`path` relative to `base` ('/'-separated)."""
     if is_remote(path):
-        base = base.rstrip("/") + "/"
-        return path[len(base):] if path.startswith(base) else path
+        base = base.rstrip("/")
+        if path.rstrip("/") == base:
+            return "."
+        return path[len(base) + 1:] if path.startswith(base + "/") else path
     return os.path.relpath(path, base).replace(os.sep, "/")
 
 

@@ -58,6 +58,7 @@ from converter.discover.files import WithStorage
 from converter.transform.decode import DecodeError, decode_image, read_source
 from converter.transform.sample import relative_key_path
 from readers.manifest import ClassInfo
+from readers.storage.url import storage_option_flags
 
 EXIF_ORIENTATION_TAG = 0x0112
 #: A hint about class weights when the largest class has this many times the images of the smallest.
@@ -338,7 +339,8 @@ def _verdict(r: ClassScanReport) -> dict[str, Any]:
         hints.append(f"classes are imbalanced in 'train' ({max(present)} vs {min(present)} images); after "
                      "converting, readers.open(OUT).class_weights('train') gives weights for model.fit")
     targs = task_args(r.spec, r.options)
-    command = ["imgshard", "convert", *source_args(r.spec), "OUT", *targs, "--size", size_flag, *flags]
+    command = ["imgshard", "convert", *source_args(r.spec), "OUT", *targs, "--size", size_flag, *flags,
+               *storage_option_flags(r.spec.storage_options)]
     status = "no_data" if total == 0 else ("needs_flags" if r.bad else ("warnings" if warnings_ else "ok"))
     return {
         "status": status,

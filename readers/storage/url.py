@@ -22,6 +22,8 @@ OBJECT_SCHEMES: dict[str, tuple[str, str, str]] = {
 class StorageURLError(ValueError):
     """A location that is not a local path, ``file://``, ``s3://bucket/...`` or ``gs://bucket/...``."""
 
+    exit_code = 2  # a usage error on the command line
+
 
 def scheme_of(location: str | os.PathLike) -> str:
     """'' for a plain path, else the lower-case URL scheme ('s3', 'gs', 'file', ...)."""
@@ -135,8 +137,13 @@ def thaw_storage_options(frozen: Any) -> dict[str, Any]:
     return out
 
 
+#: Option names whose values are never printed (`storage_option_flags`).
+_SECRET_WORDS = ("secret", "token", "password", "credential")
+
+
 def storage_option_flags(options: Any) -> list[str]:
-    """The ``--storage-option KEY=VALUE`` arguments that give `options` again (nested keys dotted)."""
+    """The ``--storage-option KEY=VALUE`` arguments that give `options` again (nested keys dotted);
+    a value whose key names a secret (secret, token, password, credentials) reads ``<redacted>``."""
     flags: list[str] = []
 
     def walk(prefix: str, mapping: dict[str, Any]) -> None:
@@ -146,7 +153,9 @@ def storage_option_flags(options: Any) -> list[str]:
             else:
                 text = {True: "true", False: "false", None: "none"}.get(value, value) \
                     if isinstance(value, (bool, type(None))) else value
-                flags += ["--storage-option", f"{prefix}{key}={text}"]
+                if any(w in key.lower() for w in _SECRET_WORDS) and text not in ("anon", "none", "true", "false"):
+                    text = "<redacted>"
+                flags.extend(["--storage-option", f"{prefix}{key}={text}"])
 
     walk("", thaw_storage_options(options))
     return flags
