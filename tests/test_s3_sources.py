@@ -380,3 +380,13 @@ def test_preview_of_raw_sources_in_a_bucket_draws_the_same_sheet_as_locally(tmp_
     assert local.shape == remote.shape and local.std() > 0
     # the title names the source: compare the sample tiles below it
     assert np.array_equal(local[-local.shape[0] // 2:], remote[-remote.shape[0] // 2:])
+
+
+def test_scan_of_class_folders_in_a_bucket_reads_the_split_layout(classification_src, tmp_path, s3_bucket, capsys):
+    url = f"{s3_bucket}/cls"
+    upload(classification_src.root, url)
+    local = run_cli(["scan", str(classification_src.root), "--json", "-q", "--workers", "1"])
+    local_report = capsys.readouterr().out.replace(str(classification_src.root), "ROOT")
+    assert run_cli(["scan", url, "--json", "-q", "--workers", "1"]) == local
+    remote_report = capsys.readouterr().out.replace(url, "ROOT")
+    assert '"layout": "split"' in remote_report and remote_report == local_report

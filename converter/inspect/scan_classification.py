@@ -54,7 +54,7 @@ from converter.inspect.scan_core import (
     share,
 )
 from converter.transform import png
-from converter.discover.files import WithStorage
+from converter.discover.files import WithStorage, subfolders
 from converter.transform.decode import DecodeError, decode_image, read_source
 from converter.transform.sample import relative_key_path
 from readers.manifest import ClassInfo
@@ -193,9 +193,7 @@ def _layout(spec: SourceSpec) -> str:
         return "folder"
     root = spec.base
     for name in WELL_KNOWN_SPLITS:
-        folder = os.path.join(root, name)
-        if os.path.isdir(folder) and any(os.path.isdir(os.path.join(folder, n)) and not n.startswith(".")
-                                         for n in os.listdir(folder)):
+        if subfolders(os.path.join(root, name)):  # a local folder or a bucket prefix (`discover.files`)
             return "split"
     return "flat"
 
