@@ -21,8 +21,9 @@ from converter.bench.suite import BenchResult, Row
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 READER_ROWS = {
-    "p1_tf_png", "p2_pydataset_png", "p3_saved_float32", "p3_saved_uint8", "p4_imgshard_float32",
-    "p5_imgshard_compact", "p5_imgshard_compact_expand", "p6_imgshard_npz_deflate", "p6_np_load_deflate",
+    "p1_tf_png", "p2_pydataset_png", "p3_saved_float32", "p3_saved_sparse", "p3_saved_compact", "p4_imgshard_float32",
+    "p4_imgshard_sparse", "p5_imgshard_compact", "p5_imgshard_compact_expand", "p6_imgshard_npz_deflate",
+    "p6_np_load_deflate",
     "p6_imgshard_npz_none", "p6_np_load_none", "p8_plain_big", "p8_augment_float32", "p8_augment_compact",
     "p8_augment_device_feed",
 }
@@ -35,30 +36,63 @@ def _env() -> dict:
     return env
 
 
-def _run_quick(script: str, tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+def _run_quick(script: str, tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     """`scripts/SCRIPT --quick` in a child process; its result and the JSON it wrote."""
     out_json = tmp_path / "out.json"
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", script), "--quick", "--cache", str(tmp_path / "cache"),
-         "--json", str(out_json)],
+         "--json", str(out_json), *extra],
         capture_output=True, text=True, env=_env(), timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, json.loads(out_json.read_text())
 
 
+def _check_reader_rows(data: dict, rows: dict, *, kept: int) -> None:
+    """Every reader row: `kept` rounds plus one dropped warm-up, median within min-max, its
+    share of the bandwidth limit recomputed from the bytes it shows."""
+    bw = data["bandwidth"]
+    assert len(bw["probes"]) == 2 and bw["median_gb_per_s"] > 0
+    trials = [t for p in bw["probes"] for t in p["trials_gb_per_s"]]
+    assert bw["min_gb_per_s"] <= bw["median_gb_per_s"] <= bw["max_gb_per_s"] and min(trials) == bw["min_gb_per_s"]
+    for key in READER_ROWS:
+        row = rows[key]
+        assert row["rounds"] == kept + 1 and len(row["repeats"]) == kept and len(row["warmup"]) == 1, key
+        assert row["min"] <= row["samples_per_s"] <= row["max"], key
+        assert row["samples_per_s"] == pytest.approx(sorted(row["repeats"])[kept // 2] if kept % 2 else
+                                                     sum(sorted(row["repeats"])[kept // 2 - 1:kept // 2 + 1]) / 2)
+        assert row["bytes_read"] > 0 and row["bytes_written"] == row["bytes_per_sample"] > 0
+        assert row["bytes_read_written"] == row["bytes_read"] + row["bytes_written"]
+        limit = 2 * bw["median_gb_per_s"] * 1e9 / (row["bytes_read"] + row["bytes_written"])
+        assert row["limit_samples_per_s"] == pytest.approx(limit), key
+        assert row["share_of_limit"] == pytest.approx(row["samples_per_s"] / limit), key
+    h, w = data["options"]["size"]
+    c = data["sources"]["classes"]
+    assert rows["p4_imgshard_float32"]["bytes_written"] == rows["p3_saved_float32"]["bytes_written"] == 4 * h * w * (3 + c)
+    assert rows["p4_imgshard_sparse"]["bytes_written"] == rows["p3_saved_sparse"]["bytes_written"] == 13 * h * w
+    assert rows["p5_imgshard_compact"]["bytes_written"] == rows["p3_saved_compact"]["bytes_written"] == 4 * h * w
+    comps = data["comparisons"]
+    float_vs = comps["imgshard float32 + one-hot vs Dataset.save/load float32 + one-hot"]
+    assert len(float_vs["per_round"]) == kept
+    assert float_vs["ratio_of_medians"] == pytest.approx(rows["p4_imgshard_float32"]["samples_per_s"]
+                                                         / rows["p3_saved_float32"]["samples_per_s"])
+
+
 @pytest.mark.slow
 def test_bench_quick_mode_reports_every_pipeline_and_target(tmp_path):
-    proc, data = _run_quick("bench.py", tmp_path)
+    proc, data = _run_quick("bench.py", tmp_path, "--repeats", "2", "--convert-repeats", "2")
     rows = {r["key"]: r for r in data["rows"]}
     assert READER_ROWS | CONVERT_ROWS <= set(rows)
     for key, row in rows.items():
         assert row["samples_per_s"] > 0 and math.isfinite(row["samples_per_s"]), key
+    _check_reader_rows(data, rows, kept=2)
+    assert len(rows["convert_w1"]["repeats"]) == len(rows["convert_w2"]["repeats"]) == 2
     names = {t["name"] for t in data["targets"]}
-    assert "reader compact vs Dataset.load uint8" in names
+    assert "reader compact vs Dataset.save/load compact" in names
+    assert "reader float32+one-hot share of its bandwidth limit" in names
     assert "converter 2 workers vs 1 (wall clock)" in names
     assert any(k.startswith("reader_tfrecord") for k in data["memory"])
-    assert "1. tf.data over PNG" in proc.stdout and "-- targets" in proc.stdout
+    assert "1. tf.data over PNG" in proc.stdout and "-- targets" in proc.stdout and "copy bandwidth" in proc.stdout
     assert data["machine"]["bytecode_compiled"] is True  # converter start-up measured as a pip install runs it
     storage = data["storage"]
     assert set(storage) == {"raw", "png", "jpeg90", "jpeg95", "webp90"}
@@ -77,6 +111,16 @@ def test_bench_gpu_quick_mode_trains_all_three_feeds_on_cpu(tmp_path):
         assert 0.0 <= feed["blocked_on_input_share"] <= 1.0
     assert data["feeds"][3]["vs_ceiling"] == pytest.approx(1.0)
     assert "(b) imgshard compact" in proc.stdout
+
+
+def test_bench_quick_read_section_runs_every_reader_row_in_interleaved_rounds(tmp_path):
+    """The reader rows alone (no conversion timing, storage or memory): fast enough for every run."""
+    proc, data = _run_quick("bench.py", tmp_path, "--only", "read", "--repeats", "3")
+    rows = {r["key"]: r for r in data["rows"]}
+    assert READER_ROWS <= set(rows) and not CONVERT_ROWS & set(rows)
+    _check_reader_rows(data, rows, kept=3)
+    assert "4 interleaved rounds, the first (warm-up) dropped" in proc.stdout
+    assert "-- side by side" in proc.stdout
 
 
 def test_targets_are_ratios_of_medians_and_say_when_unmeasured():

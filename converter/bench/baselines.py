@@ -8,8 +8,10 @@ purpose: they bound what the converter can do).
   `resize`, a per-colour `tf.equal` one-hot, `map(AUTOTUNE)`, `batch`, `prefetch`.
 * `RawPngPyDataset` (pipeline 2): a `keras.utils.PyDataset` over PNGs (Pillow decode and
   resize, per-colour NumPy one-hot), run with workers and `use_multiprocessing`.
-* `saved_tf_dataset` (pipeline 3): `tf.data.Dataset.save` of preconverted tensors, read
-  back with `tf.data.Dataset.load`, shuffled and batched.
+* `saved_tf_dataset` (pipeline 3): `tf.data.Dataset.save` of the stored uint8 tensors,
+  read back as issue 19 describes: `load().repeat().shuffle(64).batch(8)`, then
+  `map(to_float_and_one_hot, num_parallel_calls=AUTOTUNE)` after batching (or only the
+  float image: sparse labels; or no map: compact), `prefetch(AUTOTUNE)`.
 * `np_load_batches` (pipeline 6 baseline): a single-process `np.load` loop over NPZ shards.
 * `naive_convert` (pipeline 7 baseline): a single-process Pillow loop writing a TFRecord
   with `tf.io.TFRecordWriter`.
@@ -31,8 +33,9 @@ Pair = tuple[str, str]
 # -- pipeline 1 -------------------------------------------------------------------------------------
 
 def raw_png_tf_dataset(pairs: Sequence[Pair], colors: Sequence[tuple[int, int, int]], size: tuple[int, int],
-                       batch_size: int, *, seed: int | None = None) -> Any:
-    """One epoch of float32 (x, one-hot y) batches decoded from PNG files every epoch."""
+                       batch_size: int, *, seed: int | None = None, repeat: bool = False) -> Any:
+    """Float32 (x, one-hot y) batches decoded from PNG files every epoch: one epoch, or
+    epochs without end (`repeat`: the file list reshuffled every epoch)."""
     import tensorflow as tf
 
     palette = tf.constant(np.asarray(colors, np.uint8).reshape(-1, 1, 1, 3))
@@ -49,6 +52,8 @@ def raw_png_tf_dataset(pairs: Sequence[Pair], colors: Sequence[tuple[int, int, i
 
     ds = tf.data.Dataset.from_tensor_slices((images, masks))
     ds = ds.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
     ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
@@ -143,40 +148,79 @@ def _pydataset_item(index: int) -> tuple[np.ndarray, np.ndarray]:
 
 # -- pipeline 3 -------------------------------------------------------------------------------------
 
-def save_tensors(records: Iterator[Any], path: str, *, num_classes: int, float32: bool, image_shape: tuple,
-                 mask_dtype: str = "uint8") -> None:
-    """`tf.data.Dataset.save` the (image, target) tensors of `records` (imgshard Records).
+#: What `saved_tf_dataset` delivers: float32 image + float32 one-hot, float32 image + the
+#: class map as stored (sparse labels, for `sparse_categorical_crossentropy`), or the
+#: stored uint8 image + class map (compact).
+SAVED_MODES = ("float32", "sparse", "compact")
 
-    float32: image as float32 / 255 and the class map as a float32 one-hot (what
-    pipelines 1 and 2 produce); else uint8 image and uint8 class map (compact).
+
+def save_tensors(records: Iterator[Any], path: str, *, image_shape: tuple, mask_dtype: str = "uint8") -> int:
+    """`tf.data.Dataset.save` the (image, class map) of `records` (imgshard Records) as
+    stored: uint8 image (H, W, 3) and uint8/uint16 class map (H, W). Returns the count.
+
+    The compact tensors are what a TF user saves: float32 + one-hot tensors would be
+    (3 + C) x 4 / 4 times larger on disk and in the page cache (what the first
+    baseline of issue 4 did; issue 19 replaced it). Expanding after batching is the
+    job of the map in `saved_tf_dataset`.
     """
     import tensorflow as tf
 
     h, w, c = image_shape
-    if float32:
-        signature = (tf.TensorSpec((h, w, c), tf.float32), tf.TensorSpec((h, w, num_classes), tf.float32))
-    else:
-        signature = (tf.TensorSpec((h, w, c), tf.uint8), tf.TensorSpec((h, w), tf.dtypes.as_dtype(mask_dtype)))
-    table = np.eye(256, num_classes, dtype=np.float32)  # ignore index -> all-zero row
+    signature = (tf.TensorSpec((h, w, c), tf.uint8), tf.TensorSpec((h, w), tf.dtypes.as_dtype(mask_dtype)))
+    count = [0]
 
     def gen() -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for r in records:
-            if float32:
-                yield r.image.astype(np.float32) / 255.0, table[r.mask]
-            else:
-                yield r.image, r.mask
+            count[0] += 1
+            yield r.image, r.mask
 
-    ds = tf.data.Dataset.from_generator(gen, output_signature=signature)
-    ds.save(path)
+    tf.data.Dataset.from_generator(gen, output_signature=signature).save(path)
+    return count[0]
 
 
-def saved_tf_dataset(path: str, batch_size: int, *, shuffle_buffer: int, seed: int | None = None) -> Any:
-    """One epoch of batches from `tf.data.Dataset.load`, shuffled through a record buffer."""
+def to_float(x: Any) -> Any:
+    """uint8 image batch -> float32 in [0, 1] (`tf.cast` / 255)."""
     import tensorflow as tf
 
-    ds = tf.data.Dataset.load(path)
-    ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    return tf.cast(x, tf.float32) / 255.0
+
+
+def to_float_and_one_hot_fn(num_classes: int) -> Any:
+    """`to_float_and_one_hot(x, y)` for batches: float32 image in [0, 1] and float32
+    one-hot class map (`tf.one_hot` straight from the uint8 class map; the ignore index,
+    out of range, becomes an all-zero row, as in imgshard's readers)."""
+    import tensorflow as tf
+
+    def to_float_and_one_hot(x: Any, y: Any) -> tuple[Any, Any]:
+        if y.dtype not in (tf.uint8, tf.int32, tf.int64):  # tf.one_hot takes no uint16 indices
+            y = tf.cast(y, tf.int32)
+        return to_float(x), tf.one_hot(y, num_classes, dtype=tf.float32)
+
+    return to_float_and_one_hot
+
+
+def saved_tf_dataset(path: str, batch_size: int, *, shuffle_buffer: int, num_classes: int, mode: str = "float32",
+                     seed: int | None = None) -> Any:
+    """The `tf.data.Dataset.save`/`load` pipeline of issue 19, as a TF user writes it:
+
+        load().repeat().shuffle(64).batch(8)
+              .map(to_float_and_one_hot, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+    The one-hot runs after batching (one vectorised op per batch, not per record).
+    `mode`: "float32" (as above), "sparse" (`map(to_float)` on the image only: float32
+    image + the stored class map), "compact" (no map: uint8 image + class map).
+    Infinite (it repeats): iterate it for a number of batches.
+    """
+    import tensorflow as tf
+
+    if mode not in SAVED_MODES:
+        raise ValueError(f"mode must be one of {list(SAVED_MODES)}. Received: mode={mode!r}")
+    ds = tf.data.Dataset.load(path).repeat().shuffle(shuffle_buffer, seed=seed).batch(batch_size)
+    if mode == "float32":
+        ds = ds.map(to_float_and_one_hot_fn(num_classes), num_parallel_calls=tf.data.AUTOTUNE)
+    elif mode == "sparse":
+        ds = ds.map(lambda x, y: (to_float(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 # -- pipeline 6 baseline ----------------------------------------------------------------------------

@@ -32,9 +32,11 @@ class BenchOptions:
         batch_size: records per batch, in every pipeline.
         shuffle_buffer: records held by the shuffle buffer of every pipeline that shuffles
             records (the raw-PNG pipelines shuffle file names, a buffer of all of them).
-        repeats: timed repeats per reader pipeline (the median is reported).
-        convert_repeats: timed repeats per conversion measurement.
-        min_seconds: a timed repeat iterates whole epochs until at least this long.
+        repeats: timed rounds kept per reader pipeline (the median is reported); one
+            warm-up round runs first and is dropped (`converter.bench.rounds`).
+        convert_repeats: interleaved runs per conversion measurement (median reported).
+        min_seconds: a reader round takes batches until at least this long.
+        bandwidth_bytes: array size of the memory-bandwidth probe (`converter.bench.bandwidth`).
         workers: worker counts to time `imgshard convert` with (default 1..cores).
         naive_samples: samples the naive single-process Pillow loop converts (it is slow).
         memory: also measure converter peak RSS at `memory_samples` (small images).
@@ -57,9 +59,10 @@ class BenchOptions:
     size: tuple[int, int] = (512, 512)
     batch_size: int = 8
     shuffle_buffer: int = 64
-    repeats: int = 5
-    convert_repeats: int = 5
+    repeats: int = 4
+    convert_repeats: int = 3
     min_seconds: float = 2.0
+    bandwidth_bytes: int = 512 << 20
     workers: tuple[int, ...] = field(default_factory=tuple)
     naive_samples: int = 48
     memory: bool = True
@@ -76,7 +79,7 @@ class BenchOptions:
         if unknown or not self.sections:
             raise ValueError(f"sections must be a non-empty subset of {list(SECTIONS)}. Received: {self.sections!r}")
         for name in ("samples", "num_classes", "batch_size", "shuffle_buffer", "repeats", "convert_repeats",
-                     "naive_samples"):
+                     "naive_samples", "bandwidth_bytes"):
             _positive_int(name, getattr(self, name))
         for name in ("size", "source_size", "memory_source_size", "memory_samples"):
             value = getattr(self, name)
@@ -84,6 +87,8 @@ class BenchOptions:
                 raise ValueError(f"{name} must be a pair of positive integers. Received: {name}={value!r}")
             for v in value:
                 _positive_int(name, v)
+        if self.bandwidth_bytes < 1 << 20:
+            raise ValueError(f"bandwidth_bytes must be at least 1 MiB (1048576). Received: {self.bandwidth_bytes}")
         if self.num_classes > 32:
             raise ValueError(f"num_classes must be at most 32 for generated sources. Received: {self.num_classes}")
         if not isinstance(self.workers, tuple):
@@ -105,7 +110,8 @@ class BenchOptions:
 
 
 def quick_options(**overrides: object) -> BenchOptions:
-    """The `--quick` preset: 24 small sources at 64x64, one short repeat of everything.
+    """The `--quick` preset: 24 small sources at 64x64, one short repeat of everything
+    (readers: the warm-up round and one kept round of a few batches; a 16 MiB bandwidth probe).
 
     It exercises every pipeline and measurement path in well under a minute; its
     numbers are not meaningful (start-up costs dominate).
@@ -113,6 +119,6 @@ def quick_options(**overrides: object) -> BenchOptions:
     base = BenchOptions(
         samples=24, source_size=(96, 128), size=(64, 64), repeats=1, convert_repeats=1, min_seconds=0.0,
         workers=(1, 2), naive_samples=8, memory=False, memory_samples=(20, 60), memory_source_size=(32, 48),
-        shuffle_buffer=16, quick=True,
+        shuffle_buffer=16, quick=True, bandwidth_bytes=16 << 20,
     )
     return replace(base, **overrides)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""The table, the targets of issue 4 and the JSON of one benchmark run."""
+"""The table, the targets of issues 4, 16 and 19 and the JSON of one benchmark run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from converter.bench.suite import BenchResult
+    from converter.bench.result import BenchResult
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,18 @@ def _ratio(result: "BenchResult", a: str, b: str, *, cpu: bool = False) -> float
 
 
 def targets(result: "BenchResult") -> list[Target]:
-    """Every target of issue 4 that this run measured (ratios of medians)."""
+    """Every target of issues 4 and 19 that this run measured (ratios of medians)."""
     out = [
+        Target("reader float32+one-hot vs Dataset.save/load float32+one-hot",
+               _ratio(result, "p4_imgshard_float32", "p3_saved_float32"), 2, True),
+        Target("reader float32+one-hot share of its bandwidth limit",
+               100 * result.share_of_limit("p4_imgshard_float32"), 40, True, "%"),
+        Target("reader compact vs Dataset.save/load compact",
+               _ratio(result, "p5_imgshard_compact", "p3_saved_compact"), 2, True),
+        Target("reader compact share of its bandwidth limit",
+               100 * result.share_of_limit("p5_imgshard_compact"), 50, True, "%"),
         Target("reader float32+one-hot vs pipeline 1", _ratio(result, "p4_imgshard_float32", "p1_tf_png"), 20, True),
-        Target("reader float32+one-hot vs Dataset.load float32",
-               _ratio(result, "p4_imgshard_float32", "p3_saved_float32"), 1.1, True),
         Target("reader compact vs pipeline 1", _ratio(result, "p5_imgshard_compact", "p1_tf_png"), 45, True),
-        Target("reader compact vs Dataset.load uint8", _ratio(result, "p5_imgshard_compact", "p3_saved_uint8"), 1.1, True),
         Target("augmented float32+one-hot vs pipeline 1", _ratio(result, "p8_augment_float32", "p1_tf_png"), 10, True),
         Target("augmented float32+one-hot vs un-augmented reader",
                _ratio(result, "p8_augment_float32", "p4_imgshard_float32"), 0.5, True),
@@ -94,56 +99,115 @@ def storage_targets(result: "BenchResult") -> list[Target]:
     ]
 
 
+def _reader_line(row: Any, base: float, bw: float) -> str:
+    rate, (lo, hi) = row.timing.median, row.timing.spread
+    limit = row.limit(bw)
+    share = f"{100 * rate / limit:>5.0f}%" if limit > 0 else f"{'':>6}"
+    per_cpu = f"{row.cpu.median:>9.0f}" if row.cpu.rates else f"{'':>9}"
+    vs = rate / base if base and not math.isnan(base) else float("nan")
+    return (f"{row.label:<62} {rate:>9.0f} {lo:>7.0f}-{hi:<7.0f} {vs:>7.2f} {row.bytes_read / 1e6:>6.2f}+"
+            f"{row.bytes_per_sample / 1e6:<6.2f} {limit:>7.0f} {share}  {per_cpu}" + (f"  {row.note}" if row.note else ""))
+
+
+def reader_table(result: "BenchResult") -> list[str]:
+    """The reader rows: median and min-max of the kept rounds, bytes read + written, share of the limit."""
+    o, bw = result.options, result.bandwidth_gb_per_s
+    rows = [r for r in result.rows.values() if r.group == "reader"]
+    if not rows:
+        return []
+    rounds = max(len(r.timing.rates) + len(r.warmup.rates) for r in rows)
+    lines = [f"-- reading (batch {o.batch_size}, shuffled, buffer {o.shuffle_buffer}): {rounds} interleaved rounds, "
+             f"the first (warm-up) dropped; median and min-max of the other {rounds - 1}"]
+    if result.bandwidth:
+        b = result.bandwidth
+        lines.append(f"   copy bandwidth {bw:.1f} GB/s (numpy copyto, fresh process, {len(b['probes'])} probes, "
+                     f"{b['min_gb_per_s']:.1f}-{b['max_gb_per_s']:.1f}); limit = 2 x bandwidth / (bytes read + "
+                     "written per sample)")
+    lines.append(f"{'pipeline':<62} {'samples/s':>9} {'min-max':>15} {'x p1':>7} {'MB read+written':>13} "
+                 f"{'limit/s':>7} {'share':>6}  {'per CPU-s':>9}")
+    base = result.rate("p1_tf_png")
+    lines += [_reader_line(r, base, bw) for r in rows]
+    return lines
+
+
+def comparison_lines(result: "BenchResult") -> list[str]:
+    """imgshard against its baselines (and 2 workers against 1): ratio of medians, per-round ratios."""
+    from converter.bench.result import COMPARISONS
+
+    lines = ["-- side by side (ratio of medians; per-round ratios: median, min-max)"]
+    for name, a, b in COMPARISONS:
+        if a in result.rows and b in result.rows:
+            r = result.ratio(a, b)
+            lines.append(f"{name:<72} {r['ratio_of_medians']:>6.2f}x   per round {r['per_round_median']:.2f}x "
+                         f"({r['per_round_min']:.2f}-{r['per_round_max']:.2f}, {len(r['per_round'])} rounds)")
+    return lines if len(lines) > 1 else []
+
+
+def _other_line(row: Any, base: float) -> str:
+    lo, hi = row.timing.spread
+    if row.group == "probe":
+        return f"{row.label:<62} {row.timing.median:>9.2f}x {'':>8} {'':>7}  {lo:>7.2f}-{hi:<7.2f}  {row.note}"
+    rate = row.timing.median
+    ratio = rate / base if base and not math.isnan(base) else float("nan")
+    per_cpu = f"{row.cpu.median:>9.1f}" if row.cpu.rates else f"{'':>9}"
+    return (f"{row.label:<62} {rate:>10.1f} {rate * row.bytes_per_sample / 1e6:>8.0f} {ratio:>7.2f}  "
+            f"{lo:>7.1f}-{hi:<7.1f}  {per_cpu}" + (f"  {row.note}" if row.note else ""))
+
+
 def table(result: "BenchResult") -> str:
     base = result.rate("p1_tf_png")
-    lines = [f"{'pipeline':<62} {'samples/s':>10} {'MB/s':>8} {'x p1':>7}  {'min-max':>15}  {'per CPU-s':>9}"]
+    lines = []
+    others = [r for r in result.rows.values() if r.group != "reader"]
+    if others:
+        lines.append(f"{'pipeline':<62} {'samples/s':>10} {'MB/s':>8} {'x p1':>7}  {'min-max':>15}  {'per CPU-s':>9}")
     group = None
-    for row in result.rows.values():
+    for row in others:
         if row.group != group:
             group = row.group
-            lines.append("-- " + {"reader": f"reading (batch {result.options.batch_size}, shuffled)",
-                                   "convert": "conversion (samples/s of source pairs; MB/s of source files)",
+            lines.append("-- " + {"convert": f"conversion (samples/s of source pairs; MB/s of source files; median of "
+                                              f"{len(row.timing.rates)} interleaved runs)",
                                    "probe": "machine"}[group])
-        if row.group == "probe":
-            lo, hi = row.timing.spread
-            lines.append(f"{row.label:<62} {row.timing.median:>9.2f}x {'':>8} {'':>7}  {lo:>7.2f}-{hi:<7.2f}  {row.note}")
-            continue
-        rate = row.timing.median
-        lo, hi = row.timing.spread
-        ratio = rate / base if base and not math.isnan(base) else float("nan")
-        per_cpu = f"{row.cpu.median:>9.1f}" if row.cpu.rates else f"{'':>9}"
-        lines.append(f"{row.label:<62} {rate:>10.1f} {rate * row.bytes_per_sample / 1e6:>8.0f} {ratio:>7.2f}  "
-                     f"{lo:>7.1f}-{hi:<7.1f}  {per_cpu}" + (f"  {row.note}" if row.note else ""))
-    mem = result.memory
-    if mem:
-        lines.append("-- memory (MB)")
-        for key, m in sorted(mem.items()):
-            if key.startswith("reader_"):
-                lines.append(f"reader {key[7:]:<20} baseline {m['baseline_rss'] / 1e6:8.0f}  peak {m['peak_rss'] / 1e6:8.0f}"
-                             f"  growth {m['growth'] / 1e6:7.0f}  bound {m['bound'] / 1e6:7.0f}")
-        for n, m in sorted(mem.get("converter", {}).items(), key=lambda kv: int(kv[0])):
-            lines.append(f"converter {n:>6} samples ({m['workers']} workers): peak tree RSS {m['peak_tree_rss'] / 1e6:7.0f}"
-                         f"  largest process {m['max_process_rss'] / 1e6:7.0f}")
-        for key in ("convert_w1", "convert_w2"):
-            row = result.rows.get(key)
-            if row is not None and row.extra.get("peak_tree_rss"):
-                lines.append(f"{row.label} ({result.sources['pairs']}-pair run): peak tree RSS {max(row.extra['peak_tree_rss']) / 1e6:7.0f}"
-                             f"  largest process {max(row.extra['max_process_rss']) / 1e6:7.0f}")
+        lines.append(_other_line(row, base))
+    lines += reader_table(result)
+    lines += comparison_lines(result)
+    lines += memory_lines(result)
     if result.storage:
         from converter.bench.storage import storage_table
 
         lines.append(storage_table(result.storage, result.rate("p1_tf_png"), result.rate("p1_tf_png", cpu=True)))
-    lines.append("-- targets (issues 4 and 16)")
+    lines.append("-- targets (issues 4, 16 and 19)")
     lines += [t.line() for t in targets(result)]
     return "\n".join(lines)
+
+
+def memory_lines(result: "BenchResult") -> list[str]:
+    mem = result.memory
+    if not mem:
+        return []
+    lines = ["-- memory (MB)"]
+    for key, m in sorted(mem.items()):
+        if key.startswith("reader_"):
+            lines.append(f"reader {key[7:]:<20} baseline {m['baseline_rss'] / 1e6:8.0f}  peak {m['peak_rss'] / 1e6:8.0f}"
+                         f"  growth {m['growth'] / 1e6:7.0f}  bound {m['bound'] / 1e6:7.0f}")
+    for n, m in sorted(mem.get("converter", {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(f"converter {n:>6} samples ({m['workers']} workers): peak tree RSS {m['peak_tree_rss'] / 1e6:7.0f}"
+                     f"  largest process {m['max_process_rss'] / 1e6:7.0f}")
+    for key in ("convert_w1", "convert_w2"):
+        row = result.rows.get(key)
+        if row is not None and row.extra.get("peak_tree_rss"):
+            lines.append(f"{row.label} ({result.sources['pairs']}-pair run): peak tree RSS "
+                         f"{max(row.extra['peak_tree_rss']) / 1e6:7.0f}  largest process "
+                         f"{max(row.extra['max_process_rss']) / 1e6:7.0f}")
+    return lines
 
 
 def header(result: "BenchResult") -> str:
     m, s, o = result.machine, result.sources, result.options
     return (f"imgshard bench: {s['pairs']} pairs ({'generated' if s['generated'] else s['root']}, "
             f"{s['bytes'] / 1e6:.0f} MB of PNG), {s['classes']} classes -> {o.size[0]}x{o.size[1]}, batch {o.batch_size}, "
-            f"shuffle buffer {o.shuffle_buffer}, median of {o.repeats} (readers) / {o.convert_repeats} (conversion) "
-            f"repeats\nmachine: {m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, load "
+            f"shuffle buffer {o.shuffle_buffer}; readers: {o.repeats + 1} interleaved rounds of >= {o.min_seconds:g} s, "
+            f"the first dropped; conversion: median of {o.convert_repeats} interleaved runs\n"
+            f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, load "
             f"{m['loadavg_start']} at start; TensorFlow {m['tensorflow']}, Python {m['python']}, Pillow "
             f"{m.get('pillow', '?')}; PNG decoder: {m.get('png_decoder', '?')}, image resize: "
             f"{m.get('image_resize', '?')}, augmentation: {m.get('augment', '?')}; {result.seconds:.0f} s"

@@ -1,9 +1,13 @@
 """Run every measurement of `imgshard bench` and collect the numbers (`run_bench`).
 
 Noisy, shared machines: every measurement is repeated and its median reported, and the
-repeats of the reader pipelines run round-robin (repeat 1 of every pipeline, then
-repeat 2, ...) so that a burst of load from elsewhere hits them all alike. The
-numbers that matter are the ratios between pipelines measured in the same run.
+rounds of the reader pipelines run round-robin (round 1 of every pipeline, then round
+2, ...; `converter.bench.rounds`) so that a burst of load from elsewhere hits them all
+alike; the first round of each is a warm-up, timed and dropped. The conversions run
+round-robin too (1 worker, 2 workers, ... in every repeat). A memory-bandwidth probe in a
+fresh process before and after the reader rounds gives each reader row its limit
+(`converter.bench.bandwidth`). The numbers that matter are the ratios between pipelines
+measured in the same run.
 """
 
 from __future__ import annotations
@@ -15,72 +19,18 @@ import platform
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
 from converter.bench import baselines
-from converter.bench.measure import Timing, child_env, compile_bytecode, python_argv, run_process, timed_epochs
+from converter.bench.measure import child_env, compile_bytecode, python_argv, run_process
 from converter.bench.options import BenchOptions
+from converter.bench.result import BenchResult, Row
 from converter.bench.sources import Sources, prepare_sources, run_convert
 
 log = logging.getLogger(__name__)
 Say = Callable[[str], None]
-
-
-@dataclass
-class Row:
-    """One line of the table."""
-
-    key: str
-    label: str
-    group: str  # "reader" or "convert"
-    bytes_per_sample: int
-    timing: Timing = field(default_factory=Timing)
-    cpu: Timing = field(default_factory=Timing)  # samples per CPU-second
-    note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def record(self, samples: int, wall: float, cpu: float) -> None:
-        """One repeat: `samples` in `wall` seconds and `cpu` CPU-seconds."""
-        self.timing.add(samples, wall)
-        self.cpu.add(samples, cpu)
-
-    def to_json(self) -> dict:
-        lo, hi = self.timing.spread
-        return {"key": self.key, "label": self.label, "group": self.group, "samples_per_s": self.timing.median,
-                "mb_per_s": self.timing.median * self.bytes_per_sample / 1e6, "min": lo, "max": hi,
-                "repeats": self.timing.rates, "bytes_per_sample": self.bytes_per_sample, "note": self.note,
-                "samples_per_cpu_s": self.cpu.median if self.cpu.rates else None, "cpu_repeats": self.cpu.rates,
-                **self.extra}
-
-
-@dataclass
-class BenchResult:
-    options: BenchOptions
-    machine: dict[str, Any]
-    sources: dict[str, Any]
-    rows: dict[str, Row] = field(default_factory=dict)
-    memory: dict[str, Any] = field(default_factory=dict)
-    storage: dict[str, Any] = field(default_factory=dict)  # encoding -> size, PSNR, warm/cold reads
-    seconds: float = 0.0
-
-    def add(self, row: Row) -> Row:
-        self.rows[row.key] = row
-        return row
-
-    def rate(self, key: str, *, cpu: bool = False) -> float:
-        row = self.rows.get(key)
-        if row is None:
-            return float("nan")
-        return (row.cpu if cpu else row.timing).median
-
-    def to_json(self) -> dict:
-        """The run's JSON without its targets (`converter.bench.report.write_json` adds them)."""
-        opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options.__dict__.items()}
-        return {"options": opts, "machine": self.machine, "sources": self.sources, "seconds": round(self.seconds, 1),
-                "rows": [r.to_json() for r in self.rows.values()], "memory": self.memory, "storage": self.storage}
 
 
 def machine_info() -> dict[str, Any]:
@@ -197,127 +147,35 @@ def _tf_epoch(ds: Any, transform: Callable | None = None) -> Callable[[], int]:
     return run
 
 
-def _numpy_epoch(make: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]) -> Callable[[], int]:
-    def run() -> int:
-        n = 0
-        for x, _y in make():
-            n += len(x)
-        return n
-
-    return run
+def measure_bandwidth(opts: BenchOptions, say: Say) -> dict[str, Any]:
+    """One copy-bandwidth probe in a fresh process (`converter.bench.bandwidth`)."""
+    say(f"memory bandwidth: numpy copyto of {opts.bandwidth_bytes >> 20} MiB, fresh process")
+    return _child_json(python_argv("-m", "converter.bench.bandwidth", "--bytes", str(opts.bandwidth_bytes)),
+                       "the memory-bandwidth probe failed")
 
 
-def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, say: Say
-                     ) -> list[tuple[Row, Callable[[], int]]]:
-    """(row, run one epoch) for pipelines 1-6, built once (lazily iterated)."""
-    import readers
-    from readers.device import expand_batch
-
-    h, w = opts.size
-    c = len(sources.colors)
-    float_bytes = 4 * h * w * (3 + c)
-    compact_bytes = h * w * 4
-    bs = opts.batch_size
-    buf = opts.shuffle_buffer
-    workers = os.cpu_count() or 1
-    rows: list[tuple[Row, Callable[[], int]]] = []
-
-    def add(key: str, label: str, nbytes: int, run: Callable[[], int], note: str = "") -> None:
-        rows.append((Row(key, label, "reader", nbytes, note=note), run))
-
-    p1 = baselines.raw_png_tf_dataset(sources.pairs, sources.colors, opts.size, bs)
-    add("p1_tf_png", "1. tf.data over PNG (decode, resize, tf.equal one-hot)", float_bytes, _tf_epoch(p1))
-    p2 = baselines.PyDatasetEpochs(baselines.raw_png_pydataset(sources.pairs, sources.colors, opts.size, bs,
-                                                               workers=workers, seed=opts.seed))
-    add("p2_pydataset_png", f"2. Keras PyDataset over PNG ({workers} workers, multiprocessing)", float_bytes,
-        _numpy_epoch(p2.epoch), note="per CPU-s: parent only, not its workers")
-
-    ds = readers.open(tfr)
-    split = next(iter(ds.splits))
-    saved = {}
-    for variant, as_float in (("float32", True), ("uint8", False)):
-        path = os.path.join(work, f"saved_{variant}")
-        say(f"tf.data.Dataset.save ({variant})")
-        baselines.save_tensors(ds.records(split), path, num_classes=c, float32=as_float, image_shape=ds.image_shape)
-        saved[variant] = baselines.saved_tf_dataset(path, bs, shuffle_buffer=buf)
-    add("p3_saved_float32", "3. tf.data.Dataset.load, float32 + one-hot", float_bytes, _tf_epoch(saved["float32"]))
-    add("p3_saved_uint8", "3. tf.data.Dataset.load, uint8 image + class map", compact_bytes, _tf_epoch(saved["uint8"]))
-
-    p4 = ds.tf_dataset(split, bs, shuffle_buffer=buf)
-    add("p4_imgshard_float32", "4. imgshard TFRecord, float32 + one-hot", float_bytes, _tf_epoch(p4))
-    p5 = ds.tf_dataset(split, bs, shuffle_buffer=buf, one_hot=False, normalize=False)
-    add("p5_imgshard_compact", "5. imgshard TFRecord, compact (uint8 + class map)", compact_bytes, _tf_epoch(p5))
-    add("p5_imgshard_compact_expand", "5. compact + expand_batch (device side; on CPU here)", float_bytes,
-        _tf_epoch(p5, lambda x, y: expand_batch(x, y, c)), note="expansion runs on the CPU: no accelerator")
-
-    rows.extend(augment_pipelines(opts, sources, work, say))
-    for comp in ("deflate", "none"):
-        out = os.path.join(work, f"npz_{comp}")
-        say(f"converting to NPZ ({comp})")
-        run_convert(sources.root, out, opts.size, workers=workers, fmt="npz", compression=comp)
-        nds = readers.open(out)
-        pn = nds.tf_dataset(split, bs, shuffle_buffer=buf, one_hot=False, normalize=False)
-        name = "compressed" if comp == "deflate" else "stored"
-        add(f"p6_imgshard_npz_{comp}", f"6. imgshard NPZ ({name}), compact", compact_bytes, _tf_epoch(pn))
-        paths = [s.path for s in nds.shards(split)]
-        rng = np.random.default_rng(opts.seed)
-        add(f"p6_np_load_{comp}", f"6. np.load loop, 1 process ({name})", compact_bytes,
-            _numpy_epoch(lambda paths=paths, rng=rng: baselines.np_load_batches(paths, bs, rng)))
-    return rows
-
-
-#: The augmentation rows' recipe (issue 15); the crop is the bench size, the shards 1.25x it.
-AUGMENT_RECIPE = dict(hflip=0.5, scale=(0.75, 1.5), brightness=0.2, contrast=0.2, saturation=0.2, hue=0.02)
-
-
-def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, say: Say
-                      ) -> list[tuple[Row, Callable[[], int]]]:
-    """Pipeline 8: shards converted at 1.25x the training size (640x640 for 512x512), read
-    plain and with `Augment(**AUGMENT_RECIPE, crop=size)`, float32 + one-hot and compact."""
-    import readers
-    from readers.augment import Augment
-
-    h, w = opts.size
-    big = (h * 5 // 4, w * 5 // 4)
-    c = len(sources.colors)
-    out = os.path.join(work, "augment_src")
-    say(f"converting at {big[0]}x{big[1]} for the augmentation rows")
-    run_convert(sources.root, out, big, workers=os.cpu_count() or 1)
-    ds = readers.open(out)
-    split = next(iter(ds.splits))
-    aug = Augment(**AUGMENT_RECIPE, crop=(h, w))
-    bs, buf = opts.batch_size, opts.shuffle_buffer
-    recipe = "hflip, scale 0.75-1.5, crop, colour jitter"
-    plain = ds.tf_dataset(split, bs, shuffle_buffer=buf)
-    floats = ds.tf_dataset(split, bs, shuffle_buffer=buf, seed=opts.seed, augment=aug)
-    compact = ds.tf_dataset(split, bs, shuffle_buffer=buf, seed=opts.seed, augment=aug, normalize=False,
-                            one_hot=False)
-    device = ds.tf_dataset(split, bs, shuffle_buffer=buf, seed=opts.seed, augment=aug, normalize=False,
-                           one_hot=False, augment_on="device")
-    return [
-        (Row("p8_plain_big", f"8. imgshard {big[0]}x{big[1]} shards, float32 + one-hot, no augmentation",
-             "reader", 4 * big[0] * big[1] * (3 + c)), _tf_epoch(plain)),
-        (Row("p8_augment_float32", f"8. {big[0]}x{big[1]} shards augmented to {h}x{w}, float32 + one-hot",
-             "reader", 4 * h * w * (3 + c), note=recipe), _tf_epoch(floats)),
-        (Row("p8_augment_compact", f"8. {big[0]}x{big[1]} shards augmented to {h}x{w}, compact", "reader",
-             4 * h * w, note=recipe), _tf_epoch(compact)),
-        (Row("p8_augment_device_feed", f"8. {big[0]}x{big[1]} shards, augment_on='device': the host's part", "reader",
-             4 * big[0] * big[1], note="uint8 + 19 floats/sample; the GPU augments"),
-         _tf_epoch(device, lambda x, y: (x[0], y))),
-    ]
+def combine_bandwidth(probes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The probes of one run and the figure the limits use: the median of all their trials."""
+    trials = [t for p in probes for t in p["trials_gb_per_s"]]
+    return {"probes": probes, "median_gb_per_s": float(np.median(trials)), "min_gb_per_s": min(trials),
+            "max_gb_per_s": max(trials), "method": "numpy.copyto of large arrays in a fresh process (GB copied/s)",
+            "limit_formula": "limit (samples/s) = 2 x bandwidth / (bytes read + written per sample)"}
 
 
 def measure_readers(opts: BenchOptions, sources: Sources, tfr: str, work: str, result: BenchResult, say: Say) -> None:
+    """Every reader row in `opts.repeats + 1` interleaved rounds (the first dropped), between
+    two bandwidth probes (before and after: the limits use the median of both)."""
+    from converter.bench.pipelines import reader_pipelines
+    from converter.bench.rounds import run_rounds
+
     pipelines = reader_pipelines(opts, sources, tfr, work, say)
-    for row, run in pipelines:
-        say(f"warm-up: {row.label}")
-        run()  # traces functions, fills the page cache, starts worker pools
+    for row, _ in pipelines:
         result.add(row)
-    for r in range(opts.repeats):
-        say(f"readers, repeat {r + 1}/{opts.repeats}")
-        for row, run in pipelines:
-            row.record(*timed_epochs(run, opts.min_seconds))
-            say(f"  {row.key}: {row.timing.rates[-1]:.1f} samples/s, {row.cpu.rates[-1]:.1f} per CPU-s")
+    probes = [measure_bandwidth(opts, say)]
+    run_rounds(pipelines, opts.repeats + 1, opts.min_seconds, say)
+    pipelines.clear()  # every iterator and dataset released before the second probe
+    probes.append(measure_bandwidth(opts, say))
+    result.bandwidth = combine_bandwidth(probes)
 
 
 def measure_storage_section(opts: BenchOptions, sources: Sources, work: str, result: BenchResult, say: Say) -> None:
@@ -329,7 +187,8 @@ def measure_storage_section(opts: BenchOptions, sources: Sources, work: str, res
         p1 = baselines.raw_png_tf_dataset(sources.pairs, sources.colors, opts.size, opts.batch_size)
         h, w = opts.size
         row = result.add(Row("p1_tf_png", "1. tf.data over PNG (decode, resize, tf.equal one-hot)", "reader",
-                             4 * h * w * (3 + len(sources.colors)), note="timed with the storage section"))
+                             4 * h * w * (3 + len(sources.colors)), note="timed with the storage section",
+                             bytes_read=round(sources.source_bytes / len(sources.pairs))))
         yardstick = (row, _tf_epoch(p1))
     result.storage = measure_storage(opts, sources, work, say, yardstick)
 
@@ -409,5 +268,5 @@ def run_bench(opts: BenchOptions, say: Say | None = None) -> BenchResult:
     return result
 
 
-__all__ = ["BenchResult", "Row", "run_bench"]
+__all__ = ["BenchResult", "Row", "combine_bandwidth", "measure_bandwidth", "run_bench"]
 

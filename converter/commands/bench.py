@@ -1,7 +1,10 @@
 """`imgshard bench`: measure imgshard against the input pipelines people use today.
 
-Prints a table (samples/s, MB/s, ratio to the raw-PNG tf.data pipeline) and the
-targets of docs/PERFORMANCE.md, and writes every number as JSON. Same code as
+Prints a table (median samples/s of interleaved rounds with the warm-up dropped, min-max,
+ratio to the raw-PNG tf.data pipeline, bytes read + written per sample and the share of
+the memory-bandwidth limit) and the targets of docs/PERFORMANCE.md, and writes every
+number as JSON (`python scripts/bench_docs.py bench.json` regenerates the README and
+docs/PERFORMANCE.md tables from it). Same code as
 `python scripts/bench.py`.
 """
 
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from converter.options import parse_size
 
@@ -45,9 +49,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=_size, default=(512, 512), help="output size HxW (default 512x512)")
     p.add_argument("--batch-size", type=int, default=8, help="batch size of every pipeline (default 8)")
     p.add_argument("--shuffle-buffer", type=int, default=64, help="records in every shuffle buffer (default 64)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats per reader pipeline (default 5)")
-    p.add_argument("--convert-repeats", type=int, default=5, help="timed repeats per conversion (default 5)")
-    p.add_argument("--min-seconds", type=float, default=2.0, help="minimum length of one timed repeat (default 2)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="kept rounds per reader pipeline, interleaved; one warm-up round runs first and is "
+                        "dropped (default 4: 5 rounds; --quick: 1)")
+    p.add_argument("--convert-repeats", type=int, default=None,
+                   help="interleaved runs per conversion (default 3; --quick: 1)")
+    p.add_argument("--min-seconds", type=float, default=2.0, help="minimum length of one reader round (default 2)")
+    p.add_argument("--bandwidth-mib", type=int, default=512,
+                   help="array size of the memory-bandwidth probe in MiB (default 512)")
     p.add_argument("--workers", type=_workers, default=(), help="converter worker counts, e.g. 1,2 (default 1..cores)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure converter peak RSS at 200 and 2,000 samples (default on)")
@@ -70,10 +79,14 @@ def options_from_args(args: argparse.Namespace):
         fields["cache"] = args.cache
     if args.only:
         fields["sections"] = args.only
+    for name in ("repeats", "convert_repeats"):  # given: also in the quick preset (tests count rounds)
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
     if args.quick:
         return quick_options(**fields)
-    fields.update(samples=args.samples, size=args.size, shuffle_buffer=args.shuffle_buffer, repeats=args.repeats,
-                  convert_repeats=args.convert_repeats, min_seconds=args.min_seconds, workers=args.workers,
+    fields.update(samples=args.samples, size=args.size, shuffle_buffer=args.shuffle_buffer,
+                  min_seconds=args.min_seconds, workers=args.workers,
+                  bandwidth_bytes=args.bandwidth_mib << 20,
                   memory=args.memory)
     return BenchOptions(**fields)
 
@@ -91,8 +104,10 @@ def main(args: argparse.Namespace) -> int:
 
     opts = options_from_args(args)
 
-    def say(message: str) -> None:
-        print(f"bench: {message}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+
+    def say(message: str) -> None:  # elapsed seconds first: where a run spends its time
+        print(f"bench [{time.perf_counter() - start:4.0f} s]: {message}", file=sys.stderr, flush=True)
 
     result = run_bench(opts, say)
     print(header(result))
