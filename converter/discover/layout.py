@@ -117,12 +117,13 @@ def list_images(folder: str, accept: Callable[[str], bool] = _is_image_name) -> 
     return out
 
 
-def stat_file(path: str, key: str) -> tuple[tuple[int, int] | None, BadInput | None]:
+def stat_file(path: str, key: str, fs: Any = None) -> tuple[tuple[int, int] | None, BadInput | None]:
     """((size, mtime_ns), None) of a usable source file, or (None, the problem `stat` shows:
     zero bytes, dangling link, not a regular file). On an object store: (size, version
-    stamp) from the listing (`converter.discover.files`)."""
+    stamp) from the listing (`converter.discover.files`; `fs`: `files_for(path)` when the
+    caller asked it once for a whole folder)."""
     try:
-        size, stamp = files_for(path).stat(path)
+        size, stamp = (fs or files_for(path)).stat(path)
     except NotRegularFileError:
         return None, BadInput(path, "unreadable: not a regular file (a FIFO, socket or device)",
                               "replace it with a real image file", key, "unreadable")
