@@ -332,6 +332,13 @@ def _scan_summary(text: str, root: str) -> dict:
             "command": re.sub(r" --storage-option \S+", "", report["verdict"]["command"].replace(root, "ROOT"))}
 
 
+def test_missing_prefix_is_named_as_a_missing_source_folder(s3_bucket, capsys):
+    open_store(s3_bucket).put("other/a.png", b"x")
+    assert run_cli(["scan", f"{s3_bucket}/raw", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert f"Source folder not found: {s3_bucket}/raw" in err and "Traceback" not in err
+
+
 def test_unknown_url_scheme_is_a_usage_error(capsys):
     assert run_cli(["scan", "ftp://host/raw"]) == 2
     err = capsys.readouterr().err

@@ -113,7 +113,7 @@ class _Listing:
     def __init__(self, url: str, bucket_url: str, infos: list) -> None:
         self.url = url
         self.files: dict[str, tuple[int, int]] = {}
-        self.dirs: dict[str, tuple[set[str], list[str]]] = {url: (set(), [])}
+        self.dirs: dict[str, tuple[set[str], list[str]]] = {url: (set(), [])} if infos else {}  # none: no folder
         for info in infos:
             path = f"{bucket_url}/{info.name}"
             self.files[path] = (info.size, version_stamp(info.version))
@@ -161,7 +161,6 @@ class BucketFiles:
             listing = _Listing(folder, f"{self.scheme}://{self.bucket}", self.store.list(self.key(folder)))
             if _SCOPE.depth:
                 _LISTINGS.append(listing)
-            _LISTED.append(folder)
         return listing
 
     def is_dir(self, path: str) -> bool:
@@ -216,14 +215,12 @@ class BucketFiles:
         return self.store.read(self.key(path)), None if known is None else known[1]
 
 
-class _Scope(threading.local):
+class _Scope:
     depth = 0
 
 
 _SCOPE = _Scope()
 _LISTINGS: list[_Listing] = []
-#: Prefixes listed by this process (tests read it to count listings).
-_LISTED: list[str] = []
 _LOCAL = LocalFiles()
 _BUCKETS: dict[tuple[str, str], BucketFiles] = {}
 _OPTIONS: dict[tuple[str, str], tuple] = {}
@@ -264,11 +261,6 @@ def source_scope() -> Iterator[None]:
         _SCOPE.depth -= 1
         if not _SCOPE.depth:
             _LISTINGS.clear()
-
-
-def listed_prefixes() -> list[str]:
-    """The prefixes this process listed so far (oldest first)."""
-    return list(_LISTED)
 
 
 def join(folder: str, *names: str) -> str:
@@ -338,5 +330,5 @@ def read_bytes(path: str) -> bytes:
 
 
 __all__ = ["BucketFiles", "LocalFiles", "SourceFiles", "WithStorage", "absolute", "exists", "file_names", "files_for", "is_dir",
-           "is_file", "join", "listed_prefixes", "read_bytes", "relative", "source_scope", "subfolders",
+           "is_file", "join", "read_bytes", "relative", "source_scope", "subfolders",
            "use_storage_options", "version_stamp"]
