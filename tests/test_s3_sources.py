@@ -397,3 +397,17 @@ def test_scan_of_class_folders_in_a_bucket_reads_the_split_layout(classification
     assert run_cli(["scan", url, "--json", "-q", "--workers", "1"]) == local
     remote_report = capsys.readouterr().out.replace(url, "ROOT")
     assert '"layout": "split"' in remote_report and remote_report == local_report
+
+
+def test_label_map_file_in_a_bucket_resolves_like_a_local_one(tmp_path, s3_bucket):
+    ds = make_ade(tmp_path / "mm", naming="mmseg")
+    url = f"{s3_bucket}/mm"
+    upload(ds.root, url)
+    mapping = "".join(f"{v},{(v * 2) % ds.num_classes}\n" for v in range(ds.num_classes))
+    (tmp_path / "map.csv").write_text(mapping)
+    open_store(f"{s3_bucket}/maps").put("map.csv", mapping.encode())
+    local = _discovered(SourceSpec(root=str(ds.root)), str(ds.root), LabelOptions(label_map_file=str(tmp_path / "map.csv")))
+    remote = _discovered(SourceSpec(root=url), url, LabelOptions(label_map_file=f"{s3_bucket}/maps/map.csv"))
+    assert remote["labels"].label_map == local["labels"].label_map == tuple(
+        (v, (v * 2) % ds.num_classes) for v in range(ds.num_classes))
+    assert remote["classes"] == local["classes"]
