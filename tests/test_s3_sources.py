@@ -406,7 +406,8 @@ def test_label_map_file_in_a_bucket_resolves_like_a_local_one(tmp_path, s3_bucke
     mapping = "".join(f"{v},{(v * 2) % ds.num_classes}\n" for v in range(ds.num_classes))
     (tmp_path / "map.csv").write_text(mapping)
     open_store(f"{s3_bucket}/maps").put("map.csv", mapping.encode())
-    local = _discovered(SourceSpec(root=str(ds.root)), str(ds.root), LabelOptions(label_map_file=str(tmp_path / "map.csv")))
+    local_map = LabelOptions(label_map_file=str(tmp_path / "map.csv"))
+    local = _discovered(SourceSpec(root=str(ds.root)), str(ds.root), local_map)
     remote = _discovered(SourceSpec(root=url), url, LabelOptions(label_map_file=f"{s3_bucket}/maps/map.csv"))
     assert remote["labels"].label_map == local["labels"].label_map == tuple(
         (v, (v * 2) % ds.num_classes) for v in range(ds.num_classes))

@@ -247,7 +247,8 @@ def files_for(path: str) -> SourceFiles:
     scheme, bucket, _ = split_url(path)
     found = _BUCKETS.get((scheme, bucket))
     if found is None:
-        found = _BUCKETS[(scheme, bucket)] = BucketFiles(scheme, bucket, _OPTIONS.get((scheme, bucket), _DEFAULT_OPTIONS[0]))
+        options = _OPTIONS.get((scheme, bucket), _DEFAULT_OPTIONS[0])
+        found = _BUCKETS[(scheme, bucket)] = BucketFiles(scheme, bucket, options)
     return found
 
 
@@ -329,6 +330,6 @@ def read_bytes(path: str) -> bytes:
     return files_for(path).read(path)[0]
 
 
-__all__ = ["BucketFiles", "LocalFiles", "SourceFiles", "WithStorage", "absolute", "exists", "file_names", "files_for", "is_dir",
-           "is_file", "join", "read_bytes", "relative", "source_scope", "subfolders",
+__all__ = ["BucketFiles", "LocalFiles", "SourceFiles", "WithStorage", "absolute", "exists", "file_names",
+           "files_for", "is_dir", "is_file", "join", "read_bytes", "relative", "source_scope", "subfolders",
            "use_storage_options", "version_stamp"]
