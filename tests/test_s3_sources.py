@@ -304,8 +304,10 @@ def test_scan_on_s3_prints_layout_semantics_problems_and_the_convert_command(tmp
     url = f"{s3_bucket}/raw"
     upload(ds.root, url)
     option = f"endpoint_url={s3_server}"
-    code = run_cli(["scan", url, "--workers", "2", "--storage-option", option,
-                    "--storage-option", "key=imgshard-test", "--storage-option", "secret=imgshard-test"])
+    # workers (loky's, reused from earlier tests) are told the server and credentials by the options
+    flags = ["--storage-option", option, "--storage-option", "key=imgshard-test",
+             "--storage-option", "secret=imgshard-test"]
+    code = run_cli(["scan", url, "--workers", "2", *flags])
     # the command repeats the options, a secret redacted (credentials belong in the environment)
     text = capsys.readouterr().out
     assert code == 65  # the planted unknown colour: convert without flags would fail
@@ -316,7 +318,7 @@ def test_scan_on_s3_prints_layout_semantics_problems_and_the_convert_command(tmp
     assert "secret=imgshard-test" not in text
     local = run_cli(["scan", str(ds.root), "--json", "-q"])
     local_json = capsys.readouterr().out
-    assert run_cli(["scan", url, "--json", "-q", "--storage-option", option]) == local
+    assert run_cli(["scan", url, "--json", "-q", "--workers", "2", *flags]) == local
     remote = _scan_summary(capsys.readouterr().out, url)
     assert remote == _scan_summary(local_json, str(ds.root))
 
