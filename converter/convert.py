@@ -24,7 +24,7 @@ from converter.run.execute import local_start, run_tasks
 from converter.plan import fptable
 from converter.run.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
-from converter.plan.shards import Plan, PlanError, make_plan
+from converter.plan.shards import Plan, PlanError, make_plan, refuse_damaged
 from converter.fsutil import remove_files
 from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now, write_report
 from converter.publish.migrate import migrate
@@ -43,6 +43,7 @@ from readers.manifest import (
     ShardEntry,
     SplitEntry,
 )
+from readers.storage import is_remote, local_path
 from readers.tasks import task_kind
 
 log = logging.getLogger(__name__)
@@ -63,9 +64,12 @@ class BadInputError(ValueError):
 
 
 class OutputWriteError(OSError):
-    """Writing the output failed (disk full, I/O error); the previous dataset is intact."""
+    """Writing the output failed (disk full, I/O error, a failed upload); the previous dataset is intact."""
 
     exit_code = EX_IOERR
+
+    def __str__(self) -> str:  # an object store's failure has no errno: the message alone
+        return str(self.strerror) if self.errno is None and self.strerror else super().__str__()
 
 
 class EmptyDatasetError(BadInputError):
@@ -151,21 +155,13 @@ def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[Clas
 
 def check_shards_present(out_dir: str, old: Manifest) -> None:
     """Refuse to build on a damaged dataset: every listed shard must exist with its size (a cheap stat)."""
-    damaged = []
-    for _, shard in old.iter_shards():
+    def size_of(name: str) -> int | None:
         try:
-            size = os.stat(os.path.join(out_dir, shard.file)).st_size
+            return os.stat(os.path.join(out_dir, name)).st_size
         except FileNotFoundError:
-            damaged.append(f"{shard.file}: missing")
-            continue
-        if size != shard.bytes:
-            damaged.append(f"{shard.file}: {size} bytes, the manifest says {shard.bytes}")
-    if damaged:
-        raise PlanError(
-            f"The dataset in {out_dir} is damaged, so this run will not add to it:\n  " + "\n  ".join(damaged[:20])
-            + ("\n  ..." if len(damaged) > 20 else "")
-            + "\nRun `imgshard verify OUT` for details, and re-run with --rebuild to convert everything again."
-        )
+            return None
+
+    refuse_damaged(out_dir, old, size_of)
 
 
 def _mask_spec(options: OutputOptions, classes: tuple[ClassInfo, ...]) -> dict | None:
@@ -190,13 +186,32 @@ def convert(spec: SourceSpec, out_dir: str, options: OutputOptions, run: RunOpti
     """Convert the sources in `spec` into `out_dir`. See the module docstring."""
     run = run or RunOptions()
     t0 = time.perf_counter()
-    out_dir = os.path.abspath(out_dir)
+    if is_remote(out_dir):
+        return _convert_to_bucket(spec, os.fspath(out_dir), options, run, t0, on_plan, on_progress)
+    out_dir = os.path.abspath(local_path(out_dir))
     _make_output_folder(out_dir)
     lock = _take_output_lock(out_dir)
     try:
         return _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress)
     finally:
         lock.__exit__(None, None, None)
+
+
+def _convert_to_bucket(spec, url, options, run, t0, on_plan, on_progress) -> ConvertResult:
+    """`convert` into an ``s3://``/``gs://`` URL: the same stages in a local staging folder,
+    with the bucket's lock, uploads and conditional publish (`converter.bucket.output`)."""
+    from converter.bucket.output import BucketOutput
+
+    try:
+        with BucketOutput(url, dict(run.storage_options), staging_dir=run.staging_dir,
+                          lock_ttl_seconds=run.lock_ttl_seconds) as bucket:
+            result = _convert_locked(spec, bucket.staging, options, run, t0, on_plan, on_progress, bucket)
+    except OutputWriteError:
+        raise
+    except OSError as e:  # the bucket (the manifest, listing, downloads, the lock object) or the staging folder
+        raise OutputWriteError(None, f"{e}. Nothing was published; the previous dataset is intact.") from e
+    result.out_dir = bucket.url
+    return result
 
 
 def _make_output_folder(out_dir: str) -> None:
@@ -238,12 +253,18 @@ def _take_output_lock(out_dir: str) -> OutputLock:
     return lock
 
 
-def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> ConvertResult:
+def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucket=None) -> ConvertResult:
+    """The run, holding the lock. `bucket`: a `converter.bucket.output.BucketOutput` when OUT is a
+    bucket (`out_dir` is then its local staging folder), None for a local OUT."""
     found, classes, options = discover_sources(spec, options)  # options: with the resolved mask semantics
-    old = _prepare_output(out_dir, options, run, classes)
+    if bucket is not None:
+        old = bucket.prepare(run.rebuild, lambda m: _check_compatible(m, options, classes))
+    else:
+        old = _prepare_output(out_dir, options, run, classes)
     base_manifest = None if run.rebuild else old
     next_index = {s: e.next_shard_index for s, e in old.splits.items()} if old is not None else {}
-    plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index, root=out_dir)
+    plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index, root=out_dir,
+                     run_id=bucket.run_id if bucket is not None else None)
     if run.rebuild and old is not None:
         plan.drop_shards |= {s.file for _, s in old.iter_shards()}
     for key in plan.changed_kept:
@@ -257,7 +278,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
     result = ConvertResult(out_dir, old, plan, bad=list(found.bad))  # after the plan consumed the samples
     if task_kind(options.task).dense:
         result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json()}
-    results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress)
+    results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress, bucket)
     _collect(result, results)
     result.seconds = time.perf_counter() - t0
     result.timings = {"discover_and_plan": t_plan - t0, "write_shards": time.perf_counter() - t_plan,
@@ -265,16 +286,19 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress) -> Co
 
     cmap = make_semantics(options.labels, classes) if task_kind(options.task).dense else None
     report = _report(result, options, run, cmap)
+    if bucket is not None:
+        report |= {"out_dir": bucket.url, "run_id": bucket.run_id, "orphans_removed": bucket.orphans}
     if len(result.bad) > run.max_bad:
         cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
-        result.report_path = _write_report_safely(out_dir, report | {"published": False})
+        result.report_path = _write_report_safely(out_dir, report | {"published": False}, bucket)
         raise BadInputError(_bad_message(result, run, cmap), result.bad, result.report_path)
     if old is None and not result.samples_written:  # a first run that found nothing to convert
-        _refuse_empty(spec, found, result, run, report)
+        _refuse_empty(spec, found, result, run, report, bucket)
     if not (result.written or plan.drop_shards or plan.refreshed):  # nothing new (or every new sample bad)
-        result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True})
+        result.report_path = _write_report_safely(out_dir, report | {"published": False, "nothing_new": True},
+                                                  bucket)
         return result
-    return _publish(spec, out_dir, options, run, classes, old, result, report)
+    return _publish(spec, out_dir, options, run, classes, old, result, report, bucket)
 
 
 def _prepare_output(out_dir: str, options: OutputOptions, run: RunOptions,
@@ -305,9 +329,19 @@ def _migrate(out_dir: str, old: Manifest) -> Manifest:
 
 
 def _write_shards(spec, out_dir, options, run, classes, old: Manifest | None, result: ConvertResult,
-                  on_progress) -> list[ShardResult]:
-    """Run the plan's shard tasks; an output failure removes what they wrote and says so."""
+                  on_progress, bucket=None) -> list[ShardResult]:
+    """Run the plan's shard tasks; an output failure removes what they wrote and says so.
+
+    Into a bucket: the local runner's shards are uploaded by `bucket` as they finish (while the
+    next ones are converted); Dask workers upload their own (`converter.bucket.worker`)."""
     plan = result.plan
+    target = None
+    if bucket is not None and run.backend == "dask":
+        from converter.bucket.worker import BucketTarget
+
+        target = BucketTarget(bucket.store)
+    elif bucket is not None:
+        bucket.fetch_copy_sources(plan.tasks)
     ctx = WorkerContext(out_dir, options, classes, spec.base, run.max_pixels,
                         os.path.join(out_dir, MANIFEST_NAME) if old is not None else None,
                         owner_pid=os.getpid() if run.backend == "local" else None,
@@ -317,16 +351,20 @@ def _write_shards(spec, out_dir, options, run, classes, old: Manifest | None, re
     result.workers = {"backend": run.backend, "workers": run.effective_workers, "start": start or run.backend}
     try:
         for r in run_tasks(plan.tasks, ctx, workers=run.effective_workers, backend=run.backend,
-                           scheduler=run.scheduler, on_progress=on_progress, start=start):
+                           scheduler=run.scheduler, on_progress=on_progress, start=start, bucket=target):
+            if bucket is not None and target is None:
+                bucket.shard_done(r.entry)
             results.append(r)
     except OSError as e:
         # Source files never raise OSError here (the workers turn their errors into bad
         # inputs): this is the output folder failing (disk full, quota, I/O error...).
         cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         hint = ("Free space (or raise the quota) and re-run." if e.errno in (errno.ENOSPC, errno.EDQUOT)
-                else "Fix the disk or the folder's permissions and re-run.")
+                else "Fix the disk or the folder's permissions and re-run." if bucket is None
+                else "Check the bucket's credentials, endpoint and network (or the staging folder's disk) and re-run.")
+        where = out_dir if bucket is None else f"{bucket.url} (staged in {out_dir})"
         raise OutputWriteError(
-            e.errno, f"Writing shards to {out_dir} failed: {e.strerror or e} ({e.filename or 'shard'}). "
+            e.errno, f"Writing shards to {where} failed: {e.strerror or e} ({e.filename or 'shard'}). "
             f"Nothing was published; the previous dataset is intact. {hint}"
         ) from e
     except BaseException:
@@ -349,7 +387,7 @@ def _collect(result: ConvertResult, results: list[ShardResult]) -> None:
 
 
 def _publish(spec, out_dir, options, run, classes, old: Manifest | None, result: ConvertResult,
-             report: dict) -> ConvertResult:
+             report: dict, bucket=None) -> ConvertResult:
     """Refreshed index files, TFDS files, then the manifest (last); then the shards and index
     files it no longer lists go."""
     plan = result.plan
@@ -359,7 +397,11 @@ def _publish(spec, out_dir, options, run, classes, old: Manifest | None, result:
         cleanup_quietly(out_dir, [t.file for t in plan.tasks], old)
         raise OutputWriteError(e.errno, f"Writing an index file in {out_dir} failed: {e.strerror or e}. "
                                "Nothing was published; the previous dataset is intact.") from e
+    if bucket is not None and run.rebuild and run.backend == "dask":
+        bucket.fetch_indexes_of(result.written)  # the history counts read the new index files
     manifest = _assemble(old, result, options, classes, plan, spec.base, refreshed, rebuild=run.rebuild)
+    if bucket is not None:
+        return _publish_to_bucket(bucket, out_dir, old, manifest, refreshed, result, report)
     try:
         sync_tfds_metadata(out_dir, manifest)  # before the manifest: the manifest is published last
         publish_manifest(out_dir, manifest)
@@ -383,19 +425,39 @@ def _publish(spec, out_dir, options, run, classes, old: Manifest | None, result:
     return result
 
 
-def _refuse_empty(spec: SourceSpec, found, result: ConvertResult, run: RunOptions, report: dict) -> None:
+def _publish_to_bucket(bucket, out_dir: str, old: Manifest | None, manifest: Manifest,
+                       refreshed: dict[str, ShardEntry], result: ConvertResult, report: dict) -> ConvertResult:
+    """Every upload done, the refreshed index files put, then the manifest (compare-and-swap on
+    the version read at the start), last; then the objects it no longer lists go."""
+    try:
+        bucket.publish(manifest, [e.index.file for e in refreshed.values() if e.index is not None])
+    except OSError as e:  # an upload or the manifest's PUT failed
+        raise OutputWriteError(None, f"Uploading to {bucket.url} failed: {e}. Nothing was published; the "
+                               "previous dataset is intact. Re-run (the next run removes what was uploaded).") from e
+    bucket.remove(sorted(result.plan.drop_shards) + stale_indexes(old, manifest))
+    result.manifest = manifest
+    result.published = True
+    report["history"] = manifest.history[-1]
+    report["uploads"] = bucket.upload_stats
+    result.report_path = _write_report_safely(out_dir, report | {"published": True}, bucket)
+    return result
+
+
+def _refuse_empty(spec: SourceSpec, found, result: ConvertResult, run: RunOptions, report: dict,
+                  bucket=None) -> None:
     """A first run without a single sample publishes nothing and fails (exit 65), so cron learns."""
     remove_files(result.out_dir, [t.file for t in result.plan.tasks])
-    result.report_path = _write_report_safely(result.out_dir, report | {"published": False, "empty": True})
-    raise EmptyDatasetError(_empty_message(spec, found, result, run), result.bad, result.report_path)
+    result.report_path = _write_report_safely(result.out_dir, report | {"published": False, "empty": True}, bucket)
+    where = result.out_dir if bucket is None else bucket.url
+    raise EmptyDatasetError(_empty_message(spec, found, result, run, where), result.bad, result.report_path)
 
 
-def _empty_message(spec: SourceSpec, found, result: ConvertResult, run: RunOptions) -> str:
+def _empty_message(spec: SourceSpec, found, result: ConvertResult, run: RunOptions, where: str) -> str:
     """Why a first run has no sample to publish: no sources at all, or every one bad."""
     if not result.bad:
         splits = ", ".join(found.splits) or "none"
         return (f"nothing to convert: no source images found under {spec.base} (splits: {splits}), and "
-                f"{result.out_dir} holds no dataset yet; nothing was published. Put the source "
+                f"{where} holds no dataset yet; nothing was published. Put the source "
                 "images in SRC's split (or class) folders, or point SRC at the right folder.")
     lines = [f"nothing to convert: every source is bad ({len(result.bad)} file(s), within --max-bad "
              f"{run.max_bad}), so the dataset would have no sample; nothing was published."]
@@ -423,12 +485,15 @@ def cleanup_quietly(out_dir: str, files: list[str], old: Manifest | None) -> Non
         log.warning("could not remove this run's partial files in %s (%s); the next run sweeps them", out_dir, e)
 
 
-def _write_report_safely(out_dir: str, report: dict) -> str | None:
-    """Write the run report; on a full disk say so instead of hiding the run's outcome."""
+def _write_report_safely(out_dir: str, report: dict, bucket=None) -> str | None:
+    """Write the run report (and put it into the bucket's reports/); on a full disk or a failed
+    upload say so instead of hiding the run's outcome."""
     try:
-        return write_report(out_dir, report)
+        path = write_report(out_dir, report)
+        return path if bucket is None else bucket.upload_report(path)
     except OSError as e:
-        log.error("could not write the run report under %s/reports: %s", out_dir, e.strerror or e)
+        where = out_dir if bucket is None else bucket.url
+        log.error("could not write the run report under %s/reports: %s", where, e.strerror or e)
         return None
 
 

@@ -239,8 +239,23 @@ class RunOptions:
     rebuild: bool = False
     backend: str = "local"
     scheduler: str | None = None
+    #: fsspec options of an s3:// or gs:// OUT (``--storage-option KEY=VALUE``), as (key, value) pairs
+    storage_options: tuple[tuple[str, Any], ...] = ()
+    #: where a run into a bucket stages its files (None: the system's temporary folder)
+    staging_dir: str | None = None
+    #: how long the lock object of a bucket OUT stays valid unless renewed (renewed every third of it)
+    lock_ttl_seconds: float = 300.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.storage_options, Mapping):
+            object.__setattr__(self, "storage_options", tuple(sorted(self.storage_options.items())))
+        if not isinstance(self.storage_options, tuple) or not all(
+                isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in self.storage_options):
+            raise TypeError("storage_options must be a mapping or (key, value) pairs (from --storage-option KEY=VALUE). "
+                            f"Received: {self.storage_options!r}")
+        if (isinstance(self.lock_ttl_seconds, bool) or not isinstance(self.lock_ttl_seconds, (int, float))
+                or not 1 <= self.lock_ttl_seconds <= 86400):
+            raise ValueError(f"--lock-ttl must be a number of seconds from 1 to 86400. Received: {self.lock_ttl_seconds!r}")
         if not isinstance(self.workers, int) or self.workers < 0:
             raise ValueError(f"--workers must be an integer >= 0 (0 = all cores). Received: {self.workers!r}")
         if not isinstance(self.shard_size_bytes, int) or self.shard_size_bytes < 1:

@@ -48,7 +48,7 @@ from readers.manifest import IndexRef, ManifestError, SampleEntry, ShardEntry, S
 INDEX_SUFFIX = ".idx.npy"
 INDEX_ALGORITHM = "xxh3_128"
 _NAME_HEX = 16
-_INDEX_RE = re.compile(r"^[A-Za-z0-9_.]+-\d{5,}\.[a-z]+\.[0-9a-f]{%d}%s$" % (_NAME_HEX, re.escape(INDEX_SUFFIX)))
+_INDEX_RE = re.compile(r"^[A-Za-z0-9_.]+-\d{5,}(?:-r[0-9a-f]{8})?\.[a-z]+\.[0-9a-f]{%d}%s$" % (_NAME_HEX, re.escape(INDEX_SUFFIX)))
 
 _STR_FIELDS = ("key", "image_path", "image_digest", "mask_path", "mask_digest")
 _INT_FIELDS = {"record": "<i4", "label": "<i8", "image_size": "<i8", "image_mtime_ns": "<i8",

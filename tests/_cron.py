@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -71,6 +72,20 @@ def run_cli_process(args: Sequence[str], timeout: float = 120) -> subprocess.Com
     """The CLI as a real process (for locking and crash tests)."""
     return subprocess.run(cli_command(args), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env=child_env())
+
+
+def start_cli_session(args: Sequence[str], stderr=subprocess.PIPE) -> subprocess.Popen:
+    """The CLI as a process in a session of its own, so that a killed run's orphans can be killed too."""
+    return subprocess.Popen(cli_command(args), cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
+                            stderr=stderr, start_new_session=True)
+
+
+def kill_session(proc: subprocess.Popen) -> None:
+    """SIGKILL to the whole session of `proc` (the run and its workers)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def child_env() -> dict[str, str]:

@@ -29,6 +29,7 @@ from tests._cron import (
     assert_whole,
     child_env,
     cli_command,
+    kill_session,
     convert_args,
     link_samples,
     manifest_bytes,
@@ -36,6 +37,7 @@ from tests._cron import (
     run_cli,
     shard_hashes,
     source_keys,
+    start_cli_session,
     startup_seconds,
 )
 
@@ -68,19 +70,6 @@ def _args(src: Path, out: Path, *extra: str, workers: int = 2, shard_size: str =
     return convert_args(src, out, "--shard-size", shard_size, *extra, size=BIG_SIZE, workers=workers)
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    # A session of its own, so that the orphans of a killed run can be cleaned up afterwards.
-    return subprocess.Popen(cli_command(args), cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
-
-
-def _kill_session(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def _published_keys(out: Path) -> set[str] | None:
     if not (out / MANIFEST_NAME).exists():
         return None
@@ -100,7 +89,7 @@ def _crash_moments(fmt: str, n: int, big: dict[str, Path], tmp_path: Path) -> li
     ]
     # How long a whole run lasts (the reference for spreading the kill moments).
     t0 = time.monotonic()
-    ref = _start(_args(big["full"], tmp_path / "timing", *fmt_args))
+    ref = start_cli_session(_args(big["full"], tmp_path / "timing", *fmt_args))
     assert ref.wait(timeout=300) == 0, ref.stderr.read()
     duration = time.monotonic() - t0
 
@@ -116,7 +105,7 @@ def _crash_moments(fmt: str, n: int, big: dict[str, Path], tmp_path: Path) -> li
         target_keys = source_keys(src)
         args = _args(src, out, *fmt_args, *extra)
         moment = duration * (i + rng.random()) / n
-        proc = _start(args)
+        proc = start_cli_session(args)
         time.sleep(moment)
         proc.send_signal(signal.SIGKILL)  # the run only: its workers live on as orphans
         rc = proc.wait(timeout=60)
@@ -140,7 +129,7 @@ def _crash_moments(fmt: str, n: int, big: dict[str, Path], tmp_path: Path) -> li
             assert again.returncode == 0, again.stderr
             assert_whole(out, target_keys)
         finally:
-            _kill_session(proc)
+            kill_session(proc)
     return log
 
 
@@ -163,7 +152,7 @@ def test_two_real_runs_at_once_the_second_exits_75_and_the_first_publishes(big, 
     # One worker writing deflated NPZ: a run of a couple of seconds, so that the second
     # run meets the first one's lock (the converter has become fast on small sources).
     args = _args(big["full"], out, "--format", "npz", "--compression", "deflate", workers=1)
-    first = _start(args)
+    first = start_cli_session(args)
     try:
         lock = out / ".imgshard.lock"
         deadline = time.monotonic() + 30
@@ -179,7 +168,7 @@ def test_two_real_runs_at_once_the_second_exits_75_and_the_first_publishes(big, 
         assert elapsed < startup + 1.5, (elapsed, startup)
         assert first.wait(timeout=300) == 0
     finally:
-        _kill_session(first)
+        kill_session(first)
     assert_whole(out, source_keys(big["full"]))
 
 
@@ -419,7 +408,7 @@ def test_a_worker_whose_run_was_killed_mid_task_renames_nothing(big, tmp_path, g
             time.sleep(0.05)
         time.sleep(0.2)
     finally:
-        _kill_session(run)
+        kill_session(run)
     shards = [p.name for p in out.iterdir() if not p.name.startswith(".imgshard")]
     if guard == "on":
         assert shards == [], f"the orphaned worker left {shards}"

@@ -29,9 +29,14 @@ def main(args: argparse.Namespace) -> int:
     from converter.run.compact import compact
     from converter.options import parse_bytes
 
+    from readers.storage import is_remote, local_path
+
     if args.workers < 0:
         raise ValueError(f"--workers must be an integer >= 0 (0 = all cores). Received: {args.workers}")
-    result = compact(args.out, parse_bytes(args.target_shard_size), workers=args.workers)
+    if is_remote(args.out):
+        raise ValueError(f"imgshard compact works on local folders only (not yet on buckets). Received: {args.out}. "
+                         "To regroup the small shards of a dataset in a bucket, re-convert it with --rebuild.")
+    result = compact(local_path(args.out), parse_bytes(args.target_shard_size), workers=args.workers)
     if not args.quiet:
         if result.published:
             records = sum(s.records for s in result.written)

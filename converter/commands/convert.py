@@ -28,6 +28,7 @@ from converter.options import (
     parse_bytes,
 )
 from readers.formats import FileFormat
+from readers.storage.url import parse_storage_options
 from readers.tasks import task_kind
 
 
@@ -70,6 +71,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="convert everything again when the options differ from the dataset's")
     p.add_argument("--backend", choices=["local", "dask"], default="local", help="where workers run (default local)")
     p.add_argument("--scheduler", help="Dask scheduler address tcp://HOST:PORT (with --backend dask)")
+    if "--storage-option" not in p._option_string_actions:  # one option for the sources' and OUT's URLs
+        p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE", dest="storage_option",
+                       help="fsspec option for s3:// and gs:// locations, repeatable (e.g. endpoint_url=http://host:9000, "
+                            "profile=NAME, client_kwargs.region_name=eu-west-1); see docs/STORAGE.md")
+    p.add_argument("--staging-dir", metavar="DIR",
+                   help="OUT in a bucket: local folder for the run's staging files and the index cache "
+                        "(default: the system's temporary folder)")
+    p.add_argument("--lock-ttl", type=float, default=300.0, metavar="SECONDS",
+                   help="OUT in a bucket: the lock object expires this long after its last renewal (default 300; "
+                        "a killed run's lock is taken over after it)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=main)
 
@@ -104,6 +115,8 @@ def _main(args: argparse.Namespace) -> int:
         workers=args.workers, shard_size_bytes=parse_bytes(args.shard_size), max_bad=args.max_bad,
         max_pixels=args.max_pixels, on_change=args.on_change, prune=args.prune, rebuild=args.rebuild,
         backend=args.backend, scheduler=args.scheduler,
+        storage_options=parse_storage_options(args.storage_option), staging_dir=args.staging_dir,
+        lock_ttl_seconds=args.lock_ttl,
     )
     if args.task is None and not args.quiet:
         print(f"imgshard convert: task {task.value} (detected from the sources; --task overrides)", file=sys.stderr)

@@ -27,7 +27,7 @@ import hashlib
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -141,8 +141,9 @@ def shard_counts(n: int, per_sample: int, shard_size: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(k)]
 
 
-def shard_name(split: str, index: int, suffix: str) -> str:
-    return f"{split}-{index:05d}{suffix}"
+def shard_name(split: str, index: int, suffix: str, run_id: str | None = None) -> str:
+    """``train-00003.tfrecord``; with a run id (outputs in a bucket) ``train-00003-r1a2b3c4d.tfrecord``."""
+    return f"{split}-{index:05d}{'' if run_id is None else f'-r{run_id}'}{suffix}"
 
 
 def _compare(path: str | None, stat: tuple[int, int] | None,
@@ -305,9 +306,10 @@ def _deleted(table: FingerprintTable, seen: np.ndarray, root: str | None, run: R
 
 def make_plan(samples: Iterable[SourceSample], manifest: Manifest | None, options: OutputOptions,
               run: RunOptions, num_classes: int, next_index: dict[str, int] | None = None, *,
-              root: str | None = None) -> Plan:
+              root: str | None = None, run_id: str | None = None) -> Plan:
     """Plan the shards of this run. `manifest` is the published one (None: first run or --rebuild);
-    `root` is its folder (for the index files of a version-3 manifest). `samples` may be a
+    `root` is its folder (for the index files of a version-3 manifest); `run_id` goes into the
+    new shards' names (`shard_name`; outputs in a bucket). `samples` may be a
     stream: it is consumed once, and only new or changed samples are kept."""
     plan = Plan()
     suffix = SUFFIXES[options.format]
@@ -341,7 +343,7 @@ def make_plan(samples: Iterable[SourceSample], manifest: Manifest | None, option
             copy = CopyRecord(shard.file, i, key, touched.get(i))
             items.append(ReplaceRecord(repl[i], copy) if i in repl else copy)
         if items:
-            name = shard_name(split, next_index.get(split, 0), suffix)
+            name = shard_name(split, next_index.get(split, 0), suffix, run_id)
             next_index[split] = next_index.get(split, 0) + 1
             plan.tasks.append(ShardTask(split, name, tuple(items), (shard.file,)))
 
@@ -350,9 +352,26 @@ def make_plan(samples: Iterable[SourceSample], manifest: Manifest | None, option
         plan.new += len(batch)
         start = 0
         for count in shard_counts(len(batch), per_sample, run.shard_size_bytes):
-            name = shard_name(split, next_index.get(split, 0), suffix)
+            name = shard_name(split, next_index.get(split, 0), suffix, run_id)
             next_index[split] = next_index.get(split, 0) + 1
             plan.tasks.append(ShardTask(split, name, tuple(batch[start:start + count])))
             start += count
     plan.next_index = next_index
     return plan
+
+
+def refuse_damaged(where: str, manifest: Manifest, size_of: Callable[[str], int | None]) -> None:
+    """`PlanError` unless every shard `manifest` lists has its size (`size_of(name)`: None when missing)."""
+    damaged = []
+    for _, shard in manifest.iter_shards():
+        size = size_of(shard.file)
+        if size is None:
+            damaged.append(f"{shard.file}: missing")
+        elif size != shard.bytes:
+            damaged.append(f"{shard.file}: {size} bytes, the manifest says {shard.bytes}")
+    if damaged:
+        raise PlanError(
+            f"The dataset in {where} is damaged, so this run will not add to it:\n  " + "\n  ".join(damaged[:20])
+            + ("\n  ..." if len(damaged) > 20 else "")
+            + "\nRun `imgshard verify OUT` for details, and re-run with --rebuild to convert everything again."
+        )

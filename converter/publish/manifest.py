@@ -23,7 +23,8 @@ from readers.manifest import MANIFEST_NAME, REPORTS_DIR, Manifest
 
 log = logging.getLogger(__name__)
 
-_SHARD_RE = re.compile(r"^[A-Za-z0-9_.]+-\d{5,}(" + "|".join(re.escape(s) for s in SUFFIXES.values()) + r")$")
+#: ``split-00003.tfrecord``, or with a run id (in a bucket) ``split-00003-r1a2b3c4d.tfrecord``.
+_SHARD_RE = re.compile(r"^[A-Za-z0-9_.]+-\d{5,}(?:-r[0-9a-f]{8})?(" + "|".join(re.escape(s) for s in SUFFIXES.values()) + r")$")
 
 
 def utc_now() -> str:

@@ -194,8 +194,11 @@ def _paths_missing(paths: Sequence[str]) -> list[str]:
     return [p for p in paths if not os.path.exists(p)]
 
 
-def _check_shared_storage(client: Any, ctx: WorkerContext, token: str, scheduler: str | None) -> None:
-    """Every worker sees the sources and the output folder (a file written here, there)."""
+def _check_shared_storage(client: Any, ctx: WorkerContext, token: str, scheduler: str | None,
+                          bucket: Any = None) -> None:
+    """Every worker sees the sources and the output folder (a file written here, there); with a
+    bucket OUT (`bucket`: a `converter.bucket.worker.BucketTarget`), every worker reaches the bucket
+    instead, and only local source folders need to be shared."""
     try:
         client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS_S)
     except TimeoutError as e:
@@ -203,22 +206,48 @@ def _check_shared_storage(client: Any, ctx: WorkerContext, token: str, scheduler
             f"The Dask scheduler {scheduler} has no worker after {WAIT_FOR_WORKERS_S} s. Start workers with "
             f"`dask worker {scheduler}` on machines that mount the sources and the output folder."
         ) from e
-    probe = os.path.join(ctx.out_dir, f"{TMP_PREFIX}dask-probe-{token}")
-    with open(probe, "wb"):
-        pass
-    try:
-        missing = client.run(_paths_missing, [ctx.source_base, probe])
-    finally:
-        os.unlink(probe)
+    sources = [] if "://" in ctx.source_base else [ctx.source_base]  # sources in a bucket: read by URL
+    if bucket is not None:
+        _check_bucket_reachable(client, bucket)
+        missing = client.run(_paths_missing, sources) if sources else {}
+        where = f"source folder {ctx.source_base} (the output goes to {bucket.store.url})"
+    else:
+        probe = os.path.join(ctx.out_dir, f"{TMP_PREFIX}dask-probe-{token}")
+        with open(probe, "wb"):
+            pass
+        try:
+            missing = client.run(_paths_missing, sources + [probe])
+        finally:
+            os.unlink(probe)
+        where = f"source folder {ctx.source_base}, output folder {ctx.out_dir}"
     blind = {addr: paths for addr, paths in sorted(missing.items()) if paths}
     if blind:
         lines = [f"  worker {addr} cannot see: {', '.join(paths)}" for addr, paths in blind.items()]
         raise DaskBackendError(
-            "Sources and output must be on storage every Dask worker reaches under the same paths "
-            f"(a shared filesystem); source folder {ctx.source_base}, output folder {ctx.out_dir}.\n"
+            f"Sources and output must be on storage every Dask worker reaches under the same paths "
+            f"(a shared filesystem, or a bucket); {where}.\n"
             + "\n".join(lines)
-            + "\nMount them at the same paths on every worker machine, or use --backend local."
+            + "\nMount them at the same paths on every worker machine, put them in a bucket, or use --backend local."
         )
+
+
+def _store_problem(store: Any) -> str | None:
+    """Runs on each worker: why it cannot list the output bucket (None: it can)."""
+    try:
+        store.list("imgshard-probe-none/")
+    except Exception as e:  # noqa: BLE001 - reported per worker by the driver
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _check_bucket_reachable(client: Any, bucket: Any) -> None:
+    problems = {addr: p for addr, p in sorted(client.run(_store_problem, bucket.store).items()) if p}
+    if problems:
+        lines = [f"  worker {addr}: {p}" for addr, p in problems.items()]
+        raise DaskBackendError(
+            f"Dask workers cannot reach the output bucket {bucket.store.url}:\n" + "\n".join(lines)
+            + "\nGive the workers the same credentials and endpoint settings (AWS_ENDPOINT_URL, AWS_PROFILE, "
+            "GOOGLE_APPLICATION_CREDENTIALS) as the driver.")
 
 
 def _remove_attempt_leftovers(out_dir: str, tasks: Sequence[ShardTask]) -> None:
@@ -256,7 +285,7 @@ def _stop_stragglers(client: Any, futures: list[Any]) -> None:
 
 
 def run_dask(tasks: Sequence[ShardTask], ctx: WorkerContext, *, workers: int, scheduler: str | None = None,
-             on_progress: ProgressFn | None = None) -> Iterator[ShardResult]:
+             on_progress: ProgressFn | None = None, bucket: Any = None) -> Iterator[ShardResult]:
     """Yield one `ShardResult` per task as shards finish (unordered); see the module docstring.
 
     Raises `DaskBackendError` (exit code 69) when Dask is missing, the scheduler cannot
@@ -275,10 +304,16 @@ def run_dask(tasks: Sequence[ShardTask], ctx: WorkerContext, *, workers: int, sc
         if scheduler is not None and workers:
             log.info("using the %d worker thread(s) of %s (--workers applies to local runs only)",
                      sum(client.nthreads().values()), scheduler)
-        _check_shared_storage(client, ctx, token, scheduler or "(local cluster)")
+        _check_shared_storage(client, ctx, token, scheduler or "(local cluster)", bucket)
         client.subscribe_topic(topic, tracker.event)
+        if bucket is not None:  # workers write to their own scratch and upload (no shared filesystem)
+            from converter.bucket.worker import run_bucket_task
+
+            task_fn, extra = run_bucket_task, (bucket,)
+        else:
+            task_fn, extra = run_shard_task, ()
         futures = [
-            client.submit(run_shard_task, task, ctx, EventProgress(topic, task.file),
+            client.submit(task_fn, task, ctx, *extra, EventProgress(topic, task.file),
                           key=f"imgshard-{token}-{task.file}", pure=False)
             for task in tasks
         ]
@@ -306,7 +341,7 @@ def run_dask(tasks: Sequence[ShardTask], ctx: WorkerContext, *, workers: int, sc
         finally:
             with contextlib.suppress(Exception):
                 client.unsubscribe_topic(topic)
-            if succeeded:
+            if succeeded and bucket is None:
                 _remove_attempt_leftovers(ctx.out_dir, tasks)
             elif not local:  # a local cluster's workers are killed when it closes
                 _stop_stragglers(client, futures)

@@ -127,12 +127,13 @@ def map_unordered(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Ite
 
 def run_tasks(tasks: Sequence[ShardTask], ctx: WorkerContext, *, workers: int, backend: str = "local",
               scheduler: str | None = None, on_progress: ProgressFn | None = None,
-              start: str | None = None) -> Iterator[ShardResult]:
-    """`start`: for the local backend, one of START_METHODS (default: `local_start`)."""
+              start: str | None = None, bucket: object = None) -> Iterator[ShardResult]:
+    """`start`: for the local backend, one of START_METHODS (default: `local_start`). `bucket`
+    (a `converter.bucket.worker.BucketTarget`, Dask only): workers upload their shards themselves."""
     if backend == "local":
         return run_local(tasks, ctx, workers, on_progress, start=start)
     if backend == "dask":
         from converter.run.dask_runner import run_dask
 
-        return run_dask(tasks, ctx, workers=workers, scheduler=scheduler, on_progress=on_progress)
+        return run_dask(tasks, ctx, workers=workers, scheduler=scheduler, on_progress=on_progress, bucket=bucket)
     raise ValueError(f"backend must be one of ['local', 'dask']. Received: {backend!r}")

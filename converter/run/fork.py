@@ -41,16 +41,28 @@ class WorkerDiedError(RuntimeError):
     """A worker process ended without reporting its task (killed, out of memory, crashed)."""
 
 
+#: Threads a fork may leave behind: they only serve the object store of a run into a bucket
+#: (fsspec's event loop and its resolver threads, the lock object's heartbeat), which forked
+#: workers never use (the run itself uploads their shards), so no lock such a thread holds is
+#: ever needed in a child; fsspec also resets its loop in a forked child.
+FORK_TOLERATED_THREADS = ("fsspecIO", "asyncio_", "imgshard-lock-heartbeat")
+
+
 def fork_is_safe() -> bool:
-    """True on Linux when this process runs one thread (counted by the kernel, C++ threads included)."""
+    """True on Linux when this process runs one thread (counted by the kernel, C++ threads included)
+    besides `FORK_TOLERATED_THREADS`."""
     import multiprocessing as mp  # here and in fork_map: a one-worker run never imports it (7 ms)
 
     if not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
         return False
     try:
-        return len(os.listdir("/proc/self/task")) == 1
+        tasks = set(os.listdir("/proc/self/task"))
     except OSError:
         return False
+    if len(tasks) == 1:
+        return True
+    tolerated = {str(t.native_id) for t in threading.enumerate() if t.name.startswith(FORK_TOLERATED_THREADS)}
+    return len(tasks - tolerated) == 1
 
 
 def _die_with_parent(parent_pid: int) -> None:
