@@ -79,7 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # report, with the exit code the error carries
         code = getattr(e, "exit_code", None)
         if code is None:
-            if isinstance(e, (ValueError, FileNotFoundError, KeyError, TypeError)):
+            from readers.storage.store import StorageError
+            from readers.storage.url import StorageURLError
+
+            if isinstance(e, StorageURLError):  # an unknown scheme, a URL without a bucket: bad arguments
+                code = 2
+            elif isinstance(e, (ValueError, FileNotFoundError, KeyError, TypeError, StorageError)):
                 code = 1
             elif _is_storage_error(e):  # names the URL, the reason and the fix: one line, no traceback
                 code = 74

@@ -258,12 +258,11 @@ def sample_ids(shards: Sequence[Any]) -> np.ndarray:
     """uint64 id of every record of `shards` (`ShardRef`s) in order: the hash of its key
     (from the shard's index file in manifest version 3, read here: only augmenting
     pipelines need keys; inline in versions 1 and 2), or of "file#record" where none is listed."""
-    from readers.index import shard_keys
+    from readers.index import ref_keys
 
     keys: list[str] = []
     for shard in shards:
-        root = shard.path[: len(shard.path) - len(shard.entry.file)]  # the dataset folder (shard names are relative)
-        listed = shard_keys(root, shard.entry) if shard.entry.index is not None else shard.entry.keys
+        listed = ref_keys(shard)
         keys.extend(listed if len(listed) == shard.records
                     else [f"{shard.entry.file}#{i}" for i in range(shard.records)])
     return key_ids(keys)

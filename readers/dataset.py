@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 
 import numpy as np
 
@@ -30,6 +30,8 @@ from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.registry import get_adapter
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
+from readers.cache import CACHE_MAX_BYTES, ShardCache
+from readers.storage.url import is_remote, local_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -47,29 +49,43 @@ class SampleLocation(NamedTuple):
     record: int  # record index in the shard
 
 
-def open(path: str | os.PathLike) -> "Dataset":  # noqa: A001 - readers.open mirrors io.open
-    """Open a converted dataset: the folder holding `imgshard.json`, or that file.
+def open(path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None,  # noqa: A001
+         cache_dir: str | os.PathLike | None = None, cache_max_bytes: int = CACHE_MAX_BYTES) -> "Dataset":
+    """Open a converted dataset: the folder holding `imgshard.json`, or that file; or a
+    bucket prefix (``s3://bucket/out``, ``gs://bucket/out``; ``file://`` is a local path).
 
     Loads the manifest (shard lists only: per-sample data stays in the index files
-    until `Dataset.keys` or `Dataset.find` asks) and `os.stat`s every shard. A missing shard raises
+    until `Dataset.keys` or `Dataset.find` asks) and checks every shard's size (`os.stat`
+    locally; one listing of the prefix for a bucket). A missing shard raises
     `FileNotFoundError`; a shard whose size differs from the manifest raises
-    `readers.errors.ShardError` (a `ValueError`); both name the file and the fix.
+    `readers.errors.ShardError` (a `ValueError`); both name the file (or URL) and the fix.
+
+    Bucket datasets (docs/STORAGE.md, "Reading from buckets"): `storage_options` are
+    passed to fsspec (``{"endpoint_url": ..., "anon": True}``; credentials come from the
+    usual settings, ``AWS_PROFILE``, ``GOOGLE_APPLICATION_CREDENTIALS``...). `tf_dataset`
+    and `records` read each shard whole (one GET, checked against the manifest's size and
+    digest), `keras_dataset` reads single records by ranged GETs. With `cache_dir`, shards
+    and index files are kept there (verified, at most `cache_max_bytes`, least recently
+    used out): later epochs read local disk (`readers.cache`). Both are ignored for a
+    local dataset.
     """
-    return Dataset(path)
+    return Dataset(path, storage_options=storage_options, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes)
 
 
 class Dataset:
     """A converted dataset opened for reading (see `open`)."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, storage_options: Mapping[str, Any] | None = None,
+                 cache_dir: str | os.PathLike | None = None, cache_max_bytes: int = CACHE_MAX_BYTES):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike. Received: {type(path).__name__}")
-        root = os.fspath(path)
-        if os.path.isfile(root):
-            root = os.path.dirname(os.path.abspath(root))
-        self._path = os.path.abspath(root)
-        self._manifest = Manifest.load(path)
-        where = os.path.join(self._path, MANIFEST_NAME)
+        location = os.fspath(path)
+        self._store: Any = None
+        self._cache: ShardCache | None = None
+        if is_remote(location):
+            where = self._open_remote(location, storage_options, cache_dir, cache_max_bytes)
+        else:
+            where = self._open_local(local_path(location))
         try:
             fmt = FileFormat.parse(self._manifest.format)
             check_compression(fmt, self._manifest.compression)
@@ -77,6 +93,14 @@ class Dataset:
             raise ManifestError(f"{where}: {e}") from e
         self._adapter = get_adapter(fmt)
         self._spec = RecordSpec.from_manifest(self._manifest, where)
+
+    def _open_local(self, location: str) -> str:
+        root = location
+        if os.path.isfile(root):
+            root = os.path.dirname(os.path.abspath(root))
+        self._path = os.path.abspath(root)
+        self._manifest = Manifest.load(location)
+        where = os.path.join(self._path, MANIFEST_NAME)
         self._refs: dict[str, list[ShardRef]] = {}
         real_root = os.path.realpath(self._path)
         for split, split_entry in self._manifest.splits.items():
@@ -88,11 +112,36 @@ class Dataset:
                 _check_shard_file(shard_path, entry.bytes, real_root)
                 refs.append(ShardRef(shard_path, entry, position))
             self._refs[split] = refs
+        return where
+
+    def _open_remote(self, location: str, storage_options: Mapping[str, Any] | None,
+                     cache_dir: str | os.PathLike | None, cache_max_bytes: int) -> str:
+        from readers.remote import list_objects, load_manifest, remote_file
+        from readers.storage import open_store
+
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise TypeError("storage_options must be a mapping of fsspec options (e.g. {'endpoint_url': ...}). "
+                            f"Received: {type(storage_options).__name__}")
+        if location.endswith("/" + MANIFEST_NAME):
+            location = location[:-len(MANIFEST_NAME) - 1]
+        self._cache = ShardCache(cache_dir, cache_max_bytes) if cache_dir is not None else None
+        self._store = open_store(location, dict(storage_options or {}))
+        self._path = self._store.url
+        self._manifest = load_manifest(self._store)
+        objects = list_objects(self._store)
+        self._refs = {}
+        for split, split_entry in self._manifest.splits.items():
+            self._refs[split] = [
+                ShardRef(self._store.url_of(entry.file), entry, position,
+                         remote_file(self._store, objects, entry.file, entry.bytes, entry.digest,
+                                     self._cache, "shard"))
+                for position, entry in enumerate(split_entry.shards)]
+        return self._store.url_of(MANIFEST_NAME)
 
     # -- description ----------------------------------------------------------------------------
     @property
     def path(self) -> str:
-        """The dataset folder (absolute)."""
+        """The dataset folder (absolute), or its URL for a bucket dataset."""
         return self._path
 
     @property
@@ -178,11 +227,11 @@ class Dataset:
         manifest; `readers.index`): `open` loads none of them. Versions 1 and 2 keep
         the keys in the manifest itself.
         """
-        from readers.index import shard_keys
+        from readers.index import ref_keys
 
         out: list[str] = []
         for ref in self.shards(split):
-            out += shard_keys(self._path, ref.entry)
+            out += ref_keys(ref)
         return out
 
     def find(self, key: str) -> SampleLocation:
@@ -191,7 +240,7 @@ class Dataset:
         Reads index files one at a time until the key is found (never all of them at
         once). Raises KeyError naming the dataset when no split holds `key`.
         """
-        from readers.index import read_index
+        from readers.index import ref_table
 
         if not isinstance(key, str):
             raise TypeError(f"key must be a str. Received: {type(key).__name__}")
@@ -204,7 +253,7 @@ class Dataset:
                     if key in keys:
                         return SampleLocation(split, entry.file, keys.index(key))
                     continue
-                hits = np.flatnonzero(read_index(self._path, entry)["key"] == wanted)
+                hits = np.flatnonzero(ref_table(ref)["key"] == wanted)
                 if len(hits):
                     return SampleLocation(split, entry.file, int(hits[0]))
         raise KeyError(f"No sample with key {key!r} in {self._path}. Keys look like "

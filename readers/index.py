@@ -39,7 +39,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -205,6 +205,37 @@ def shard_samples(root: str, entry: ShardEntry) -> list[SampleEntry]:
     return table_samples(read_index(root, entry))
 
 
+def ref_table(shard: Any) -> np.ndarray:
+    """The checked index table of a `ShardRef` of a version-3 dataset: its local index file,
+    or the index object of a bucket dataset (`readers.remote`)."""
+    entry = shard.entry
+    if shard.source is not None:
+        return read_index_object(shard.source.index_file(entry.index), entry.records)
+    return read_index(shard.path[: len(shard.path) - len(entry.file)], entry)
+
+
+def read_index_object(remote: Any, records: int) -> np.ndarray:
+    """The checked table of an index object of a bucket dataset (a `readers.remote.RemoteFile`:
+    its verified cached copy, or one GET checked against the manifest's size and digest)."""
+    from readers.errors import ShardError
+
+    try:
+        with remote.open() as source:
+            data = bytes(source.map())
+        if remote.cached:  # the copy was verified when stored; check what was read from it
+            remote.check(data)
+    except ShardError as e:
+        raise IndexFileError(str(e)) from e
+    return decode_index(data, remote.url, records)
+
+
+def ref_keys(shard: Any) -> list[str]:
+    """The keys of a `ShardRef`'s records, in record order (any manifest version, any store)."""
+    if shard.entry.index is None:
+        return shard.entry.keys
+    return [k.decode("utf-8") for k in ref_table(shard)["key"].tolist()]
+
+
 def shard_keys(root: str, entry: ShardEntry) -> list[str]:
     """The keys of a shard's records, in record order."""
     if entry.index is None:
@@ -214,4 +245,4 @@ def shard_keys(root: str, entry: ShardEntry) -> list[str]:
 
 __all__ = ["FIELDS", "INDEX_SUFFIX", "IndexFileError", "build_table", "decode_index", "encode_index", "index_name",
            "index_ref", "encode_table", "read_bounded",
-           "is_index_name", "read_index", "shard_keys", "shard_samples", "table_samples"]
+           "is_index_name", "read_index", "read_index_object", "ref_keys", "ref_table", "shard_keys", "shard_samples", "table_samples"]

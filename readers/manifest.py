@@ -290,11 +290,19 @@ def read_manifest_json(path: str) -> Any:
             if size > MAX_MANIFEST_BYTES:
                 raise ManifestError(f"{path} is {size} bytes, more than a manifest may hold "
                                     f"({MAX_MANIFEST_BYTES}); it is not an imgshard manifest.")
-            text = f.read(MAX_MANIFEST_BYTES + 1).decode("utf-8")
+            raw = f.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
         raise
     except OSError as e:
         raise ManifestError(f"{path} cannot be read ({type(e).__name__}: {e}); the dataset cannot be opened.") from e
+    return parse_manifest_bytes(raw, os.fspath(path))
+
+
+def parse_manifest_bytes(raw: bytes, path: str) -> Any:
+    """The JSON document in `raw` (a manifest's bytes, read from `path`: a file or a URL),
+    with `read_manifest_json`'s checks on the text."""
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ManifestError(f"{path} is not valid UTF-8 ({e}); the dataset cannot be opened. "
                             + MANIFEST_FIX) from e
@@ -640,6 +648,7 @@ __all__ = [
     "SourceFingerprint",
     "SplitEntry",
     "empty_splits",
+    "parse_manifest_bytes",
     "read_manifest_json",
     "validate",
 ]

@@ -127,6 +127,10 @@ def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records
 
     if spec.encoded:  # decode the batch on the decoder threads (Pillow releases the GIL)
         parallel_for(len(shards), fill)
+    elif any(readers[int(s)].ranged for s in np.unique(shards)):  # bucket reads: wait on GETs concurrently
+        from readers.sources import parallel_io
+
+        parallel_io(len(shards), fill)
     else:
         for j in range(len(shards)):
             fill(j)

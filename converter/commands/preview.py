@@ -22,6 +22,7 @@ from converter.commands import (
     resolve_task,
     source_spec,
 )
+from converter.commands.storage_args import add_storage_option_argument, storage_options
 from converter.options import DEFAULT_MAX_PIXELS
 
 
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "gives them; SPEC is field=value,... of readers.augment.Augment, e.g. "
                         "hflip=0.5,scale=0.5:2.0,crop=512x512,brightness=0.2 (docs/AUGMENT.md)")
     p.add_argument("--epoch", type=int, default=0, help="with --augment: the training epoch to show (default 0)")
+    add_storage_option_argument(p)
     p.set_defaults(func=main)
 
 
@@ -57,8 +59,8 @@ def main(args: argparse.Namespace) -> int:
         augment = parse_augment(args.augment)
     options = PreviewOptions(split=args.split, n=args.n, seed=args.seed, keys=tuple(args.key),
                              color_tolerance=args.color_tolerance, augment=augment, epoch=args.epoch)
-    if args.src is not None and args.images is None and is_dataset(args.src):
-        sheet = preview_dataset(args.src, args.output, options)
+    if args.src is not None and args.images is None and is_dataset(args.src, storage_options(args)):
+        sheet = preview_dataset(args.src, args.output, options, storage_options(args))
         what = "dataset"
     elif augment is not None:
         raise ValueError(f"--augment previews a converted dataset (a folder with imgshard.json). "

@@ -10,23 +10,26 @@ import argparse
 import json
 import sys
 
+from converter.commands.storage_args import add_storage_option_argument, storage_options
+
 EX_VERIFY_FAILED = 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="check every shard against the manifest (size, digest, records; --deep decodes)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", help="dataset folder (holds imgshard.json)")
+    p.add_argument("out", help="dataset folder (holds imgshard.json), or its s3:// / gs:// URL")
     p.add_argument("--deep", action=argparse.BooleanOptionalAction, default=False,
                    help="also decode every record: shapes, dtypes, class indices, keys (slower)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    add_storage_option_argument(p)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     from converter.inspect.verify import format_report, verify
 
-    report = verify(args.out, deep=args.deep)
+    report = verify(args.out, deep=args.deep, storage_options=storage_options(args))
     if args.json:
         print(json.dumps(report.to_json(), indent=1, sort_keys=True))
     else:

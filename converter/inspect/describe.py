@@ -1,7 +1,8 @@
 """`imgshard inspect`: describe a converted dataset from its manifest (no shard is read).
 
-Sizes on disk come from `os.stat`; source sizes from the shards' ``source_bytes``
-(version 3; the inline fingerprints of versions 1 and 2); per
+Sizes on disk come from `os.stat` (one listing of the prefix for a bucket dataset); source
+sizes from the shards' ``source_bytes`` (version 3; the inline fingerprints of versions 1
+and 2); per
 class pixel shares from the shards' ``class_pixels``. A class's share of a split is its
 pixels over all pixels of the split's records (records x H x W), so the class shares
 and the ignore share add up to 100%. For classification the share is of records.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
+from typing import Any, Callable
 
 from converter.options import LabelOptions
 from readers.files import NotRegularFileError, check_inside, kind_of
@@ -41,12 +42,36 @@ def _shard_size(root: str, name: str) -> int:
     return st.st_size
 
 
-def describe(path: str | os.PathLike) -> dict[str, Any]:
-    """Everything `imgshard inspect` shows, as a JSON-ready dict."""
-    root = os.path.abspath(os.fspath(path))
+def _located(path: str | os.PathLike, storage_options: dict | None) -> tuple[str, str, Manifest, Callable[[str], int]]:
+    """(root, manifest location, manifest, size of a listed file) of a folder or a bucket
+    dataset (sizes from one listing of the prefix; nothing else is read)."""
+    from readers.storage.url import is_remote, local_path
+
+    if is_remote(path):
+        from readers.remote import list_objects, load_manifest
+        from readers.storage import open_store
+
+        url = os.fspath(path)
+        store = open_store(url[:-len(MANIFEST_NAME) - 1] if url.endswith("/" + MANIFEST_NAME) else url,
+                           storage_options)
+        m = load_manifest(store)
+        objects = list_objects(store)
+
+        def object_size(name: str) -> int:
+            if name not in objects:
+                raise FileNotFoundError(store.url_of(name))
+            return objects[name].size
+
+        return store.url, store.url_of(MANIFEST_NAME), m, object_size
+    root = os.path.abspath(local_path(path))
     if os.path.isfile(root):
         root = os.path.dirname(root)
-    m = Manifest.load(root)
+    return root, os.path.join(root, MANIFEST_NAME), Manifest.load(root), lambda name: _shard_size(root, name)
+
+
+def describe(path: str | os.PathLike, storage_options: dict | None = None) -> dict[str, Any]:
+    """Everything `imgshard inspect` shows, as a JSON-ready dict (`path`: a folder or a bucket URL)."""
+    root, manifest_at, m, size_of = _located(path, storage_options)
     h, w, ch = m.image_shape
     segmentation = task_kind(m.task).dense
     splits: dict[str, Any] = {}
@@ -57,7 +82,7 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
         problems = []
         for shard in entry.shards:
             try:
-                size = _shard_size(root, shard.file)
+                size = size_of(shard.file)
             except FileNotFoundError:
                 problems.append(f"{shard.file}: missing")
                 continue
@@ -95,7 +120,7 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
             classes[-1]["images"] = {sp: d["class_images"][i] for sp, d in splits.items()}
     return {
         "path": root,
-        "manifest": os.path.join(root, MANIFEST_NAME),
+        "manifest": manifest_at,
         "task": m.task,
         "format": m.format,
         "compression": m.compression,

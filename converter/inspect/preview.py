@@ -320,14 +320,16 @@ def _pick(by_key: dict[str, Any], pool: list[Any], options: PreviewOptions, miss
     return [by_key[k] for k in options.keys]
 
 
-def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[Any, str, list[PreviewSample]]:
-    """(manifest, split, samples) picked from a converted dataset (random access; no full pass)."""
+def dataset_samples(path: str | os.PathLike, options: PreviewOptions,
+                    storage_options: dict | None = None) -> tuple[Any, str, list[PreviewSample]]:
+    """(manifest, split, samples) picked from a converted dataset (random access; no full pass;
+    a bucket dataset by ranged reads)."""
     import readers
     from readers.formats.spec import RecordSpec
-    from readers.index import shard_keys
+    from readers.index import ref_keys
     from readers.formats.registry import get_adapter
 
-    ds = readers.open(path)
+    ds = readers.open(path, storage_options=storage_options)
     m = ds.manifest
     split = options.split or ("train" if "train" in m.splits else sorted(m.splits)[0] if m.splits else None)
     if split is None:
@@ -337,12 +339,12 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions) -> tuple[A
     keys_of = {}
     if options.keys:  # keys asked for: read the split's index files (never needed otherwise)
         for si, s in enumerate(shards):
-            for i, key in enumerate(shard_keys(ds.path, s.entry)):
+            for i, key in enumerate(ref_keys(s)):
                 keys_of[(si, i)] = key
     picked = _pick({k: pos for pos, k in keys_of.items()}, index, options,
                    lambda k: f"no sample {k!r} in split {split!r} of {ds.path}")
     for si in sorted({si for si, _ in picked} - {si for si, _ in keys_of}):  # the labels of random picks
-        keys_of.update(((si, i), key) for i, key in enumerate(shard_keys(ds.path, shards[si].entry)))
+        keys_of.update(((si, i), key) for i, key in enumerate(ref_keys(shards[si])))
     spec = RecordSpec.from_manifest(m)
     adapter = get_adapter(m.format)
     readers_by_shard: dict[int, Any] = {}
@@ -434,10 +436,17 @@ def class_source_samples(spec: Any, options: PreviewOptions, max_pixels: int, va
     return classes, out
 
 
-def is_dataset(path: str | os.PathLike) -> bool:
+def is_dataset(path: str | os.PathLike, storage_options: dict | None = None) -> bool:
+    """Whether `path` (a folder or a bucket URL) holds a converted dataset (its manifest)."""
     from readers.manifest import MANIFEST_NAME
+    from readers.storage.url import is_remote, local_path
 
-    p = os.fspath(path)
+    if is_remote(path):
+        from readers.storage import open_store
+
+        url = os.fspath(path)
+        return url.endswith("/" + MANIFEST_NAME) or open_store(url, storage_options).exists(MANIFEST_NAME)
+    p = local_path(path)
     return os.path.isfile(os.path.join(p, MANIFEST_NAME)) or (os.path.isfile(p) and p.endswith(MANIFEST_NAME))
 
 
@@ -471,10 +480,14 @@ def _augmented(options: PreviewOptions, image: Any, target: Any, key: str, spec:
                           seed=options.seed, epoch=options.epoch, ignore_index=spec.ignore_index)
 
 
-def preview_dataset(path: str | os.PathLike, out_png: str | os.PathLike, options: PreviewOptions | None = None) -> Sheet:
+def preview_dataset(path: str | os.PathLike, out_png: str | os.PathLike, options: PreviewOptions | None = None,
+                    storage_options: dict | None = None) -> Sheet:
+    from readers.storage.url import is_remote, local_path
+
     options = options or PreviewOptions()
-    m, split, samples = dataset_samples(path, options)
-    title = f"{os.path.abspath(os.fspath(path))}  split {split}  ({len(samples)} of {m.split(split).num_samples})"
+    m, split, samples = dataset_samples(path, options, storage_options)
+    where = os.fspath(path) if is_remote(path) else os.path.abspath(local_path(path))
+    title = f"{where}  split {split}  ({len(samples)} of {m.split(split).num_samples})"
     if task_kind(m.task).dense:
         sheet = render_segmentation(samples, m.classes, title)
     else:

@@ -23,6 +23,11 @@ manifest's.
 Leftover temporary files and shard files the manifest does not list (a crashed or
 running `convert`; the next run removes them) are warnings, not errors.
 
+A bucket dataset (``s3://bucket/out``, ``gs://...``; `storage_options` as for
+`readers.open`) is checked the same way: every object the manifest lists is downloaded,
+one shard at a time, into a temporary folder and checked as a local file (its size and
+digest against the manifest, its records, its index); unlisted shard objects are warnings.
+
 Example::
 
     from converter.inspect.verify import verify
@@ -104,14 +109,20 @@ class VerifyReport:
 
 
 def verify(out_dir: str | os.PathLike, *, deep: bool = False,
-           on_shard: Callable[[str], None] | None = None) -> VerifyReport:
-    """Check the dataset in `out_dir` against its manifest (see the module docstring).
+           on_shard: Callable[[str], None] | None = None, storage_options: dict | None = None) -> VerifyReport:
+    """Check the dataset in `out_dir` (a folder, or an ``s3://``/``gs://`` URL with its
+    `storage_options`) against its manifest (see the module docstring).
 
     Never raises for a damaged dataset: every problem found is in the returned
     report's `errors` (a missing or unreadable manifest is one error too). When a
     `convert` published a new manifest while this ran (it may delete shards of the
     previous one), the check runs once more on the new manifest.
     """
+    from readers.storage.url import is_remote, local_path
+
+    if is_remote(out_dir):
+        return _verify_url(os.fspath(out_dir), deep, on_shard, storage_options)
+    out_dir = local_path(out_dir)
     before = _manifest_identity(out_dir)
     report = _verify_once(out_dir, deep, on_shard)
     if not report.ok and before is not None and _manifest_identity(out_dir) != before:
@@ -141,21 +152,102 @@ def _verify_once(out_dir: str | os.PathLike, deep: bool, on_shard: Callable[[str
         report.seconds = time.perf_counter() - t0
         return report
 
+    _check_all(root, manifest, fmt, spec, report, on_shard)
+    _leftovers(root, manifest, report)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _check_all(root: str, manifest: Manifest, fmt: FileFormat, spec: RecordSpec, report: VerifyReport,
+               on_shard: Callable[[str], None] | None,
+               fetch: Callable[[str, ShardEntry], Callable[[], None]] | None = None) -> None:
+    """Check every shard and index file the manifest lists (files under `root`), then that no
+    key is listed twice. `fetch(split, entry)`: brings the shard's files into `root` first
+    (a bucket dataset) and returns what to call once the shard is checked."""
     keys = _KeyCheck()
     for split, entry in manifest.iter_shards():
         report.shards += 1
         report.records += entry.records
         report.bytes += entry.bytes
+        done = fetch(split, entry) if fetch is not None else None
         shard_keys = _check_index(root, split, entry, report)
         keys.add(entry, shard_keys)
-        found = _check_shard(root, split, entry, fmt, spec, deep, shard_keys)
-        report.errors.extend(found)
+        report.errors.extend(_check_shard(root, split, entry, fmt, spec, report.deep, shard_keys))
+        if done is not None:
+            done()
         if on_shard is not None:
             on_shard(entry.file)
     keys.report_duplicates(manifest, root, report)
-    _leftovers(root, manifest, report)
+
+
+def _verify_url(url: str, deep: bool, on_shard: Callable[[str], None] | None,
+                storage_options: dict | None) -> VerifyReport:
+    """`verify` of a bucket dataset: each listed object is downloaded (one at a time, into a
+    temporary folder) and checked exactly as a local file is: size, digest, records, index."""
+    import tempfile
+
+    from readers.remote import list_objects, load_manifest
+    from readers.storage import StorageError, open_store
+
+    t0 = time.perf_counter()
+    report = VerifyReport(url, deep)
+    try:
+        store = open_store(url, storage_options)
+        report.out_dir = store.url
+        manifest = load_manifest(store)
+        fmt = FileFormat.parse(manifest.format)
+        check_compression(fmt, manifest.compression)
+        spec = RecordSpec.from_manifest(manifest, store.url_of(MANIFEST_NAME))
+        objects = list_objects(store)
+    except (FileNotFoundError, ManifestError, ValueError, KeyError, TypeError, StorageError) as e:
+        report.errors.append(Problem(MANIFEST_NAME, str(e)))
+        report.seconds = time.perf_counter() - t0
+        return report
+    with tempfile.TemporaryDirectory(prefix="imgshard-verify-") as tmp:
+        def fetch(split: str, entry: ShardEntry) -> Callable[[], None]:
+            names = [entry.file] + ([entry.index.file] if entry.index is not None else [])
+            for name in names:  # a missing object stays missing: the checks name it
+                _download(store, objects, name, tmp, report, split)
+            # the shard goes once checked; index files stay (duplicate keys are named from them)
+            return lambda: _remove(os.path.join(tmp, entry.file))
+
+        _check_all(tmp, manifest, fmt, spec, report, on_shard, fetch)
+    _object_leftovers(objects, manifest, report)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _download(store, objects: dict, name: str, folder: str, report: VerifyReport, split: str) -> None:
+    from readers.storage import StorageError
+
+    if name not in objects:
+        return
+    local = os.path.join(folder, name)
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    try:
+        store.download(name, local)
+    except (StorageError, FileNotFoundError) as e:
+        report.errors.append(Problem(name, f"cannot download {store.url_of(name)} ({describe(e)})", None, split))
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _object_leftovers(objects: dict, manifest: Manifest, report: VerifyReport) -> None:
+    """Shard and index objects the manifest does not list (left by a failed or running convert)."""
+    from converter.publish.manifest import is_shard_name, listed_files
+
+    listed = listed_files(manifest)
+    for name in sorted(n for n in objects if "/" not in n):
+        if (is_shard_name(name) or is_index_name(name)) and name not in listed:
+            what = "shard" if is_shard_name(name) else "index"
+            report.warnings.append(Problem(
+                name, f"{what} object not listed in the manifest (left by a failed or running convert, or "
+                "dropped by a rewrite; the next convert removes it)"))
 
 
 def _check_index(root: str, split: str, entry: ShardEntry, report: VerifyReport) -> np.ndarray | None:

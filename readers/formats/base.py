@@ -76,6 +76,14 @@ class RandomAccessShard(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release open files."""
 
+    @property
+    def ranged(self) -> bool:
+        """Whether reads go to an object store as ranged GETs (latency-bound: read a batch's
+        records concurrently, `readers.sources.parallel_io`)."""
+        from readers.sources import is_ranged
+
+        return is_ranged(getattr(self, "shard", None))
+
 
 @contextlib.contextmanager
 def naming_shard(path: str, record: int | None = None) -> Iterator[None]:

@@ -127,11 +127,16 @@ def _codecs(manifest: Manifest, where: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class ShardRef:
-    """One shard of a split: its absolute path, its manifest entry and its position."""
+    """One shard of a split: its absolute path (or URL), its manifest entry and its position.
+
+    `source`: for a shard of a bucket dataset, its `readers.remote.RemoteFile` (how its
+    bytes are read: `readers.sources.open_source`); None for a local file at `path`.
+    """
 
     path: str
     entry: ShardEntry
     position: int
+    source: Any = None
 
     @property
     def records(self) -> int:

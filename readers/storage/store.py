@@ -84,11 +84,23 @@ class ObjectStore:
         options.setdefault("skip_instance_cache", True)
         options.setdefault("use_listings_cache", False)
         self.storage_options = dict(storage_options or {})
+        self._fsspec, self._options = fsspec, options
+        self._fs, self._pid = self._connect(), os.getpid()
+
+    def _connect(self) -> Any:
         try:
-            self.fs = fsspec.filesystem(self.protocol, **options)
+            return self._fsspec.filesystem(self.protocol, **self._options)
         except Exception as e:  # bad options, unreadable credentials file, ...
             raise StorageError(f"{self.url}: cannot set up {self.protocol} access ({e}); check "
                                "--storage-option values and the credentials settings") from e
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem; a forked child (Keras `use_multiprocessing`, a process pool)
+        gets its own, since fsspec's clients and event loop are not fork-safe."""
+        if self._pid != os.getpid():
+            self._fs, self._pid = self._connect(), os.getpid()
+        return self._fs
 
     # -- names ---------------------------------------------------------------------------
     @property
