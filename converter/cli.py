@@ -54,11 +54,6 @@ def _command_named(argv: list[str]) -> str | None:
     return None
 
 
-def _is_storage_error(e: BaseException) -> bool:
-    store = sys.modules.get("readers.storage.store")  # loaded only when a command met an s3:// or gs:// URL
-    return store is not None and isinstance(e, store.StorageError)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # Import only the command that runs: each command module pulls in its stage (about
@@ -86,8 +81,6 @@ def main(argv: list[str] | None = None) -> int:
                 code = 2
             elif isinstance(e, (ValueError, FileNotFoundError, KeyError, TypeError, StorageError)):
                 code = 1
-            elif _is_storage_error(e):  # names the URL, the reason and the fix: one line, no traceback
-                code = 74
             else:
                 raise
         print(f"imgshard {args.command}: error: {e}", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from converter.commands.storage_args import add_storage_option_argument, storage_options
 from converter.discover.classfolders import detect_task
 from converter.options import LAYOUT_NAMES, LabelOptions, MaskSemantics, SourceSpec, Task
 
@@ -39,16 +40,6 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
                         "ImageSets/Segmentation lists are found automatically)")
     add_storage_option_argument(p)
     add_label_arguments(p)
-
-
-def add_storage_option_argument(p: argparse.ArgumentParser) -> None:
-    """The repeatable ``--storage-option KEY=VALUE`` (fsspec options for every s3:// / gs:// location
-    of the command); added once however many argument groups ask for it."""
-    if "--storage-option" in p._option_string_actions:
-        return
-    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE", dest="storage_option",
-                   help="option for s3:// and gs:// locations (repeatable; e.g. endpoint_url=http://HOST:9000, "
-                        "anon=true, client_kwargs.region_name=eu-west-1); docs/STORAGE.md")
 
 
 def add_label_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,11 +99,9 @@ def resolve_task(args: argparse.Namespace, spec: SourceSpec) -> Task:
 
 
 def source_spec(args: argparse.Namespace, split: str | None = None) -> SourceSpec:
-    from readers.storage.url import parse_storage_options
-
     return SourceSpec(root=args.src, images=args.images, masks=args.masks, split=split or args.split,
                       classes=args.classes,
                       layout=getattr(args, "layout", None), image_suffix=getattr(args, "image_suffix", None),
                       mask_suffix=getattr(args, "mask_suffix", None),
                       split_lists=_split_lists(getattr(args, "split_list", [])),
-                      storage_options=parse_storage_options(getattr(args, "storage_option", None)))
+                      storage_options=storage_options(args))
