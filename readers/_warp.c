@@ -483,16 +483,125 @@ done:
     return result;
 }
 
+/* ---- expand: one pass from a stored record to the training tensors (no augmentation) ----
+ *
+ * to_float(src, dst, scale): dst[i] = (float)src[i] * scale for uint8 src (scale =
+ *   float32(1 / 255): the image; 1: stored one-hot planes), the same float32 multiply as
+ *   NumPy's `np.multiply(x, np.float32(1 / 255), dtype=np.float32)`.
+ * one_hot(src, dst, classes, ignore, itemsize): dst (n, classes) float32 from the n class
+ *   indices in src (uint8 or uint16): 1 at the class when class < classes and class !=
+ *   ignore (-1: none), else an all-zero row (as `np.take` of an identity table).
+ * Both read each input and write each output value once; the GIL is released meanwhile.
+ * Measured on the build VM (CPU time per 8 x 512 x 512 batch): non-temporal stores took 1.2x
+ * the time; one-hot rows written straight into the output (overlapping padded stores) 1.2x
+ * the time of building them in a stage in L1 and copying that out with memcpy.
+ */
+#define STAGE_FLOATS 4096
+
+HOT static void u8_to_float(const uint8_t *src, float *dst, size_t count, float scale) {
+    for (size_t i = 0; i < count; i++) dst[i] = (float)src[i] * scale;
+}
+
+/* One-hot rows by table: row r of `table` (padded to `pad` floats, a multiple of 8) is the
+ * output row of class r (r == classes: the all-zero row of an ignored or out-of-range
+ * index). Each pixel copies its whole padded row in 32-byte pieces; the next pixel's row
+ * overwrites the padding, so `out` needs `pad - classes` floats of slack at its end. */
+HOT static void one_hot_rows(const uint8_t *src, int itemsize, size_t count, int classes, const int *rows,
+                             const float *table, int pad, float *out) {
+    for (size_t i = 0; i < count; i++) {
+        const float *row = table + (size_t)rows[itemsize == 1 ? src[i] : ((const uint16_t *)src)[i]];
+        float *o = out + i * (size_t)classes;
+        for (int q = 0; q < pad; q += 8) memcpy(o + q, row + q, 8 * sizeof(float));
+    }
+}
+
+/* One-hot of `count` indices: blocks of pixels are built in a cache-resident stage (the
+ * table rows' padding needs slack) and copied out; no branch per pixel (`rows` maps every
+ * index value to its row). */
+static int one_hot_run(const uint8_t *src, int itemsize, size_t count, int classes, int ignore, float *dst) {
+    const int pad = (classes + 7) / 8 * 8;
+    size_t per = STAGE_FLOATS / (size_t)classes; /* pixels per block staged in cache */
+    if (per == 0) per = 1;
+    const size_t values = itemsize == 1 ? 256 : 65536;
+    float *table = calloc((size_t)(classes + 1) * pad, sizeof(float));
+    float *stage = malloc(sizeof(float) * (per * (size_t)classes + (size_t)pad));
+    int *rows = malloc(sizeof(int) * values); /* index value -> offset of its row in `table` */
+    if (!table || !stage || !rows) {
+        free(table), free(stage), free(rows);
+        return -1;
+    }
+    for (int c = 0; c < classes; c++) table[(size_t)c * pad + c] = c == ignore ? 0.0f : 1.0f;
+    for (size_t v = 0; v < values; v++) rows[v] = (int)(v < (size_t)classes ? v : (size_t)classes) * pad;
+    for (size_t at = 0; at < count; at += per) {
+        size_t step = count - at < per ? count - at : per;
+        one_hot_rows(src + at * itemsize, itemsize, step, classes, rows, table, pad, stage);
+        memcpy(dst + at * classes, stage, sizeof(float) * step * classes);
+    }
+    free(table), free(stage), free(rows);
+    return 0;
+}
+
+static PyObject *to_float(PyObject *self, PyObject *args) {
+    Py_buffer src = {0}, dst = {0};
+    float scale;
+    if (!PyArg_ParseTuple(args, "y*w*f", &src, &dst, &scale)) return NULL;
+    PyObject *result = NULL;
+    if ((size_t)dst.len != (size_t)src.len * sizeof(float)) {
+        PyErr_Format(PyExc_ValueError, "dst must hold 4 bytes (one float32) per byte of src (%zd bytes). "
+                     "Received: %zd bytes", src.len, dst.len);
+    } else if ((uintptr_t)dst.buf & 3) {
+        PyErr_SetString(PyExc_ValueError, "dst must be aligned for float32");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        u8_to_float(src.buf, dst.buf, (size_t)src.len, scale);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    return result;
+}
+
+static PyObject *one_hot(PyObject *self, PyObject *args) {
+    Py_buffer src = {0}, dst = {0};
+    int classes, ignore, itemsize;
+    if (!PyArg_ParseTuple(args, "y*w*iii", &src, &dst, &classes, &ignore, &itemsize)) return NULL;
+    PyObject *result = NULL;
+    size_t count = itemsize > 0 ? (size_t)src.len / (size_t)itemsize : 0;
+    if (classes < 1 || (itemsize != 1 && itemsize != 2) || (size_t)src.len % (size_t)itemsize) {
+        PyErr_Format(PyExc_ValueError, "classes must be >= 1 and itemsize 1 or 2 (dividing src). Received: "
+                     "classes=%d, itemsize=%d, %zd bytes", classes, itemsize, src.len);
+    } else if ((size_t)dst.len != count * (size_t)classes * sizeof(float)) {
+        PyErr_Format(PyExc_ValueError, "dst must hold %zu float32 (%zu indices x %d classes). Received: %zd bytes",
+                     count * (size_t)classes, count, classes, dst.len);
+    } else if (((uintptr_t)dst.buf & 3) || (itemsize == 2 && ((uintptr_t)src.buf & 1))) {
+        PyErr_SetString(PyExc_ValueError, "dst must be aligned for float32 and a uint16 src for uint16");
+    } else {
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = one_hot_run(src.buf, itemsize, count, classes, ignore, dst.buf);
+        Py_END_ALLOW_THREADS
+        result = rc < 0 ? PyErr_NoMemory() : Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"warp", warp, METH_VARARGS,
      "warp(images, params, out_images, batch, height, width, out_height, out_width, fill_r, fill_g, fill_b, "
      "normalize, photometric, contrast, masks, out_masks, mask_itemsize, mask_planes, mask_fill, "
      "one_hot_classes, ignore): augment a uint8 batch into preallocated outputs (see readers/_warp.c)."},
+    {"to_float", to_float, METH_VARARGS,
+     "to_float(src, dst, scale): dst = float32(uint8 src) * scale, one pass (see readers/_warp.c)."},
+    {"one_hot", one_hot, METH_VARARGS,
+     "one_hot(src, dst, classes, ignore, itemsize): float32 one-hot rows of class indices."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_warp",
-                                    "Fused batch augmentation: bilinear image + nearest mask + colour (C).", -1,
+                                    "Fused batch augmentation (bilinear image + nearest mask + colour) and one-pass expansion (C).", -1,
                                     methods};
 
 PyMODINIT_FUNC PyInit__warp(void) { return PyModule_Create(&module); }

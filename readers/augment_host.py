@@ -20,11 +20,11 @@ rounding order; tested in tests/test_warp.py).
 from __future__ import annotations
 
 import os
-import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from readers.formats.blocks import reusable_block as _block
 
 #: Parameter columns per sample: `readers.augment.PARAMS` (not imported here: `readers.augment`
 #: imports this module; tests/test_warp.py checks that the two agree).
@@ -44,35 +44,6 @@ def fast_augment_available() -> bool:
     ``IMGSHARD_FAST_AUGMENT`` is not set to 0 (the switch the tests use for the fallback)."""
     flag = os.environ.get("IMGSHARD_FAST_AUGMENT", "1").strip().lower()
     return _warp is not None and flag not in ("0", "false", "no", "off")
-
-
-#: Output blocks kept per size for reuse (see `_block`).
-POOL_BLOCKS = 4
-_pool: dict[int, list[np.ndarray]] = {}
-_pool_lock = threading.Lock()
-
-
-def _block(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> tuple[np.ndarray, bool]:
-    """(array on an `alignment`-byte boundary, whether it is all zeros) for one output batch.
-
-    A batch's outputs are tens of MB: fresh memory from the allocator is new pages, and the
-    page faults and the kernel's zeroing of them cost about as much as the augmentation. So
-    blocks are reused once nobody holds them any more (TensorFlow takes the arrays without a
-    copy and drops its reference when the tensor dies: the pool's reference is then the only
-    one left), up to `POOL_BLOCKS` per size; a fresh block comes zeroed (calloc)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize + alignment
-    with _pool_lock:
-        blocks = _pool.setdefault(nbytes, [])
-        raw = next((r for r in blocks if sys.getrefcount(r) <= 3), None)  # the list, r, the call
-        fresh = raw is None
-        if fresh:
-            raw = np.zeros(nbytes, np.uint8)
-            if len(blocks) < POOL_BLOCKS:
-                blocks.append(raw)
-        start = (-raw.ctypes.data) % alignment
-        view = raw[start:start + nbytes - alignment].view(dtype).reshape(shape)
-    return view, fresh
 
 
 def warp_batch(augment: Any, images: np.ndarray, targets: np.ndarray | None, params: np.ndarray, *,

@@ -350,9 +350,10 @@ class Dataset:
         Speed: uncompressed TFRecord shards are memory-mapped and their image/mask bytes
         gathered straight into aligned batches (one copy; see
         `readers.formats.tfrecord.reader.load_mapped` and `readers.formats.batching`); NPZ
-        shards are inflated by loader threads; casting and one-hot encoding run in a
-        parallel `tf.data` map; encoded images/masks are decoded per batch, in parallel
-        (`readers.formats.encoding`). The first call tunes glibc malloc for megabyte blocks
+        shards are inflated by loader threads; float32 / 255 and one-hot rows are written
+        straight from the records into the batch, one pass per output, in C
+        (`readers.formats.expand.RecordExpander`; no `tf.data` map); encoded images/masks
+        are decoded per batch, in parallel (`readers.formats.encoding`). The first call tunes glibc malloc for megabyte blocks
         (`readers.formats._allocator.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
         """
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),

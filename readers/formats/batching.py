@@ -2,12 +2,15 @@
 
 Whole shards are loaded by a few threads (`LOADER_THREADS`, started once per process,
 `SHARDS_AHEAD` shards ahead; the loaders do their heavy work -- inflating, CRC checks,
-page-cache copies -- without the GIL), a generator cuts compact batches (uint8 images,
-class maps or labels) from them, gathering each record straight from the shard's arrays
-(for stored shards: the file mapping) into a 64-byte aligned batch -- the only copy
-between the page cache and the `tf.Tensor` -- and `python_batches` hands those over
-without a copy. In compact mode that is the whole pipeline; otherwise a parallel map
-casts / one-hot encodes the batches.
+page-cache copies -- without the GIL), a generator cuts batches from them, writing each
+record straight from the shard's arrays (for stored shards: the file mapping) into a
+pooled, 64-byte aligned batch (`readers.formats.blocks`), the records spread over the
+decoder threads, and `python_batches` hands those over without a copy. Compact mode
+(uint8 images, class maps or labels): that write is a copy, the only one between the
+page cache and the `tf.Tensor`. Otherwise the write is the expansion itself
+(`RecordExpander`: float32 / 255, one-hot rows, in one pass per output, in C): no
+compact batch, no cast, scale or one-hot pass, no `tf.data` map. Augmented pipelines cut
+compact batches and augment + expand them in a parallel map (`augment_map`).
 
 Fixed cost per epoch (every `iter()` of the dataset) matters on small splits and
 frequent evaluation: `python_batches` builds the generator dataset so that tf.data
@@ -25,6 +28,7 @@ augmentation, each batch carries its samples' parameters into `augment_map`.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import functools
@@ -32,14 +36,17 @@ import itertools
 import logging
 import os
 import threading
+import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from readers.errors import describe
+from readers.formats.blocks import reusable_block
 from readers.formats.encoding import parallel_for, row_layout
-from readers.formats.expand import expand_tf, make_expand_tf
+from readers.formats.expand import RecordExpander, expand_tf, make_expand_tf
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import RecordSpec, ShardRef, y_signature
 
@@ -52,6 +59,10 @@ logger = logging.getLogger(__name__)
 LOADER_THREADS = min(4, max(2, os.cpu_count() or 2))
 #: Shards loaded ahead of the one being batched (each held in memory whole).
 SHARDS_AHEAD = LOADER_THREADS
+#: Expand (cast, scale, one-hot) while gathering the records into the batch, in one pass
+#: per output (`RecordExpander`); False: gather a compact batch and expand it in a
+#: `tf.data` map (`make_expand_tf`, XLA), the pipeline before issue 19, kept for comparison.
+EXPAND_IN_GENERATOR = True
 
 
 @dataclass(frozen=True)
@@ -79,23 +90,27 @@ def generator_dataset(shards: Sequence[ShardRef], spec: RecordSpec, options: Pip
     `options.augment`, see `BatchGenerator`; `ids`: one uint64 per record, its key's id)."""
     import tensorflow as tf
 
-    image_spec = tf.TensorSpec((None, *spec.image_shape), tf.uint8)
-    y_shape, y_dtype = y_signature(spec)
     lead = options.batch_size if options.drop_remainder else None
-    if options.drop_remainder:
-        image_spec = tf.TensorSpec((lead, *spec.image_shape), tf.uint8)
-        y_shape = (lead, *y_shape[1:])
-    signature = (image_spec, tf.TensorSpec(y_shape, tf.dtypes.as_dtype(y_dtype)))
+    direct = (options.augment is None and EXPAND_IN_GENERATOR
+              and not expansion_is_identity(spec, one_hot=options.one_hot, normalize=options.normalize))
+    expander = RecordExpander(spec, one_hot=options.one_hot, normalize=options.normalize) if direct else None
+    if expander is not None:
+        (x_shape, x_dtype), (y_shape, y_dtype) = expander.layout(0)
+    else:
+        x_shape, x_dtype = (0, *spec.image_shape), np.dtype(np.uint8)
+        y_shape, y_dtype = y_signature(spec)
+    signature = (tf.TensorSpec((lead, *x_shape[1:]), tf.dtypes.as_dtype(x_dtype)),
+                 tf.TensorSpec((lead, *y_shape[1:]), tf.dtypes.as_dtype(y_dtype)))
     if options.augment is not None:
         from readers.augment import PARAMS
 
         signature += (tf.TensorSpec((lead, PARAMS), tf.float32),)
-    generator = BatchGenerator(list(shards), spec, options, load, ids)
+    generator = BatchGenerator(list(shards), spec, options, load, ids, expander)
     ds = python_batches(generator, signature)
     if options.augment is not None:
         return ds.map(augment_map(spec, options), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if expansion_is_identity(spec, one_hot=options.one_hot, normalize=options.normalize):
-        return ds  # compact mode: no map (a map is one more function to instantiate per epoch)
+    if direct or expansion_is_identity(spec, one_hot=options.one_hot, normalize=options.normalize):
+        return ds  # expanded in the generator, or compact mode: no map (one more function per epoch)
     expand = make_expand_tf(spec, one_hot=options.one_hot, normalize=options.normalize)
     return ds.map(expand, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
@@ -147,7 +162,7 @@ def python_batches(make: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
     Like `tf.data.Dataset.from_generator(make, output_signature=signature)`: every
     iterator (every epoch) calls `make` once, concurrent iterators get their own call,
     and an iterator dropped early closes its generator. Arrays are handed over without a
-    copy when they are C-contiguous and 64-byte aligned (see `aligned_empty`).
+    copy when they are C-contiguous and 64-byte aligned (see `readers.formats.blocks`).
     """
     import tensorflow as tf
 
@@ -233,23 +248,40 @@ def _build_source_class(dataset_ops: Any, structured_function: Any, structure: A
 
 
 class _Epochs:
-    """The live Python iterators of one `python_batches` dataset, by iterator id."""
+    """The live Python iterators of one `python_batches` dataset, by iterator id.
+
+    At interpreter exit (`_quiesce`, an `atexit` hook) every pipeline's stream ends: a
+    `tf.data` iterator still alive then (a module global, a repeating `fit` input) is
+    destroyed during finalization by a thread that holds the GIL and waits for its
+    prefetch thread, which would wait for the GIL inside the next batch's
+    `numpy_function`: a hang at exit. Ended streams make the prefetch threads stop
+    calling into Python first."""
 
     def __init__(self, make: Callable[[], Iterator[Any]]):
         self.make = make
         self.live: dict[int, Iterator[Any]] = {}
         self.ids = itertools.count()
         self.lock = threading.Lock()
+        self.busy = 0  # calls running now
+        _ALL_EPOCHS.add(self)
 
     def start(self) -> np.ndarray:
-        it = iter(self.make())
+        it = iter(()) if _closing.is_set() else iter(self.make())
         with self.lock:
             key = next(self.ids)
             self.live[key] = it
         return np.array(key, np.int64)
 
     def next(self, key: np.ndarray) -> tuple[np.ndarray, ...]:
-        return next(self.live[int(key)])  # StopIteration ends the epoch (OutOfRangeError)
+        if _closing.is_set():
+            raise StopIteration  # exiting: end the stream (see the class doc)
+        with self.lock:
+            self.busy += 1
+        try:
+            return next(self.live[int(key)])  # StopIteration ends the epoch (OutOfRangeError)
+        finally:
+            with self.lock:
+                self.busy -= 1
 
     def finish(self, key: np.ndarray) -> np.ndarray:
         with self.lock:
@@ -261,6 +293,29 @@ class _Epochs:
             except ValueError:  # still running in another thread: collected when it returns
                 pass
         return np.array(0, np.int64)
+
+
+_ALL_EPOCHS: "weakref.WeakSet[_Epochs]" = weakref.WeakSet()
+_closing = threading.Event()
+#: Longest wait at exit for the batches being cut to finish (`_quiesce`).
+EXIT_WAIT_SECONDS = 5.0
+
+
+@atexit.register
+def _quiesce() -> None:
+    """End every pipeline's stream and wait (releasing the GIL) until no batch is being
+    cut and no call came in for a while, so that no prefetch thread is inside a
+    `numpy_function` when finalization destroys the iterators (see `_Epochs`)."""
+    _closing.set()
+    if not any(e.live for e in list(_ALL_EPOCHS)):
+        return  # no stream open: nothing to wait for
+    deadline, quiet_since = time.monotonic() + EXIT_WAIT_SECONDS, time.monotonic()
+    while time.monotonic() < deadline:
+        if any(e.busy for e in list(_ALL_EPOCHS)):
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 0.1:
+            return
+        time.sleep(0.01)
 
 
 _pool: "tuple[int, concurrent.futures.ThreadPoolExecutor] | None" = None
@@ -294,8 +349,9 @@ class BatchGenerator:
     """
 
     def __init__(self, shards: list[ShardRef], spec: RecordSpec, options: PipelineOptions, load: LoadFn,
-                 ids: np.ndarray | None = None):
+                 ids: np.ndarray | None = None, expander: RecordExpander | None = None):
         self.shards = shards
+        self.expander = expander
         self.load = load
         self.spec = spec
         self.options = options
@@ -398,34 +454,47 @@ class BatchGenerator:
         return (draw_params(augment, self.spec.height, self.spec.width, self.seed, epoch, ids),)
 
     def _emit(self, batch: np.ndarray, owners: np.ndarray, live: dict[int, ShardArrays]) -> tuple[np.ndarray, np.ndarray]:
-        """Gather a batch; a contiguous run of one shard's records is a view."""
+        """Gather (and expand) a batch; a contiguous, aligned run of one shard's records is a view."""
         records = batch - self.starts[owners]
-        if owners[0] == owners[-1] and (owners == owners[0]).all():
+        if self.expander is None and owners[0] == owners[-1] and (owners == owners[0]).all():
             data = live[int(owners[0])]
             lo, hi = int(records[0]), int(records[-1])
-            if isinstance(data.images, np.ndarray) and hi - lo + 1 == len(records) and (np.diff(records) == 1).all():
+            if (isinstance(data.images, np.ndarray) and hi - lo + 1 == len(records) and (np.diff(records) == 1).all()
+                    and _aligned(data.images[lo]) and _aligned(data.targets[lo])):
                 return data.images[lo:hi + 1], data.targets[lo:hi + 1]
         return self._gather([(live[int(i)], int(r)) for i, r in zip(owners, records)])
 
     def _gather(self, samples: list[tuple[ShardArrays, int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Copy (raw) or decode (encoded shards, on the decoder threads) records into a batch."""
-        first = samples[0][0]
-        image_shape, image_dtype = row_layout(first.images)
-        target_shape, target_dtype = row_layout(first.targets)
-        images = aligned_empty((len(samples), *image_shape), image_dtype)
-        targets = aligned_empty((len(samples), *target_shape), target_dtype)
+        """Copy (raw), decode (encoded shards) or expand (`self.expander`) the records
+        straight into the batch's arrays: pooled, 64-byte aligned blocks that TensorFlow
+        takes without a copy. The records are spread over the decoder threads (the
+        copies and the C loops release the GIL)."""
+        n, expander = len(samples), self.expander
+        if expander is not None:
+            (x_shape, x_dtype), (y_shape, y_dtype) = expander.layout(n)
+        else:
+            first = samples[0][0]
+            image_shape, x_dtype = row_layout(first.images)
+            target_shape, y_dtype = row_layout(first.targets)
+            x_shape, y_shape = (n, *image_shape), (n, *target_shape)
+        images, _ = reusable_block(x_shape, x_dtype, zeroed=False)
+        targets, _ = reusable_block(y_shape, y_dtype, zeroed=False)
 
         def fill(j: int) -> None:
             data, i = samples[j]
-            images[j] = data.images[i]
-            targets[j] = data.targets[i]
+            if expander is not None:
+                expander.fill(images, targets, j, data.images[i], data.targets[i])
+            else:
+                images[j] = data.images[i]
+                targets[j] = data.targets[i]
 
-        if self.spec.encoded:
-            parallel_for(len(samples), fill)
-        else:
-            for j in range(len(samples)):
-                fill(j)
+        parallel_for(n, fill)
         return images, targets
+
+
+def _aligned(a: Any) -> bool:
+    """Whether TensorFlow takes `a` without a copy (64-byte aligned, C-contiguous)."""
+    return isinstance(a, np.ndarray) and a.ctypes.data % 64 == 0 and a.flags.c_contiguous
 
 
 def _cut(flat: np.ndarray, bs: int, drop_remainder: bool) -> list[np.ndarray]:
@@ -434,17 +503,5 @@ def _cut(flat: np.ndarray, bs: int, drop_remainder: bool) -> list[np.ndarray]:
     return [flat[i:min(i + bs, end)] for i in range(0, end, bs)]
 
 
-def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np.ndarray:
-    """`np.empty` whose data starts on an `alignment`-byte boundary: TensorFlow then wraps
-    the array handed over by `from_generator` without copying it (it copies arrays that
-    are not aligned for Eigen)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    raw = np.empty(nbytes + alignment, np.uint8)
-    start = (-raw.ctypes.data) % alignment
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
-
-
-
-__all__ = ["LOADER_THREADS", "SHARDS_AHEAD", "SOURCE", "BatchGenerator", "ShardArrays", "aligned_empty",
+__all__ = ["EXPAND_IN_GENERATOR", "LOADER_THREADS", "SHARDS_AHEAD", "SOURCE", "BatchGenerator", "ShardArrays",
            "expansion_is_identity", "generator_dataset", "loader_pool", "python_batches"]

@@ -242,7 +242,11 @@ def parallel_for(n: int, fn: Callable[[int], None]) -> None:
 
     bounds = np.linspace(0, n, threads + 1).astype(int)
     pool = decode_pool()
-    futures = [pool.submit(run, int(lo), int(hi)) for lo, hi in zip(bounds[:-2], bounds[1:-1])]
+    try:
+        futures = [pool.submit(run, int(lo), int(hi)) for lo, hi in zip(bounds[:-2], bounds[1:-1])]
+    except RuntimeError:  # the interpreter is exiting (pools shut down): the caller does it all
+        run(0, n)
+        return
     error: BaseException | None = None
     try:
         run(int(bounds[-2]), int(bounds[-1]))

@@ -7,15 +7,27 @@ primitives: NumPy (`expand_numpy`, the PyDataset path), `tf` inside a `tf.data` 
 (`expand_tf`, `make_expand_tf`), and `keras.ops` on the accelerator
 (`readers.device.expand_batch`). NumPy only at import time; TensorFlow and Keras are
 imported by their backends when used.
+
+`RecordExpander` is the same expansion written record by record straight into a batch's
+output arrays, in one pass per output (the `readers._warp` C loops `to_float` / `one_hot`
+when built, else NumPy ufuncs with `out=`; the same bits either way): the generator
+pipeline (`readers.formats.batching`) uses it to go from the stored records to the
+float32 batch without a compact batch, a cast, a scale and a one-hot pass in between.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from readers.formats.spec import RecordSpec
+
+try:  # the C loops of `RecordExpander` (built with the augmentation kernel)
+    from readers import _warp
+except ImportError:  # pragma: no cover - built without a C compiler: NumPy, same bits
+    _warp = None
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -172,4 +184,103 @@ def make_expand_tf(spec: RecordSpec, *, one_hot: bool, normalize: bool):
     return expand_batch
 
 
-__all__ = ["EXPAND_JIT", "KERAS", "NUMPY", "TF", "expand", "expand_numpy", "expand_tf", "make_expand_tf"]
+#: float32(1 / 255): the image scale of every backend (`_NumpyOps.normalize`).
+SCALE = np.float32(1 / 255)
+
+
+def fast_expand_available() -> bool:
+    """Whether `RecordExpander` runs the C loops: `readers._warp` was built and
+    ``IMGSHARD_FAST_EXPAND`` is not set to 0 (the switch the tests use for the NumPy path)."""
+    flag = os.environ.get("IMGSHARD_FAST_EXPAND", "1").strip().lower()
+    return _warp is not None and flag not in ("0", "false", "no", "off")
+
+
+class RecordExpander:
+    """`expand` for one pipeline's options, written record by record into batch arrays.
+
+    `layout(n)` gives the (shape, dtype) of a batch's x and y; `fill(x, y, j, image,
+    target)` writes record j (a stored uint8 image, and its class map / one-hot planes /
+    label) into row j of both. Every output value is written once, straight from the
+    record: float32 images (x / 255), one-hot float32 rows from the class map (an
+    ignored or out-of-range index: an all-zero row), stored planes as float32. Rows can
+    be filled from several threads at once (the C loops release the GIL).
+    """
+
+    def __init__(self, spec: RecordSpec, *, one_hot: bool, normalize: bool, use_c: bool | None = None):
+        self.spec = spec
+        self.one_hot = one_hot
+        self.normalize = normalize
+        self.use_c = fast_expand_available() if use_c is None else bool(use_c and _warp is not None)
+        self.planes = spec.mask_encoding == "onehot"
+        ignore = spec.ignore_index
+        self.ignore = ignore if ignore is not None and 0 <= ignore < spec.num_classes else -1
+        table = np.zeros((256, spec.num_classes), np.float32)  # uint8 index -> one-hot row
+        table[np.arange(min(spec.num_classes, 256)), np.arange(min(spec.num_classes, 256))] = 1.0
+        if self.ignore >= 0 and self.ignore < 256:
+            table[self.ignore] = 0.0
+        self.table = table
+
+    def layout(self, n: int) -> tuple[tuple[tuple[int, ...], np.dtype], tuple[tuple[int, ...], np.dtype]]:
+        """((x shape, x dtype), (y shape, y dtype)) of a batch of `n` records."""
+        spec = self.spec
+        x = ((n, *spec.image_shape), np.dtype(np.float32 if self.normalize else np.uint8))
+        if not spec.segmentation:
+            return x, ((n, spec.num_classes), np.dtype(np.float32)) if self.one_hot else ((n,), np.dtype(np.int64))
+        if self.one_hot:
+            return x, ((n, spec.height, spec.width, spec.num_classes), np.dtype(np.float32))
+        if self.planes:
+            return x, ((n, spec.height, spec.width), np.dtype(np.uint8))
+        return x, ((n, *spec.mask_shape), np.dtype(spec.mask_np_dtype).newbyteorder("="))
+
+    def fill(self, x: np.ndarray, y: np.ndarray, j: int, image: Any, target: Any) -> None:
+        """Write record j's expanded image and target into x[j] and y[j]."""
+        self._fill_image(x[j], image)
+        if not self.spec.segmentation:
+            self._fill_label(y, j, int(target))
+        elif self.planes:
+            self._fill_planes(y[j], np.asarray(target))
+        elif self.one_hot:
+            self._fill_one_hot(y[j], np.asarray(target))
+        else:
+            y[j] = target
+
+    def _fill_image(self, out: np.ndarray, image: Any) -> None:
+        if not self.normalize:
+            out[...] = image
+        elif self.use_c:
+            _warp.to_float(_contiguous(image), out, SCALE)
+        else:
+            np.multiply(image, SCALE, out=out, dtype=np.float32)
+
+    def _fill_label(self, y: np.ndarray, j: int, label: int) -> None:
+        if not self.one_hot:
+            y[j] = label
+            return
+        y[j] = 0.0
+        if 0 <= label < self.spec.num_classes and label != self.ignore:
+            y[j, label] = 1.0
+
+    def _fill_planes(self, out: np.ndarray, planes: np.ndarray) -> None:
+        if not self.one_hot:
+            out[...] = NUMPY.class_map(planes, 255 if self.spec.ignore_index is None else self.spec.ignore_index)
+        elif self.use_c and planes.dtype == np.uint8:
+            _warp.to_float(_contiguous(planes), out, np.float32(1))
+        else:
+            out[...] = planes  # uint8 -> float32: exact
+
+    def _fill_one_hot(self, out: np.ndarray, cmap: np.ndarray) -> None:
+        native = cmap.dtype.isnative and cmap.dtype.itemsize in (1, 2)
+        if self.use_c and native and cmap.ctypes.data % cmap.dtype.itemsize == 0:
+            _warp.one_hot(_contiguous(cmap), out, self.spec.num_classes, self.ignore, cmap.dtype.itemsize)
+        elif cmap.dtype == np.uint8:
+            np.take(self.table, cmap, axis=0, out=out)
+        else:
+            out[...] = NUMPY.one_hot(cmap, self.spec.num_classes, self.spec.ignore_index)
+
+
+def _contiguous(a: Any) -> np.ndarray:
+    return np.ascontiguousarray(a)
+
+
+__all__ = ["EXPAND_JIT", "KERAS", "NUMPY", "SCALE", "TF", "RecordExpander", "expand", "expand_numpy", "expand_tf",
+           "fast_expand_available", "make_expand_tf"]
