@@ -345,7 +345,8 @@ def _write_shards(spec, out_dir, options, run, classes, old: Manifest | None, re
         bucket.fetch_copy_sources(plan.tasks)
     ctx = WorkerContext(out_dir, options, classes, spec.base, run.max_pixels,
                         os.path.join(out_dir, MANIFEST_NAME) if old is not None else None,
-                        owner_pid=os.getpid() if run.backend == "local" else None)
+                        owner_pid=os.getpid() if run.backend == "local" else None,
+                        source_options=spec.storage_options)
     results: list[ShardResult] = []
     start = local_start(run.effective_workers, len(plan.tasks)) if run.backend == "local" else None
     result.workers = {"backend": run.backend, "workers": run.effective_workers, "start": start or run.backend}

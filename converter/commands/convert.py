@@ -87,6 +87,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from converter.discover.files import source_scope
+
+    with source_scope():  # sources in a bucket: one listing for the task detection and the run
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     from converter.convert import convert
 
     if args.images is not None and args.out is None and args.out_opt is None:

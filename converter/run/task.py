@@ -51,6 +51,7 @@ class WorkerContext:
     max_pixels: int
     old_manifest_path: str | None = None  # for CopyRecord items (rewrites)
     owner_pid: int | None = None  # the local run that started the workers; None: no orphan guard (Dask)
+    source_options: tuple = ()  # storage options of sources in a bucket (`SourceSpec.storage_options`)
 
 
 @dataclass
@@ -70,12 +71,13 @@ _TRANSFORMERS: dict[Any, SampleTransformer] = {}
 
 
 def _transformer(ctx: WorkerContext) -> SampleTransformer:
-    key = (ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels)
+    key = (ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels, ctx.source_options)
     t = _TRANSFORMERS.get(key)
     if t is None:
         tune_allocator()  # once per process: per-sample arrays reuse warm pages instead of faulting
         _TRANSFORMERS.clear()
-        t = _TRANSFORMERS[key] = SampleTransformer(ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels)
+        t = _TRANSFORMERS[key] = SampleTransformer(ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels,
+                                                          ctx.source_options)
     return t
 
 
@@ -233,7 +235,7 @@ def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeE
     from converter.transform.sample import relative_key_path
 
     try:
-        mask = decode_mask(read_source(sample.mask, relative_key_path(sample.mask, transform.base)),
+        mask = decode_mask(read_source(sample.mask, relative_key_path(sample.mask, transform.base), sample.mask_stat),
                            transform.max_pixels, wide=transform.wide_masks)
         if transform.semantics is not None:
             transform.mask_classes(mask, sample.mask)
