@@ -280,6 +280,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
         result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json()}
     results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress, bucket)
     _collect(result, results)
+    result.workers["helped_samples"] = sum(r.helped for r in results)  # converted by a worker that had no shard left
     result.seconds = time.perf_counter() - t0
     result.timings = {"discover_and_plan": t_plan - t0, "write_shards": time.perf_counter() - t_plan,
                       "worker_busy": sum(r.seconds for r in results)}
@@ -344,7 +345,8 @@ def _write_shards(spec, out_dir, options, run, classes, old: Manifest | None, re
         bucket.fetch_copy_sources(plan.tasks)
     ctx = WorkerContext(out_dir, options, classes, spec.base, run.max_pixels,
                         os.path.join(out_dir, MANIFEST_NAME) if old is not None else None,
-                        owner_pid=os.getpid() if run.backend == "local" else None)
+                        owner_pid=os.getpid() if run.backend == "local" else None,
+                        source_options=spec.storage_options)
     results: list[ShardResult] = []
     start = local_start(run.effective_workers, len(plan.tasks)) if run.backend == "local" else None
     result.workers = {"backend": run.backend, "workers": run.effective_workers, "start": start or run.backend}

@@ -280,7 +280,12 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """Where the sources are: a CamVid-style root, or explicit folders."""
+    """Where the sources are: a CamVid-style root, or explicit folders.
+
+    Any location may be a local path, a ``file://`` URL (made a plain path here) or an
+    ``s3://``/``gs://`` URL; `storage_options` (``--storage-option KEY=VALUE``, as
+    (key, value) pairs or a mapping) reach every bucket the sources name.
+    """
 
     root: str | None = None
     images: str | None = None
@@ -291,8 +296,10 @@ class SourceSpec:
     image_suffix: str | None = None  # name = <stem><image_suffix>.<ext>; None: found from the names
     mask_suffix: str | None = None  # name = <stem><mask_suffix>.<ext>
     split_lists: tuple[tuple[str, str], ...] = ()  # (split name, list file): one stem per line
+    storage_options: Any = ()  # fsspec options for s3:// / gs:// sources: frozen (key, value) pairs
 
     def __post_init__(self) -> None:
+        self._normalise_locations()
         if self.layout is not None and self.layout not in LAYOUT_NAMES:
             raise ValueError(f"--layout must be one of {list(LAYOUT_NAMES)}. Received: {self.layout!r}")
         lists = tuple((str(n), os.fspath(f)) for n, f in self.split_lists)
@@ -314,10 +321,45 @@ class SourceSpec:
         if not re.fullmatch(r"[A-Za-z0-9_.]+", self.split) or self.split.startswith("."):
             raise ValueError(f"--split must be a plain name such as train or val. Received: {self.split!r}")
 
+    def _normalise_locations(self) -> None:
+        """file:// -> plain path; unknown URL schemes refused; storage options frozen (hashable)."""
+        from readers.storage.url import StorageURLError, freeze_storage_options, is_remote, local_path
+
+        def fix(value: Any, argument: str) -> Any:
+            if value is None:
+                return None
+            try:
+                is_remote(value)
+                return local_path(os.fspath(value))
+            except StorageURLError as e:
+                raise StorageURLError(f"{argument}: {e}") from e
+
+        for name, argument in (("root", "SRC"), ("images", "--images"), ("masks", "--masks"),
+                               ("classes", "--classes")):
+            object.__setattr__(self, name, fix(getattr(self, name), argument))
+        object.__setattr__(self, "split_lists", tuple((n, fix(f, "--split-list")) for n, f in self.split_lists))
+        object.__setattr__(self, "storage_options", freeze_storage_options(self.storage_options))
+
     @property
     def base(self) -> str:
-        """The folder keys are relative to."""
-        return os.path.abspath(self.root if self.root is not None else self.images)
+        """The folder keys are relative to (a URL without its trailing slash for object stores)."""
+        from converter.discover.files import absolute
+
+        return absolute(self.root if self.root is not None else self.images)  # type: ignore[arg-type]
+
+    @property
+    def remote(self) -> bool:
+        """Whether any source location is an object-store URL."""
+        from readers.storage.url import is_remote
+
+        return any(is_remote(p) for p in (self.root, self.images, self.masks, self.classes) if p is not None)
+
+    def use_storage(self) -> None:
+        """Register the storage options for every bucket the sources name (`converter.discover.files`)."""
+        from converter.discover.files import use_storage_options
+
+        for location in (self.root, self.images, self.masks, self.classes, *(f for _, f in self.split_lists)):
+            use_storage_options(location, self.storage_options)
 
 
 MAX_MASK_VALUE = 65535

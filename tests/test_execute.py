@@ -49,7 +49,9 @@ def test_the_cli_forks_its_workers_and_writes_the_same_bytes_as_loky_and_one_wor
     done = subprocess.run(cli_command(_args(sources, forked)), cwd=ROOT, env=child_env(), capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert _report(forked)["workers"] == {"backend": "local", "workers": 2, "start": "fork"}
+    workers = _report(forked)["workers"]
+    assert workers == {"backend": "local", "workers": 2, "start": "fork", "helped_samples": workers["helped_samples"]}
+    assert 0 <= workers["helped_samples"] < 48  # samples converted by a worker with no shard left (test_steal.py)
 
     # this process runs TensorFlow's threads: the same conversion goes through loky
     options = OutputOptions(size=(64, 64))
@@ -210,7 +212,7 @@ for bad, want in ((list(range(8)), (KeyError,)), ([9] * 6, (Odd, RuntimeError)))
         print(type(e).__name__ if not isinstance(e, Odd) else "RuntimeError", str(e).splitlines()[0])
     else:
         sys.exit(f"no {want} for {bad}")
-from converter.run.fork import _portable
+from converter.run.fork import portable_error as _portable
 sent = _portable(Odd(1, 2))
 assert isinstance(sent, RuntimeError) and "a worker failed with Odd: 1/2" in str(sent), sent
 print("ok")
@@ -235,3 +237,48 @@ def test_cli_scan_with_forked_workers_reports_what_an_in_process_scan_reports(so
     forked = json.loads(done.stdout)
     here = scan(SourceSpec(root=str(sources)), ScanOptions(workers=1)).to_json()
     assert forked == here
+
+
+PROMPT_END_SCRIPT = r"""
+import time
+from converter.run import fork
+from converter.run.fork import fork_map
+
+fork._POLL_SECONDS = 30.0  # a drainer that waited for its next poll would hold the run for 5 s (its join timeout)
+seen = []
+def work(x, progress):
+    time.sleep(0.02)
+    progress(1)
+    return x
+
+t0 = time.perf_counter()
+out = sorted(fork_map(work, list(range(6)), 2, on_progress=seen.append))
+print(round(time.perf_counter() - t0, 3), sum(seen), out == list(range(6)))
+"""
+
+
+def test_fork_map_ends_its_progress_thread_without_waiting_for_a_poll():
+    done = subprocess.run([sys.executable, "-c", PROMPT_END_SCRIPT], cwd=ROOT, env=child_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seconds, counts, same = done.stdout.split()
+    assert counts == "6" and same == "True", done.stdout  # every count passed on before the thread ended
+    assert float(seconds) < 4.0, f"fork_map took {seconds} s: its progress thread waited for a poll"
+
+
+def test_drain_progress_passes_every_count_then_stops_at_the_end_marker():
+    import queue as queue_mod
+
+    from converter.run.fork import PROGRESS_END, drain_progress
+
+    q: queue_mod.Queue = queue_mod.Queue()
+    for n in (3, 1, 2):
+        q.put(n)
+    q.put(PROGRESS_END)
+    q.put(99)  # after the end marker: not passed on
+    seen: list[int] = []
+    thread = threading.Thread(target=drain_progress, args=(q, seen.append, threading.Event()))
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "the drainer did not stop at PROGRESS_END"
+    assert seen == [3, 1, 2]

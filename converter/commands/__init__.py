@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from converter.commands.storage_args import add_storage_option_argument, storage_options
 from converter.discover.classfolders import detect_task
 from converter.options import LAYOUT_NAMES, LabelOptions, MaskSemantics, SourceSpec, Task
 
@@ -37,6 +38,7 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split-list", action="append", default=[], metavar="NAME=FILE",
                    help="split NAME holds the names listed in FILE, one per line (repeatable; VOC's "
                         "ImageSets/Segmentation lists are found automatically)")
+    add_storage_option_argument(p)
     add_label_arguments(p)
 
 
@@ -101,4 +103,5 @@ def source_spec(args: argparse.Namespace, split: str | None = None) -> SourceSpe
                       classes=args.classes,
                       layout=getattr(args, "layout", None), image_suffix=getattr(args, "image_suffix", None),
                       mask_suffix=getattr(args, "mask_suffix", None),
-                      split_lists=_split_lists(getattr(args, "split_list", [])))
+                      split_lists=_split_lists(getattr(args, "split_list", [])),
+                      storage_options=storage_options(args))

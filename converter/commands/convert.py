@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 
 from converter.commands import (
@@ -86,6 +87,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from converter.discover.files import source_scope
+
+    with source_scope():  # sources in a bucket: one listing for the task detection and the run
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     from converter.convert import convert
 
     if args.images is not None and args.out is None and args.out_opt is None:
@@ -114,15 +122,20 @@ def main(args: argparse.Namespace) -> int:
     if args.task is None and not args.quiet:
         print(f"imgshard convert: task {task.value} (detected from the sources; --task overrides)", file=sys.stderr)
     bar = None
+    total = 0
+    lock = threading.Lock()  # the run's thread and its progress thread both report
 
     def on_plan(plan) -> None:
-        nonlocal bar
+        nonlocal total
         total = sum(t.num_samples for t in plan.tasks)
-        if not args.quiet and total:
-            bar = progress_bar(total, "sample", "convert")
 
     def on_progress(n: int) -> None:
-        if bar is not None:
+        nonlocal bar
+        with lock:
+            if bar is None:
+                # made at the first sample, not with the plan: importing tqdm (20-40 ms) then
+                # overlaps the workers' first samples instead of delaying their start
+                bar = progress_bar(total, "sample", "convert")
             bar.update(n)
 
     t0 = time.perf_counter()

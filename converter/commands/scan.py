@@ -37,6 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from converter.discover.files import source_scope
+
+    with source_scope():  # sources in a bucket: one listing for the task detection and the scan
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     from converter.inspect.scan import ScanOptions, format_report, format_verdict, scan
 
     spec = source_spec(args)

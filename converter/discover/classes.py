@@ -11,7 +11,7 @@ import csv
 import io
 import os
 
-from converter.plan.fingerprint import open_regular
+from converter.discover.files import read_bytes
 from readers.files import NotRegularFileError
 from readers.manifest import ClassInfo
 
@@ -36,9 +36,7 @@ def load_class_table(path: str | os.PathLike) -> tuple[ClassInfo, ...]:
     """Read classes in file order; class index = row index."""
     path = os.fspath(path)
     try:
-        f, _ = open_regular(path)
-        with f:
-            raw = f.read()
+        raw = read_bytes(path)
     except NotRegularFileError as e:
         raise ClassTableError(f"Class table: {e}. Pass --classes with a real CSV file.") from e
     except FileNotFoundError:

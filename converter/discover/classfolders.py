@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 
+from converter.discover.files import absolute, exists, file_names, is_dir, is_file, source_scope
 from converter.discover.layout import (
     IMAGE_EXTENSIONS,
     LABELS_SUFFIX,
@@ -69,11 +70,7 @@ def _is_image(name: str) -> bool:
 
 
 def _direct_images(folder: str) -> list[str]:
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    return sorted(n for n in names if _is_image(n) and os.path.isfile(os.path.join(folder, n)))
+    return [n for n in file_names(folder) if _is_image(n) and is_file(os.path.join(folder, n))]
 
 
 def _walk_images(folder: str) -> list[str]:
@@ -93,7 +90,7 @@ def classification_layout(root: str) -> str | None:
     ``gtFine``, ``SegmentationClass``, ``*_labels``, ...; `layouts.mask_dirs_below`): an
     image folder next to a mask folder is segmentation, not two classes.
     """
-    if not os.path.isdir(root) or os.path.exists(os.path.join(root, "class_dict.csv")):
+    if not is_dir(root) or exists(os.path.join(root, "class_dict.csv")):
         return None
     if mask_dirs_below(root):
         return None
@@ -124,7 +121,9 @@ def detect_task(spec: SourceSpec) -> Task:
         return Task.CLASSIFICATION if spec.layout == "classfolders" else Task.SEGMENTATION
     if spec.classes is not None:
         return Task.SEGMENTATION
-    return Task.CLASSIFICATION if classification_layout(os.path.abspath(spec.root)) else Task.SEGMENTATION  # type: ignore[arg-type]
+    spec.use_storage()
+    with source_scope():
+        return Task.CLASSIFICATION if classification_layout(absolute(spec.root)) else Task.SEGMENTATION  # type: ignore[arg-type]
 
 
 def val_hash_fraction(key: str) -> float:
@@ -181,7 +180,13 @@ def _check_classes(classes: list[str], where: str) -> tuple[ClassInfo, ...]:
 
 
 def discover_classification(spec: SourceSpec, val_fraction: float | None = None) -> tuple[Discovery, tuple[ClassInfo, ...]]:
-    """List the samples (with labels) and the classes of a class-folder dataset."""
+    """List the samples (with labels) and the classes of a class-folder dataset (a bucket's: one listing)."""
+    spec.use_storage()
+    with source_scope():
+        return _discover_classification(spec, val_fraction)
+
+
+def _discover_classification(spec: SourceSpec, val_fraction: float | None) -> tuple[Discovery, tuple[ClassInfo, ...]]:
     bad: list[BadInput] = []
     if spec.classes is not None:
         raise ValueError("--classes (a class_dict.csv) is for segmentation; classification takes its classes from "
@@ -193,8 +198,8 @@ def discover_classification(spec: SourceSpec, val_fraction: float | None = None)
         if val_fraction is not None:
             raise ValueError("--val-fraction needs the flat layout given as SRC (SRC/<class>/*), not --images. "
                              f"Received: --images {spec.images!r} --val-fraction {val_fraction}")
-        folder = os.path.abspath(spec.images)
-        if not os.path.isdir(folder):
+        folder = absolute(spec.images)
+        if not is_dir(folder):
             raise FileNotFoundError(f"--images folder not found: {folder}")
         names = _subdirs(folder)
         classes = _check_classes(names, folder)
@@ -202,8 +207,8 @@ def discover_classification(spec: SourceSpec, val_fraction: float | None = None)
         _warn_empty(classes, samples)
         return _finish(samples, bad, [spec.split]), classes
 
-    root = os.path.abspath(spec.root)  # type: ignore[arg-type]
-    if not os.path.isdir(root):
+    root = absolute(spec.root)  # type: ignore[arg-type]
+    if not is_dir(root):
         raise FileNotFoundError(f"Source folder not found: {root}. Pass the folder that holds the class folders.")
     dirs = _subdirs(root)
     split_dirs = [d for d in dirs if d in WELL_KNOWN_SPLITS]

@@ -17,6 +17,8 @@ import csv
 import io
 import os
 
+from converter.discover.files import read_bytes
+from readers.files import NotRegularFileError
 from readers.manifest import ClassInfo
 
 VOC_CLASSES = ("background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair",
@@ -76,10 +78,11 @@ def cityscapes_map() -> tuple[tuple[tuple[int, int], ...], tuple[ClassInfo, ...]
 
 def _read_text(path: str, what: str) -> str:
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_bytes(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} not found: {path}") from None
+    except NotRegularFileError as e:
+        raise LabelFileError(f"{what} {path}: {e}. Give a regular text file.") from e
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:

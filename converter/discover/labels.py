@@ -10,10 +10,10 @@ fully resolved `LabelOptions` (stored in the manifest) and the class table.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
+from converter.discover.files import is_file
 from converter.discover.classes import class_table_path, load_class_table
 from converter.discover.labelmaps import (
     BUILTIN_LABEL_MAPS,
@@ -37,7 +37,7 @@ _IGNORE_TARGETS = (255, 65535)
 def colour_table(spec: SourceSpec, found: Discovery) -> str | None:
     """The colour table (name,r,g,b) the sources come with, or None."""
     for path in (spec.classes, found.classes_csv):
-        if path is not None and os.path.isfile(path) and is_colour_table(path):
+        if path is not None and is_file(path) and is_colour_table(path):
             return path
     return None
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
+
+from converter.discover.files import files_for, join, relative
+from readers.files import NotRegularFileError
 
 
 log = logging.getLogger(__name__)
@@ -99,35 +101,38 @@ def list_images(folder: str, accept: Callable[[str], bool] = _is_image_name) -> 
     """Image files below `folder`, relative, '/'-separated, sorted (recursive, hidden skipped).
 
     `accept(name)` decides which file names count as images (default: known extensions).
+    Local folders are walked, object-store prefixes answered from their one listing
+    (`converter.discover.files`).
     """
     out: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        rel_dir = os.path.relpath(dirpath, folder)
+    fs = files_for(folder)
+    for dirpath, filenames in fs.walk(folder):
+        rel_dir = relative(dirpath, folder)
         for name in filenames:
             if accept(name):
-                rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-                out.append(rel.replace(os.sep, "/"))
+                out.append(name if rel_dir == "." or not rel_dir else f"{rel_dir}/{name}")
             elif not name.startswith("."):
-                log.info("skipping %s: not an image file extension", os.path.join(dirpath, name))
+                log.info("skipping %s: not an image file extension", join(dirpath, name))
     out.sort()
     return out
 
 
-def stat_file(path: str, key: str) -> tuple[tuple[int, int] | None, BadInput | None]:
+def stat_file(path: str, key: str, fs: Any = None) -> tuple[tuple[int, int] | None, BadInput | None]:
     """((size, mtime_ns), None) of a usable source file, or (None, the problem `stat` shows:
-    zero bytes, dangling link, not a regular file)."""
+    zero bytes, dangling link, not a regular file). On an object store: (size, version
+    stamp) from the listing (`converter.discover.files`; `fs`: `files_for(path)` when the
+    caller asked it once for a whole folder)."""
     try:
-        st = os.stat(path)
+        size, stamp = (fs or files_for(path)).stat(path)
+    except NotRegularFileError:
+        return None, BadInput(path, "unreadable: not a regular file (a FIFO, socket or device)",
+                              "replace it with a real image file", key, "unreadable")
     except FileNotFoundError:
         return None, BadInput(path, "unreadable: the file (or the target of its symbolic link) does not exist",
                               "fix or remove the broken link", key, "unreadable")
     except OSError as e:
         return None, BadInput(path, f"unreadable: {e.strerror or e}", "check the file's permissions", key,
                               "unreadable")
-    if not stat.S_ISREG(st.st_mode):
-        return None, BadInput(path, "unreadable: not a regular file (a FIFO, socket or device)",
-                              "replace it with a real image file", key, "unreadable")
-    if st.st_size == 0:
+    if size == 0:
         return None, BadInput(path, "zero-byte file", "re-copy the file from its origin", key, "empty_file")
-    return (st.st_size, st.st_mtime_ns), None
+    return (size, stamp), None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from converter.discover.files import absolute, file_names, is_dir, is_file, source_scope, subfolders
 from converter.discover.layout import (
     LABELS_SUFFIX,
     WELL_KNOWN_SPLITS,
@@ -65,12 +66,9 @@ def _is_image_dir_name(name: str) -> bool:
 
 
 def subdirs(folder: str) -> list[str]:
-    """Sub-folders of `folder` (hidden ones skipped), sorted; directory entries' types, no stat per file."""
-    try:
-        with os.scandir(folder) as it:
-            return sorted(e.name for e in it if not e.name.startswith(".") and e.is_dir())
-    except OSError:
-        return []
+    """Sub-folders of `folder` (hidden ones skipped), sorted; directory entries' types, no stat per
+    file (an object-store prefix: from its one listing, `converter.discover.files`)."""
+    return subfolders(folder)
 
 
 def mask_dirs_below(root: str, depth: int = 3) -> list[str]:
@@ -111,7 +109,7 @@ def _suffixes(spec: SourceSpec, images_dir: str, masks_dir: str
     pair: given ones, else found from names (each folder listed once, for this and the pairing)."""
     if spec.image_suffix is not None or spec.mask_suffix is not None:
         return spec.image_suffix or "", spec.mask_suffix if spec.mask_suffix is not None else "", False, None
-    listed = list_images(images_dir), list_images(masks_dir) if os.path.isdir(masks_dir) else []
+    listed = list_images(images_dir), list_images(masks_dir) if is_dir(masks_dir) else []
     found = infer_suffixes([name_stem(r) for r in listed[0][:200]],
                            [name_stem(r) for r in listed[1]])
     if found is None:
@@ -186,9 +184,9 @@ class CamVid(Layout):
 def voc_base(root: str) -> tuple[str, str] | None:
     """(folder holding JPEGImages, its mask folder name) for VOC / labelme2voc layouts."""
     for base in (root, os.path.join(root, "VOC2012"), os.path.join(root, "VOCdevkit", "VOC2012")):
-        if os.path.isdir(os.path.join(base, "JPEGImages")):
+        if is_dir(os.path.join(base, "JPEGImages")):
             for m in VOC_MASK_DIRS:
-                if os.path.isdir(os.path.join(base, m)):
+                if is_dir(os.path.join(base, m)):
                     return base, m
     return None
 
@@ -210,10 +208,7 @@ class Voc(Layout):
     @staticmethod
     def _lists(base: str) -> dict[str, str]:
         folder = os.path.join(base, "ImageSets", "Segmentation")
-        try:
-            names = sorted(n for n in os.listdir(folder) if n.endswith(".txt"))
-        except OSError:
-            return {}
+        names = [n for n in file_names(folder) if n.endswith(".txt")]
         lists = {os.path.splitext(n)[0]: os.path.join(folder, n) for n in names}
         if "trainval" in lists and "train" in lists and "val" in lists:
             del lists["trainval"]  # train + val again: every sample once
@@ -230,7 +225,7 @@ class Voc(Layout):
 
         base, _ = voc_base(root)  # type: ignore[misc]
         names = os.path.join(base, "class_names.txt")
-        if os.path.isfile(names):  # labelme2voc
+        if is_file(names):  # labelme2voc
             return LayoutDefaults(MaskSemantics.INDEX, (255,), names_file=names)
         return LayoutDefaults(MaskSemantics.INDEX, (255,), class_names=VOC_CLASSES)
 
@@ -241,13 +236,13 @@ class Cityscapes(Layout):
     @staticmethod
     def _gt(root: str) -> str | None:
         for gt in ("gtFine", "gtCoarse"):
-            if os.path.isdir(os.path.join(root, gt)):
+            if is_dir(os.path.join(root, gt)):
                 return gt
         return None
 
     def detect(self, root: str) -> str | None:
         gt = self._gt(root)
-        if os.path.isdir(os.path.join(root, "leftImg8bit")) and gt:
+        if is_dir(os.path.join(root, "leftImg8bit")) and gt:
             return f"leftImg8bit/ + {gt}/ (cities below each split)"
         return None
 
@@ -256,7 +251,7 @@ class Cityscapes(Layout):
         spec_suffix = SourceSpec(root=root, image_suffix=spec.image_suffix or "_leftImg8bit",
                                  mask_suffix=spec.mask_suffix or f"_{gt}_labelIds")
         images = os.path.join(root, "leftImg8bit")
-        splits = [s for s in subdirs(images) if os.path.isdir(os.path.join(root, gt, s))]
+        splits = [s for s in subdirs(images) if is_dir(os.path.join(root, gt, s))]
         return _with_split_lists({s: (os.path.join(images, s), os.path.join(root, gt, s)) for s in splits},
                                  spec_suffix, dict(spec.split_lists))
 
@@ -272,14 +267,14 @@ class FolderPair(Layout):
     reduce_zero_label = False
 
     def detect(self, root: str) -> str | None:
-        if os.path.isdir(os.path.join(root, self.images_name)) and os.path.isdir(os.path.join(root, self.masks_name)):
+        if is_dir(os.path.join(root, self.images_name)) and is_dir(os.path.join(root, self.masks_name)):
             splits = subdirs(os.path.join(root, self.images_name))
             return f"{self.images_name}/ + {self.masks_name}/" + (f" with splits {', '.join(splits)}" if splits else "")
         return None
 
     def pairs(self, root: str, spec: SourceSpec) -> Listing:
         images, masks = os.path.join(root, self.images_name), os.path.join(root, self.masks_name)
-        splits = [s for s in subdirs(images) if os.path.isdir(os.path.join(masks, s))]
+        splits = [s for s in subdirs(images) if is_dir(os.path.join(masks, s))]
         folders = {s: (os.path.join(images, s), os.path.join(masks, s)) for s in splits} or {"train": (images, masks)}
         return _with_split_lists(folders, spec, dict(spec.split_lists))
 
@@ -341,7 +336,7 @@ class Explicit(Layout):
         return None  # only with --images/--masks (`discover`)
 
     def pairs(self, root: str, spec: SourceSpec) -> Listing:
-        images, masks = os.path.abspath(spec.images), os.path.abspath(spec.masks)  # type: ignore[arg-type]
+        images, masks = absolute(spec.images), absolute(spec.masks)  # type: ignore[arg-type]
         return _with_split_lists({spec.split: (images, masks)}, spec, dict(spec.split_lists))
 
 
@@ -366,7 +361,7 @@ def _check_labels_folders(root: str) -> None:
 
 def detect_layout(root: str, forced: str | None = None) -> Detected:
     """The segmentation layout of `root` (see the module docstring); `forced`: --layout NAME."""
-    if not os.path.isdir(root):
+    if not is_dir(root):
         raise FileNotFoundError(f"Source folder not found: {root}. Pass the folder that holds the images and masks "
                                 "(e.g. train/ and train_labels/).")
     if forced is not None:
@@ -396,23 +391,30 @@ def detect_layout(root: str, forced: str | None = None) -> Detected:
 
 
 def discover(spec: SourceSpec) -> Discovery:
-    """List samples and source problems for a `SourceSpec` (the layout detected or forced)."""
+    """List samples and source problems for a `SourceSpec` (the layout detected or forced);
+    an object-store source is listed once (`converter.discover.files`)."""
+    spec.use_storage()
+    with source_scope():
+        return _discover(spec)
+
+
+def _discover(spec: SourceSpec) -> Discovery:
     if spec.root is not None:
-        root = os.path.abspath(spec.root)
+        root = absolute(spec.root)
         det = detect_layout(root, spec.layout)
         listing = det.layout.pairs(root, spec)
         defaults = det.layout.defaults(root)
         csv_path = spec.classes or (os.path.join(root, "class_dict.csv")
-                                    if os.path.isfile(os.path.join(root, "class_dict.csv")) or det.layout.name == "camvid"
+                                    if is_file(os.path.join(root, "class_dict.csv")) or det.layout.name == "camvid"
                                     else None)
     else:
-        images = os.path.abspath(spec.images)  # type: ignore[arg-type]
-        if not os.path.isdir(images):
+        images = absolute(spec.images)  # type: ignore[arg-type]
+        if not is_dir(images):
             raise FileNotFoundError(f"--images folder not found: {images}")
         if spec.masks is None:
             raise ValueError("--images needs --masks DIR for segmentation.")
-        if not os.path.isdir(os.path.abspath(spec.masks)):
-            raise FileNotFoundError(f"--masks folder not found: {os.path.abspath(spec.masks)}")
+        if not is_dir(absolute(spec.masks)):
+            raise FileNotFoundError(f"--masks folder not found: {absolute(spec.masks)}")
         det = Detected(LAYOUTS["explicit"], f"--images {spec.images} --masks {spec.masks}", True)
         listing = det.layout.pairs(images, spec)
         defaults = LayoutDefaults()

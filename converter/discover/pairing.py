@@ -15,6 +15,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
+from converter.discover.files import exists, is_dir, read_bytes
 from converter.discover.layout import MASK_SUFFIXES, BadInput, SourceLayoutError, list_images
 from converter.discover.samplelist import SampleBlock
 
@@ -92,7 +93,7 @@ def infer_suffixes(image_stems: list[str], mask_stems: list[str]) -> tuple[str, 
 
 def check_masks_folder(masks_dir: str, images_dir: str, images: int) -> None:
     """A mask folder that is a file is one named error, not "image without mask" per image."""
-    if os.path.lexists(masks_dir) and not os.path.isdir(masks_dir):
+    if exists(masks_dir) and not is_dir(masks_dir):
         raise SourceLayoutError(
             f"{masks_dir} is a file, not a folder of masks, so none of the {images} image(s) in {images_dir} "
             f"has a mask. Replace it with a folder holding the masks (<stem>_L.png or <stem>.png).")
@@ -122,7 +123,7 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
     masks: dict[str, str] = {}
     del image_list
     if mask_list is None:
-        mask_list = list_images(masks_dir) if os.path.isdir(masks_dir) else []
+        mask_list = list_images(masks_dir) if is_dir(masks_dir) else []
     for rel in mask_list:  # one pass: the first mask of a base, but "<stem>_L" (CamVid) wins over "<stem>"
         stem = name_stem(rel)
         if mask_suffix is not None:
@@ -190,10 +191,11 @@ def read_split_list(path: str) -> list[str]:
     """Names of a split list file: one per line (VOC ImageSets, mmseg splits/, train.txt);
     an extension or a second column (VOC's ``name 1``) is dropped."""
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            lines = f.read().splitlines()
+        lines = read_bytes(path).decode("utf-8-sig").splitlines()
     except FileNotFoundError:
         raise FileNotFoundError(f"--split-list: file not found: {path}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--split-list {path} is not UTF-8 text ({e}). Save it as UTF-8.") from e
     names = []
     for line in lines:
         word = line.strip().split()[0] if line.strip() else ""

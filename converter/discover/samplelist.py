@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from converter.discover.files import files_for
 from converter.discover.layout import BadInput, SourceSample, stat_file
 
 #: Rows whose stats are turned into Python ints at once while iterating.
@@ -61,10 +62,11 @@ class SampleBlock:
         add the problems of the others to `bad` (image and mask both when both are bad)."""
         stats = np.empty((len(self), 4), np.int64)
         keep = np.ones(len(self), bool)
+        image_fs, mask_fs = files_for(self.image_base), files_for(self.mask_base)
         for i, (image, mask) in enumerate(self.pairs()):
             key = self.key_prefix + image
-            image_stat, p1 = stat_file(self.image_base + image, key)
-            mask_stat, p2 = stat_file(self.mask_base + mask, key)
+            image_stat, p1 = stat_file(self.image_base + image, key, image_fs)
+            mask_stat, p2 = stat_file(self.mask_base + mask, key, mask_fs)
             if p1 is not None or p2 is not None:
                 bad.extend(p for p in (p1, p2) if p is not None)
                 keep[i] = False

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from converter.discover.classfolders import discover_classification
+from converter.discover.files import source_scope
 from converter.discover.labels import resolve_labels
 from converter.discover.layout import Discovery
 from converter.discover.layouts import discover
@@ -20,13 +21,16 @@ from readers.tasks import task_kind
 def discover_sources(spec: SourceSpec, options: OutputOptions
                      ) -> tuple[Discovery, tuple[ClassInfo, ...], OutputOptions]:
     """(samples found, class table, options) of `spec` for `options.task`; for dense tasks the
-    options carry the resolved mask semantics (what the manifest records)."""
-    if task_kind(options.task).dense:
-        found = discover(spec)
-        labels, classes = resolve_labels(spec, options.labels, found)
-        return found, classes, dataclasses.replace(options, labels=labels)
-    found, classes = discover_classification(spec, options.val_fraction)
-    return found, classes, options
+    options carry the resolved mask semantics (what the manifest records). Sources in a
+    bucket are listed once for all of it (`converter.discover.files.source_scope`)."""
+    spec.use_storage()
+    with source_scope():
+        if task_kind(options.task).dense:
+            found = discover(spec)
+            labels, classes = resolve_labels(spec, options.labels, found)
+            return found, classes, dataclasses.replace(options, labels=labels)
+        found, classes = discover_classification(spec, options.val_fraction)
+        return found, classes, options
 
 
 __all__ = ["discover_sources"]

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from converter.discover.files import WithStorage, source_scope
 from converter.discover.labels import auto_semantics, resolve_labels
 from converter.discover.layout import BadInput, SourceSample
 from converter.discover.layouts import discover
@@ -147,10 +148,11 @@ def scan_batch(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], 
 
 def run_scan_workers(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str, max_pixels: int,
                      workers: int, on_progress: Callable[[int], None] | None = None,
-                     values: str | None = None) -> list[FileSummary]:
-    """Summaries of every sample, sorted by key; worker processes when workers > 1."""
+                     values: str | None = None, storage_options: tuple = ()) -> list[FileSummary]:
+    """Summaries of every sample, sorted by key; worker processes when workers > 1 (sources in a
+    bucket read with `storage_options`)."""
     scan = functools.partial(scan_batch, classes=classes, base=base, max_pixels=max_pixels, values=values)
-    return run_batched(scan, samples, workers, on_progress)
+    return run_batched(WithStorage(scan, base, storage_options), samples, workers, on_progress)
 
 
 # -- parent side: aggregation ---------------------------------------------------------------------
@@ -241,7 +243,13 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
     Class-folder sources (task classification, given or detected as convert does) get a
     `converter.inspect.scan_classification.ClassScanReport` instead.
     """
-    options = options or ScanOptions()
+    spec.use_storage()
+    with source_scope():  # sources in a bucket: one listing for the whole scan
+        return _scan(spec, options or ScanOptions(), on_start, on_progress)
+
+
+def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None] | None,
+          on_progress: Callable[[int], None] | None) -> ScanReport | ClassScanReport:
     if not task_kind(options.resolve_task(spec)).dense:  # class folders
         from converter.inspect.scan_classification import scan_classification
 
@@ -256,7 +264,7 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
         on_start(len(found.samples))
     mode = None if semantics is MaskSemantics.COLOUR else semantics.value
     summaries = run_scan_workers(found.samples, classes, spec.base, options.max_pixels, options.effective_workers,
-                                 on_progress, values=mode)
+                                 on_progress, values=mode, storage_options=spec.storage_options)
     bad = list(found.bad)
     section: dict[str, Any] = {"layout": found.layout, "why": found.why, "semantics": semantics.value,
                                "flags": [], "notes": [], "suffixes": list(found.suffixes) if found.suffixes else None,

@@ -54,9 +54,11 @@ from converter.inspect.scan_core import (
     share,
 )
 from converter.transform import png
+from converter.discover.files import WithStorage, subfolders
 from converter.transform.decode import DecodeError, decode_image, read_source
 from converter.transform.sample import relative_key_path
 from readers.manifest import ClassInfo
+from readers.storage.url import storage_option_flags
 
 EXIF_ORIENTATION_TAG = 0x0112
 #: A hint about class weights when the largest class has this many times the images of the smallest.
@@ -121,10 +123,11 @@ def scan_image_batch(samples: Sequence[SourceSample], base: str, max_pixels: int
 
 
 def run_image_workers(samples: Sequence[SourceSample], base: str, max_pixels: int, workers: int,
-                      on_progress: Callable[[int], None] | None = None) -> list[ImageSummary]:
+                      on_progress: Callable[[int], None] | None = None,
+                      storage_options: tuple = ()) -> list[ImageSummary]:
     """Summaries of every image, sorted by key; worker processes when workers > 1 (`execute.map_unordered`)."""
-    return run_batched(functools.partial(scan_image_batch, base=base, max_pixels=max_pixels), samples, workers,
-                       on_progress)
+    scan = functools.partial(scan_image_batch, base=base, max_pixels=max_pixels)
+    return run_batched(WithStorage(scan, base, storage_options), samples, workers, on_progress)
 
 
 # -- parent side ----------------------------------------------------------------------------------
@@ -180,7 +183,7 @@ def scan_classification(spec: SourceSpec, options: ScanOptions | None = None, *,
     if on_start is not None:
         on_start(len(found.samples))
     summaries = run_image_workers(found.samples, spec.base, options.max_pixels, options.effective_workers,
-                                  on_progress)
+                                  on_progress, spec.storage_options)
     return build_classification_report(spec, options, classes, found.splits, found.bad, summaries)
 
 
@@ -190,9 +193,7 @@ def _layout(spec: SourceSpec) -> str:
         return "folder"
     root = spec.base
     for name in WELL_KNOWN_SPLITS:
-        folder = os.path.join(root, name)
-        if os.path.isdir(folder) and any(os.path.isdir(os.path.join(folder, n)) and not n.startswith(".")
-                                         for n in os.listdir(folder)):
+        if subfolders(os.path.join(root, name)):  # a local folder or a bucket prefix (`discover.files`)
             return "split"
     return "flat"
 
@@ -336,7 +337,8 @@ def _verdict(r: ClassScanReport) -> dict[str, Any]:
         hints.append(f"classes are imbalanced in 'train' ({max(present)} vs {min(present)} images); after "
                      "converting, readers.open(OUT).class_weights('train') gives weights for model.fit")
     targs = task_args(r.spec, r.options)
-    command = ["imgshard", "convert", *source_args(r.spec), "OUT", *targs, "--size", size_flag, *flags]
+    command = ["imgshard", "convert", *source_args(r.spec), "OUT", *targs, "--size", size_flag, *flags,
+               *storage_option_flags(r.spec.storage_options)]
     status = "no_data" if total == 0 else ("needs_flags" if r.bad else ("warnings" if warnings_ else "ok"))
     return {
         "status": status,

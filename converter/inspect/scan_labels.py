@@ -34,6 +34,7 @@ from converter.transform.semantics import (
     mask_values,
 )
 from readers.manifest import ClassInfo
+from readers.storage.url import storage_option_flags
 
 VOID_VALUES = (255, 65535)
 #: A void value is a "thin border" when at least this share of its pixels touches another value.
@@ -263,8 +264,8 @@ def source_positional(spec: SourceSpec) -> list[str]:
 
 
 def source_args(spec: SourceSpec, found: Discovery | None) -> list[str]:
-    """--classes, --layout, suffixes and split lists, as given or found (after OUT: argparse
-    cannot take options between two positional arguments)."""
+    """--classes, --layout, suffixes, split lists and --storage-option flags, as given or found
+    (after OUT: argparse cannot take options between two positional arguments)."""
     args: list[str] = []
     if spec.classes is not None:
         args += ["--classes", spec.classes]
@@ -279,7 +280,7 @@ def source_args(spec: SourceSpec, found: Discovery | None) -> list[str]:
         args += ["--mask-suffix", suffixes[1]]
     for name, path in spec.split_lists:
         args += ["--split-list", f"{name}={path}"]
-    return args
+    return args + storage_option_flags(spec.storage_options)
 
 
 def given_label_args(labels: LabelOptions) -> list[str]:

@@ -21,6 +21,7 @@ from typing import BinaryIO, Callable
 import xxhash
 
 from readers.files import open_regular_file
+from readers.storage.url import is_remote
 
 DEFAULT_ALGORITHM = "xxh3_128"
 CHUNK_BYTES = 1 << 20
@@ -72,6 +73,10 @@ def content_matches(path: str, digest: str) -> bool:
     """Whether the file at `path` holds content with `digest` (compared in that digest's
     algorithm); False when it cannot be read."""
     try:
+        if is_remote(path):  # an object: one GET (`converter.discover.files`)
+            from converter.discover.files import files_for
+
+            return digest_bytes(files_for(path).read(path)[0], algorithm_of(digest)) == digest
         return digest_file(path, algorithm_of(digest)) == digest
     except OSError:
         return False

@@ -26,12 +26,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from converter.discover.files import files_for
 from converter.discover.layout import SourceSample
 from converter.options import OnChange, OutputOptions, RunOptions
 from converter.plan.fingerprint import content_matches
@@ -155,10 +155,9 @@ def _compare(path: str | None, stat: tuple[int, int] | None,
         return ("same", fp) if path is None and fp is None else ("changed", None)
     if stat is None:
         try:
-            st = os.stat(path)
+            stat = files_for(path).stat(path)
         except OSError:
             return "changed", None
-        stat = (st.st_size, st.st_mtime_ns)
     size, mtime_ns = stat
     if size == fp.size and mtime_ns == fp.mtime_ns:
         return "same", fp
@@ -204,10 +203,9 @@ def _stats(batch: list[SourceSample]) -> np.ndarray:
 
 def _stat_or_missing(path: str) -> tuple[int, int]:
     try:
-        st = os.stat(path)
+        return files_for(path).stat(path)
     except OSError:
         return (-2, 0)  # never equal to a converted file's size: compared exactly later
-    return (st.st_size, st.st_mtime_ns)
 
 
 @dataclass

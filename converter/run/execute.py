@@ -16,7 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from converter.run.fork import ProgressFn, R, T, drain_progress, fork_is_safe, fork_map
+from converter.run.fork import ProgressFn, R, T, drain_progress, fork_is_safe, fork_map, stop_drainer
 
 if TYPE_CHECKING:  # pragma: no cover - `scan` maps its own batches and never loads the shard writers
     from converter.plan.shards import ShardTask
@@ -60,7 +60,7 @@ def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
 
     `start`: one of START_METHODS; default `local_start(workers, len(tasks))`.
     """
-    from converter.run.task import run_shard_task, warm_up
+    from converter.run.task import run_shard_task, tail_share, warm_up
 
     start = local_start(workers, len(tasks)) if start is None else start
     if start == "in-process":
@@ -68,7 +68,10 @@ def run_local(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
             yield run_shard_task(task, ctx, on_progress)
     elif start == "fork":
         warm_up(ctx)  # the workers inherit the transformer and share its colour table
-        yield from fork_map(lambda task, progress: run_shard_task(task, ctx, progress), tasks, workers, on_progress)
+        tail = tail_share(tasks, ctx, min(workers, len(tasks)))  # idle workers help with the last shards
+        index = {t.file: i for i, t in enumerate(tasks)}
+        yield from fork_map(lambda task, progress: run_shard_task(task, ctx, progress, tail.for_task(index[task.file])),
+                            tasks, workers, on_progress, tail=tail)
     elif start == "loky":
         yield from _run_loky(tasks, ctx, workers, on_progress)
     else:
@@ -95,14 +98,14 @@ def _run_loky(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int,
         progress = _QueueProgress(q)
         drainer = threading.Thread(target=drain_progress, args=(q, on_progress, stop), daemon=True)
         drainer.start()
+    finished = False
     try:
         parallel = Parallel(n_jobs=min(workers, len(tasks)), backend="loky", return_as="generator_unordered",
                             pre_dispatch="all")
         yield from parallel(delayed(run_shard_task)(t, ctx, progress) for t in tasks)
+        finished = True  # every task returned: its counts were put (synchronously) on the manager's queue
     finally:
-        stop.set()
-        if drainer is not None:
-            drainer.join(timeout=5)
+        stop_drainer(drainer, stop, progress.q if progress is not None else None, senders_done=finished)
         if manager is not None:
             manager.shutdown()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from readers.formats.registry import encoder_for
 from readers.index import shard_samples
 from readers.manifest import ClassInfo, Manifest, SampleEntry, ShardEntry, SourceFingerprint
 
+if TYPE_CHECKING:  # pragma: no cover
+    from converter.run.steal import TailShare, TaskTail
+
 
 @dataclass(frozen=True)
 class WorkerContext:
@@ -48,6 +51,7 @@ class WorkerContext:
     max_pixels: int
     old_manifest_path: str | None = None  # for CopyRecord items (rewrites)
     owner_pid: int | None = None  # the local run that started the workers; None: no orphan guard (Dask)
+    source_options: tuple = ()  # storage options of sources in a bucket (`SourceSpec.storage_options`)
 
 
 @dataclass
@@ -60,18 +64,20 @@ class ShardResult:
     seconds: float = 0.0
     added: int = 0  # records of new samples written
     replaced: int = 0  # re-converted records whose source content changed
+    helped: int = 0  # samples of this shard that other workers converted (`converter.run.steal`)
 
 
 _TRANSFORMERS: dict[Any, SampleTransformer] = {}
 
 
 def _transformer(ctx: WorkerContext) -> SampleTransformer:
-    key = (ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels)
+    key = (ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels, ctx.source_options)
     t = _TRANSFORMERS.get(key)
     if t is None:
         tune_allocator()  # once per process: per-sample arrays reuse warm pages instead of faulting
         _TRANSFORMERS.clear()
-        t = _TRANSFORMERS[key] = SampleTransformer(ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels)
+        t = _TRANSFORMERS[key] = SampleTransformer(ctx.options, ctx.classes, ctx.source_base, ctx.max_pixels,
+                                                          ctx.source_options)
     return t
 
 
@@ -102,7 +108,7 @@ def _old_records(ctx: WorkerContext, layout: tuple[Any, Any],
     from readers.formats.registry import get_adapter
 
     manifest, spec = layout
-    entry = next(s for _, s in manifest.iter_shards() if s.file == shard_file)
+    entry = _old_entry(manifest, shard_file)
     path = os.path.join(ctx.out_dir, shard_file)
     digest = digest_file(path, algorithm_of(entry.digest))
     if digest != entry.digest:
@@ -113,6 +119,23 @@ def _old_records(ctx: WorkerContext, layout: tuple[Any, Any],
     ref = ShardRef(path, entry, 0)
     return (dict(enumerate(get_adapter(manifest.format).iter_stored(ref, spec))), shard_samples(ctx.out_dir, entry),
             spec)
+
+
+def _old_entry(manifest: Manifest, shard_file: str) -> ShardEntry:
+    return next(s for _, s in manifest.iter_shards() if s.file == shard_file)
+
+
+def _old_samples(ctx: WorkerContext, copies: dict, shard_file: str) -> list[SampleEntry]:
+    """The samples of an old shard, from its index file alone (a replaced record needs its old
+    entry, not the shard's records: those are read and hashed only when records are copied)."""
+    if shard_file in copies:
+        return copies[shard_file][1]
+    key = ("samples", shard_file)
+    if key not in copies:
+        if None not in copies:
+            copies[None] = _old_layout(ctx)
+        copies[key] = shard_samples(ctx.out_dir, _old_entry(copies[None][0], shard_file))
+    return copies[key]
 
 
 def _stored_mask(rec: Any, spec: Any) -> Any:
@@ -138,7 +161,66 @@ def content_changed(new: SampleEntry, old: SampleEntry, source_base: str) -> boo
     return not (new.label == old.label and same_file(new.image, old.image) and same_file(new.mask, old.mask))
 
 
-def _note_bad(result: ShardResult, e: DecodeError, key: str) -> None:
+@dataclass
+class Converted:
+    """One source sample converted for its shard writer (`record` None: it was bad).
+
+    Picklable: a worker that helps with another's shard (`converter.run.steal`) sends it
+    to the shard's writer."""
+
+    record: SampleArrays | None = None
+    entry: SampleEntry | None = None
+    class_pixels: np.ndarray | None = None
+    ignore_pixels: int = 0
+    bad: list[BadInput] = field(default_factory=list)
+    unknown_colors: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
+
+
+def convert_sample(transform: SampleTransformer, encode: SampleEncoding, sample: SourceSample) -> Converted:
+    """Decode, transform and encode one sample; a bad one lists every bad file it has."""
+    try:
+        out = transform(sample)
+    except DecodeError as e:
+        bad = Converted()
+        _note_bad(bad, e, sample.key)
+        if sample.mask is not None and e.path == sample.image:  # its mask may be bad too
+            mask_error = _mask_problem(transform, sample)
+            if mask_error is not None:
+                _note_bad(bad, mask_error, sample.key)
+        return bad
+    return Converted(encode(SampleArrays(out.entry.key, out.image, out.mask, out.label)), out.entry,
+                     out.class_pixels, out.ignore_pixels)
+
+
+def _sample_encoding(ctx: WorkerContext) -> SampleEncoding:
+    return SampleEncoding(ctx.options, ignore_index_for(len(ctx.classes)))
+
+
+def tail_share(tasks: Sequence[ShardTask], ctx: WorkerContext, workers: int) -> TailShare:
+    """The `TailShare` of forked workers running `tasks`: a helper converts the items that are
+    converted (not copied) with this run's transformer and encoding."""
+    from converter.run.steal import TailShare
+
+    def convert(task: int, item: int) -> Converted:
+        return convert_sample(_transformer(ctx), _sample_encoding(ctx), _sample_of(tasks[task].items[item]))
+
+    return TailShare([t.num_samples for t in tasks], workers, convert,
+                     lambda task, item: not isinstance(tasks[task].items[item], CopyRecord))
+
+
+def _sample_of(item: SourceSample | ReplaceRecord) -> SourceSample:
+    return item.sample if isinstance(item, ReplaceRecord) else item
+
+
+def _merge_bad(result: ShardResult, converted: Converted) -> None:
+    result.bad += converted.bad
+    for color, (pixels, files) in converted.unknown_colors.items():
+        agg = result.unknown_colors.setdefault(color, [0, 0])
+        agg[0] += pixels
+        agg[1] += files
+
+
+def _note_bad(result: ShardResult | Converted, e: DecodeError, key: str) -> None:
     result.bad.append(BadInput(e.path, e.reason, e.fix, key, e.kind))
     if isinstance(e, UnknownColorError):
         for color, n in e.unknown.counts.items():
@@ -153,7 +235,7 @@ def _mask_problem(transform: SampleTransformer, sample: SourceSample) -> DecodeE
     from converter.transform.sample import relative_key_path
 
     try:
-        mask = decode_mask(read_source(sample.mask, relative_key_path(sample.mask, transform.base)),
+        mask = decode_mask(read_source(sample.mask, relative_key_path(sample.mask, transform.base), sample.mask_stat),
                            transform.max_pixels, wide=transform.wide_masks)
         if transform.semantics is not None:
             transform.mask_classes(mask, sample.mask)
@@ -174,15 +256,23 @@ class _EmptyShard(Exception):
     """Every sample of a shard was bad: leaving the `with` block discards the file."""
 
 
-def run_shard_task(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], None] | None = None) -> ShardResult:
+def run_shard_task(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], None] | None = None,
+                   tail: TaskTail | None = None) -> ShardResult:
     """Write `task.file` in `ctx.out_dir`. Bad samples are skipped and reported in the result.
 
     A `ReplaceRecord` whose new source is bad is reported and its old record is kept,
-    so a bad replacement never loses a sample.
+    so a bad replacement never loses a sample. `tail`: other workers may convert some
+    of its samples (`converter.run.steal`); they are written in the same order.
     """
     try:
         with WorkerGuard(ctx.out_dir, ctx.owner_pid) as guard:
-            return _run_guarded(task, ctx, progress, guard)
+            if tail is None:
+                return _run_guarded(task, ctx, progress, guard, None)
+            tail.begin()
+            try:
+                return _run_guarded(task, ctx, progress, guard, tail)
+            finally:
+                tail.end()
     except OrphanedWorker:
         if ctx.owner_pid is not None and ctx.owner_pid != os.getpid():
             os._exit(3)  # our run was killed: nobody waits for this result
@@ -190,7 +280,7 @@ def run_shard_task(task: ShardTask, ctx: WorkerContext, progress: Callable[[int]
 
 
 def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], None] | None,
-                 guard: WorkerGuard) -> ShardResult:
+                 guard: WorkerGuard, tail: TaskTail | None) -> ShardResult:
     t0 = time.perf_counter()
     transform = _transformer(ctx)
     class_pixels = np.zeros(len(ctx.classes), dtype=np.int64)
@@ -198,34 +288,37 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     ignore_pixels = 0
     entries: list[SampleEntry] = []
     result = ShardResult(task.split, None, task.replaces)
-    copies: dict[Any, Any] = {}  # shard file -> (records, samples, spec); None -> the old layout
+    # shard file -> (records, samples, spec); ("samples", file) -> samples; None -> the old layout
+    copies: dict[Any, Any] = {}
     encoder = encoder_for(ctx.options.format)
-    encode = SampleEncoding(ctx.options, ignore_index_for(len(ctx.classes)))
+    encode = _sample_encoding(ctx)
     try:
         with ShardWriter(ctx.out_dir, task.file, encoder, compression=ctx.options.compression,  # type: ignore[arg-type]
                          capacity=task.num_samples) as writer:
-            for item in task.items:
+            for i, item in enumerate(task.items):
                 copy = item if isinstance(item, CopyRecord) else None
                 counts = None
+                if copy is not None and tail is not None:
+                    tail.take(i)
                 if not isinstance(item, CopyRecord):
-                    sample = item.sample if isinstance(item, ReplaceRecord) else item
-                    try:
-                        out = transform(sample)
-                    except DecodeError as e:
-                        _note_bad(result, e, sample.key)
-                        if sample.mask is not None and e.path == sample.image:  # its mask may be bad too
-                            mask_error = _mask_problem(transform, sample)
-                            if mask_error is not None:
-                                _note_bad(result, mask_error, sample.key)
+                    sample = _sample_of(item)
+                    if tail is None:
+                        out = convert_sample(transform, encode, sample)
+                    else:
+                        out, helped = tail.converted(i, lambda j: convert_sample(transform, encode,
+                                                                                 _sample_of(task.items[j])))
+                        result.helped += helped
+                    _merge_bad(result, out)
+                    if out.record is None:
                         if isinstance(item, ReplaceRecord):
                             copy = item.old  # keep the old record: nothing is lost
                     else:
-                        writer.add(encode(SampleArrays(out.entry.key, out.image, out.mask, out.label)))
-                        entries.append(out.entry)
+                        writer.add(out.record)
+                        entries.append(out.entry)  # type: ignore[arg-type]
                         counts, ignored = out.class_pixels, out.ignore_pixels
                         if isinstance(item, ReplaceRecord):
-                            old_samples = _copy_source(ctx, copies, item.old.shard)[1]
-                            result.replaced += content_changed(out.entry, old_samples[item.old.index],
+                            old_samples = _old_samples(ctx, copies, item.old.shard)
+                            result.replaced += content_changed(out.entry, old_samples[item.old.index],  # type: ignore
                                                                 ctx.source_base)
                         else:
                             result.added += 1

@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from converter.plan.fingerprint import digest_bytes, open_regular
+from converter.discover.files import files_for
+from converter.plan.fingerprint import digest_bytes
 from converter.transform import png, pngchunks
 from readers.files import NotRegularFileError
 from readers.manifest import SourceFingerprint
+from readers.storage.url import is_remote
 
 if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image
@@ -63,13 +65,13 @@ class SourceFile:
     fingerprint: SourceFingerprint
 
 
-def read_source(path: str, rel: str) -> SourceFile:
+def read_source(path: str, rel: str, stat: tuple[int, int] | None = None) -> SourceFile:
     """Read a whole file once: its bytes feed both the hash and the decoder. Only a
-    regular file is read (a FIFO would block the run, a device never end)."""
+    regular file is read (a FIFO would block the run, a device never end). An object-store
+    URL is read with one GET (`converter.discover.files`); its fingerprint carries the
+    (size, version stamp) discovery listed (`stat`), so the next run compares like with like."""
     try:
-        f, st = open_regular(path)
-        with f:
-            data = f.read()
+        data, stamp = files_for(path).read(path)
     except NotRegularFileError as e:
         raise DecodeError(path, "unreadable", f"unreadable: {e}", "replace it with a real image file") from e
     except FileNotFoundError as e:
@@ -78,7 +80,9 @@ def read_source(path: str, rel: str) -> SourceFile:
         raise DecodeError(path, "unreadable", f"cannot read file: {e.strerror or e}", "check permissions") from e
     if not data:
         raise DecodeError(path, "empty_file", "zero-byte file", "re-copy the file from its origin")
-    fp = SourceFingerprint(rel, len(data), st.st_mtime_ns, digest_bytes(data))
+    if is_remote(path) and stat is not None:
+        stamp = stat[1]
+    fp = SourceFingerprint(rel, len(data), stamp or 0, digest_bytes(data))
     return SourceFile(path, data, fp)
 
 

@@ -7,11 +7,11 @@ naming the bad file; it never touches the output folder.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from converter.discover.files import relative, use_storage_options
 from converter.discover.layout import SourceSample
 from converter.options import LabelOptions, MaskEncoding, MaskSemantics, OutputOptions, UnknownColor
 from converter.transform.decode import DecodeError, MaskArray, decode_image, decode_mask, read_source
@@ -32,9 +32,9 @@ class Transformed:
 
 
 def relative_key_path(path: str, base: str) -> str:
-    """`path` relative to the source base, '/'-separated (absolute when outside it)."""
-    rel = os.path.relpath(path, base)
-    return path if rel.startswith("..") else rel.replace(os.sep, "/")
+    """`path` relative to the source base, '/'-separated (absolute when outside it; URLs alike)."""
+    rel = relative(path, base)
+    return path if rel.startswith("..") else rel
 
 
 #: Up to this many classes, pixels are counted by comparison passes instead of bincount.
@@ -45,7 +45,8 @@ class SampleTransformer:
     """Decode + fit + colour lookup for one worker; reuse it for every sample."""
 
     def __init__(self, options: OutputOptions, classes: tuple[ClassInfo, ...], source_base: str,
-                 max_pixels: int) -> None:
+                 max_pixels: int, source_options: tuple = ()) -> None:
+        use_storage_options(source_base, source_options)  # sources in a bucket: read with these options
         self.options = options
         self.classes = classes
         self.base = source_base
@@ -94,8 +95,9 @@ class SampleTransformer:
 
     def __call__(self, sample: SourceSample) -> Transformed:
         opts = self.options
-        img_src = read_source(sample.image, relative_key_path(sample.image, self.base))
-        mask_src = read_source(sample.mask, relative_key_path(sample.mask, self.base)) if sample.mask else None
+        img_src = read_source(sample.image, relative_key_path(sample.image, self.base), sample.image_stat)
+        mask_src = (read_source(sample.mask, relative_key_path(sample.mask, self.base), sample.mask_stat)
+                    if sample.mask else None)
         image = decode_image(img_src, self.max_pixels, exif_transpose=self.kind.exif_transpose)
         geom = plan_geometry(image.shape[:2], opts.size, opts.fit)
         out_image = resize_image(image, geom, opts.image_filter)

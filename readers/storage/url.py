@@ -22,6 +22,8 @@ OBJECT_SCHEMES: dict[str, tuple[str, str, str]] = {
 class StorageURLError(ValueError):
     """A location that is not a local path, ``file://``, ``s3://bucket/...`` or ``gs://bucket/...``."""
 
+    exit_code = 2  # a usage error on the command line
+
 
 def scheme_of(location: str | os.PathLike) -> str:
     """'' for a plain path, else the lower-case URL scheme ('s3', 'gs', 'file', ...)."""
@@ -107,5 +109,57 @@ def parse_storage_options(items: Iterable[str] | None) -> dict[str, Any]:
     return options
 
 
-__all__ = ["OBJECT_SCHEMES", "StorageURLError", "is_remote", "local_path", "parse_storage_options",
-           "scheme_of", "split_url"]
+def freeze_storage_options(options: Any) -> tuple[tuple[str, Any], ...]:
+    """Storage options as sorted (key, value) pairs, nested mappings as nested pairs: hashable and
+    picklable, for frozen option objects (`SourceSpec.storage_options`). Pairs pass through."""
+    if not options:
+        return ()
+    items = options.items() if hasattr(options, "items") else options
+    out = []
+    for key, value in items:
+        if hasattr(value, "items"):
+            value = ("__mapping__", freeze_storage_options(value))
+        elif isinstance(value, list):
+            value = tuple(value)
+        out.append((str(key), value))
+    return tuple(sorted(out, key=lambda kv: kv[0]))
+
+
+def thaw_storage_options(frozen: Any) -> dict[str, Any]:
+    """The fsspec keyword arguments of `freeze_storage_options`' pairs (or of a mapping)."""
+    if hasattr(frozen, "items"):
+        return dict(frozen)
+    out: dict[str, Any] = {}
+    for key, value in frozen or ():
+        if isinstance(value, tuple) and len(value) == 2 and value[0] == "__mapping__":
+            value = thaw_storage_options(value[1])
+        out[key] = value
+    return out
+
+
+#: Option names whose values are never printed (`storage_option_flags`).
+_SECRET_WORDS = ("secret", "token", "password", "credential")
+
+
+def storage_option_flags(options: Any) -> list[str]:
+    """The ``--storage-option KEY=VALUE`` arguments that give `options` again (nested keys dotted);
+    a value whose key names a secret (secret, token, password, credentials) reads ``<redacted>``."""
+    flags: list[str] = []
+
+    def walk(prefix: str, mapping: dict[str, Any]) -> None:
+        for key, value in mapping.items():
+            if isinstance(value, dict):
+                walk(f"{prefix}{key}.", value)
+            else:
+                text = {True: "true", False: "false", None: "none"}.get(value, value) \
+                    if isinstance(value, (bool, type(None))) else value
+                if any(w in key.lower() for w in _SECRET_WORDS) and text not in ("anon", "none", "true", "false"):
+                    text = "<redacted>"
+                flags.extend(["--storage-option", f"{prefix}{key}={text}"])
+
+    walk("", thaw_storage_options(options))
+    return flags
+
+
+__all__ = ["OBJECT_SCHEMES", "StorageURLError", "freeze_storage_options", "is_remote", "local_path",
+           "parse_storage_options", "scheme_of", "split_url", "storage_option_flags", "thaw_storage_options"]

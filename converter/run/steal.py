@@ -1,0 +1,185 @@
+"""Sample-level help for the last shards of a forked run, so no worker idles in the tail.
+
+Shard tasks are whole shards (their contents are fixed by the plan, whatever the
+number of workers), so a worker that found no task left used to wait while the
+others finished theirs: up to one shard's time (0.4 s of a 2 s 2-worker run here
+when one worker fell behind). With `TailShare`, such a worker (a helper) converts
+samples of a shard still being written instead: it decodes, transforms and encodes
+the next sample nobody has taken and sends the result to the shard's writer (its
+owner), which writes every sample in order. The shard is the same bytes whoever
+converted its samples.
+
+Per task, one shared counter: the next sample nobody has taken, moved under one lock
+by the owner and the helpers alike, so they take turns along the shard and the
+owner receives a helper's sample about when it needs it (nothing piles up: the owner
+holds at most the few samples it converted ahead while a helper's is on its way).
+Only samples that are converted (not records copied from an old shard) are taken
+by helpers. Each worker has an inbox (a queue only it reads); a helper pickles its
+payload before queueing it, so a payload that cannot be pickled fails in the helper,
+which then sends the error instead, and the owner raises it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import queue
+from typing import Any, Callable, Sequence
+
+_WAIT_SECONDS = 0.2
+
+
+class _HelperFailed:
+    """What a helper sends in place of a sample it failed to convert (the owner raises `error`)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class TailShare:
+    """Shared state of the forked workers of one run; create it before they are forked.
+
+    `sizes`: items per task. `convert(task, item)` -> a picklable payload for the owner;
+    `stealable(task, item)` -> whether a helper may convert that item.
+    """
+
+    def __init__(self, sizes: Sequence[int], workers: int, convert: Callable[[int, int], Any],
+                 stealable: Callable[[int, int], bool]) -> None:
+        import multiprocessing as mp
+
+        fork = mp.get_context("fork")
+        self._sizes = list(sizes)
+        self._next = fork.Array("q", len(self._sizes))  # per task: the next item nobody has taken (locked)
+        self._active = fork.Array("q", [-1] * workers, lock=False)  # worker -> the task it writes (same lock)
+        self._inboxes = [fork.Queue() for _ in range(workers)]
+        self._convert = convert
+        self._stealable = stealable
+        self._me = 0
+        self._check: Callable[[], None] = lambda: None
+        self._received: dict[tuple[int, int], bytes] = {}
+        self.helped = 0  # samples this process converted for other workers' shards
+
+    def start(self, worker: int, check: Callable[[], None]) -> None:
+        """Called in worker `worker` (0: the run itself) before its first task; `check()`
+        raises (or exits) when the run cannot go on (a worker died)."""
+        self._me, self._check = worker, check
+
+    def for_task(self, task: int) -> TaskTail:
+        return TaskTail(self, task)
+
+    # -- the owner of a task -----------------------------------------------------------
+    def begin(self, task: int) -> None:
+        with self._next.get_lock():
+            self._active[self._me] = task
+
+    def claim(self, task: int, item: int | None = None, *, stealable_only: bool = False) -> int | None:
+        """Take the next untaken item of `task` (only if it is `item`, when given); None if
+        there is none (or it is another, or, with `stealable_only`, one helpers may not take)."""
+        with self._next.get_lock():
+            nxt = self._next[task]
+            if nxt >= self._sizes[task] or (item is not None and nxt != item):
+                return None
+            if stealable_only and not self._stealable(task, nxt):
+                return None
+            self._next[task] = nxt + 1
+            return nxt
+
+    def arrived(self, task: int, item: int, *, wait: bool) -> Any:
+        """A helper's payload for `item` of `task` if it is here (with `wait`, once it is), else
+        None. Raises the helper's error, if it sent one."""
+        inbox = self._inboxes[self._me]
+        while (task, item) not in self._received:
+            try:
+                t, i, data = inbox.get(timeout=_WAIT_SECONDS) if wait else inbox.get_nowait()
+            except queue.Empty:
+                if not wait:
+                    return None
+                self._check()
+                continue
+            self._received[(t, i)] = data
+        payload = pickle.loads(self._received.pop((task, item)))
+        if isinstance(payload, _HelperFailed):
+            raise payload.error
+        return payload
+
+    def end(self, task: int) -> None:
+        """The owner is done with `task` (or failed): nothing of it is left to take."""
+        with self._next.get_lock():
+            self._next[task] = self._sizes[task]
+            self._active[self._me] = -1
+
+    # -- an idle worker ------------------------------------------------------------------
+    def help(self) -> None:
+        """Convert samples of the shards still being written until none is left to take."""
+        from converter.run.fork import portable_error
+
+        while (claim := self._claim_for_helper()) is not None:
+            task, item, owner = claim
+            try:
+                data = pickle.dumps(self._convert(task, item), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as e:  # noqa: BLE001 - the owner raises it in its task, which ends the run
+                self._inboxes[owner].put((task, item, pickle.dumps(_HelperFailed(portable_error(e)))))
+                return
+            self._inboxes[owner].put((task, item, data))
+            self.helped += 1
+
+    def _claim_for_helper(self) -> tuple[int, int, int] | None:
+        """(task, item, owner): the next sample of the task being written with the most left."""
+        with self._next.get_lock():
+            best, left, owner = -1, 0, -1
+            for worker, task in enumerate(self._active):
+                if task < 0 or worker == self._me:
+                    continue
+                nxt = self._next[task]
+                if self._sizes[task] - nxt > left and self._stealable(task, nxt):
+                    best, left, owner = task, self._sizes[task] - nxt, worker
+            if best < 0:
+                return None
+            item = self._next[best]
+            self._next[best] = item + 1
+            return best, item, owner
+
+    def close(self, *, finished: bool) -> None:
+        """Release the inboxes. After a failed run, payloads nobody will read must not hold up
+        this process's exit (their owner may be dead)."""
+        for inbox in self._inboxes:
+            if not finished:
+                inbox.cancel_join_thread()
+            inbox.close()
+            if finished:
+                inbox.join_thread()
+
+
+class TaskTail:
+    """The owner's side of one task of a `TailShare` (what `run_shard_task` is given).
+
+    The owner asks for its items in order: `take(i)` for an item only it handles (a
+    copied record), `converted(i, convert)` for one a helper may have converted.
+    """
+
+    def __init__(self, share: TailShare, task: int) -> None:
+        self.share, self.task = share, task
+        self._ahead: dict[int, Any] = {}  # items this owner converted while a helper's was on its way
+
+    def begin(self) -> None:
+        self.share.begin(self.task)
+
+    def take(self, item: int) -> None:
+        if self.share.claim(self.task, item) is None:  # helpers never take these
+            raise RuntimeError(f"item {item} of task {self.task} was taken by a helper, which must not happen")
+
+    def converted(self, item: int, convert: Callable[[int], Any]) -> tuple[Any, bool]:
+        """(payload of `item`, whether a helper converted it); `convert(j)` converts item j here."""
+        if self.share.claim(self.task, item) is not None:
+            return convert(item), False
+        while item not in self._ahead:  # taken: by a helper, or by this owner ahead of it
+            payload = self.share.arrived(self.task, item, wait=False)
+            if payload is not None:
+                return payload, True
+            ahead = self.share.claim(self.task, stealable_only=True)
+            if ahead is None:  # nothing left to convert here: wait for the helper's
+                return self.share.arrived(self.task, item, wait=True), True
+            self._ahead[ahead] = convert(ahead)
+        return self._ahead.pop(item), False
+
+    def end(self) -> None:
+        self.share.end(self.task)
