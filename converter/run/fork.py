@@ -27,8 +27,9 @@ import queue
 import signal
 import sys
 import threading
-import traceback
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
+
+from converter.run.steal import portable_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from converter.run.steal import TailShare
@@ -82,16 +83,6 @@ def _die_with_parent(parent_pid: int) -> None:
     except (OSError, AttributeError) as e:  # no prctl: the WorkerGuard still stops orphans from writing
         log.debug("prctl(PR_SET_PDEATHSIG) unavailable (%s); relying on the worker guard", e)
     _exit_if_orphaned(parent_pid)
-
-
-def portable_error(e: BaseException) -> BaseException:
-    """The exception itself if it survives pickling, else a RuntimeError carrying its traceback."""
-    try:
-        pickle.loads(pickle.dumps(e))
-        return e
-    except Exception:  # noqa: BLE001 - any pickling failure: send the text instead
-        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        return RuntimeError(f"a worker failed with {type(e).__name__}: {e}\n{text}")
 
 
 def _take(next_item) -> int:

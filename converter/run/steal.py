@@ -23,9 +23,20 @@ from __future__ import annotations
 
 import pickle
 import queue
+import traceback
 from typing import Any, Callable, Sequence
 
 _WAIT_SECONDS = 0.2
+
+
+def portable_error(e: BaseException) -> BaseException:
+    """The exception itself if it survives pickling, else a RuntimeError carrying its traceback."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:  # noqa: BLE001 - any pickling failure: send the text instead
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        return RuntimeError(f"a worker failed with {type(e).__name__}: {e}\n{text}")
 
 
 class _HelperFailed:
@@ -110,7 +121,6 @@ class TailShare:
     # -- an idle worker ------------------------------------------------------------------
     def help(self) -> None:
         """Convert samples of the shards still being written until none is left to take."""
-        from converter.run.fork import portable_error
 
         while (claim := self._claim_for_helper()) is not None:
             task, item, owner = claim
