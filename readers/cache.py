@@ -60,13 +60,10 @@ def _file_key(path: str, st: os.stat_result) -> tuple[str, int, int, int]:
 
 def file_digest(path: str, digest: str) -> str:
     """The digest of the file at `path` with the algorithm `digest` names (read in chunks)."""
-    from readers.remote import Digest
+    from readers.digest import algorithm_of, digest_stream
 
-    d = Digest(digest.split(":", 1)[0])
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK_BYTES):
-            d.update(chunk)
-    return d.value()
+        return digest_stream(f, algorithm_of(digest), _CHUNK_BYTES)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from readers.digest import digest_bytes
 from readers.manifest import IndexRef, ManifestError, SampleEntry, ShardEntry, SourceFingerprint
 
 INDEX_SUFFIX = ".idx.npy"
@@ -70,9 +71,7 @@ def index_name(shard_file: str, digest: str) -> str:
 
 
 def _digest(data: bytes | memoryview) -> str:
-    import xxhash
-
-    return f"{INDEX_ALGORITHM}:{xxhash.xxh3_128(data).hexdigest()}"
+    return digest_bytes(data, INDEX_ALGORITHM)
 
 
 def _utf8(values: Sequence[str]) -> np.ndarray:

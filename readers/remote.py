@@ -17,46 +17,19 @@ Every error names the object's URL, what was expected and the fix.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from readers.digest import DIGEST_ALGORITHMS, algorithm_of, digest_bytes
 from readers.errors import FIX_HINT, ShardError
 from readers.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, ManifestError, parse_manifest_bytes
 from readers.sources import ByteSource, FileSource, MemorySource, RangedSource, SourceStat
 
-#: Content digests a manifest may name (xxh3_128 since version 2, sha256 in version 1).
-DIGEST_ALGORITHMS = ("xxh3_128", "sha256")
-
-
-class Digest:
-    """Incremental "ALGORITHM:HEX" digest of bytes fed in pieces."""
-
-    def __init__(self, algorithm: str) -> None:
-        if algorithm == "xxh3_128":
-            import xxhash
-
-            self._h: Any = xxhash.xxh3_128()
-        elif algorithm == "sha256":
-            self._h = hashlib.sha256()
-        else:
-            raise ValueError(f"unknown digest algorithm {algorithm!r}; expected one of {list(DIGEST_ALGORITHMS)}")
-        self.algorithm = algorithm
-
-    def update(self, data: Any) -> None:
-        self._h.update(data)
-
-    def value(self) -> str:
-        return f"{self.algorithm}:{self._h.hexdigest()}"
-
-
 def digest_of(data: Any, digest: str) -> str:
     """The digest of `data` with the algorithm `digest` ("ALGORITHM:HEX") names."""
-    d = Digest(digest.split(":", 1)[0])
-    d.update(data)
-    return d.value()
+    return digest_bytes(data, algorithm_of(digest))
 
 
 def load_manifest(store: Any) -> Manifest:
@@ -195,5 +168,5 @@ def local_copy_name(remote: RemoteFile) -> str:
     return f"{algorithm}-{hexdigest[:32]}-{os.path.basename(remote.name)}"
 
 
-__all__ = ["DIGEST_ALGORITHMS", "Digest", "RemoteFile", "digest_of", "list_objects", "load_manifest",
+__all__ = ["DIGEST_ALGORITHMS", "RemoteFile", "digest_of", "list_objects", "load_manifest",
            "local_copy_name", "remote_file"]

@@ -9,42 +9,19 @@ names its algorithm ("xxh3_128:..."), and manifests of version 1 hold sha256 dig
 ("sha256:..."): a file is always compared with the algorithm its old digest used.
 
 Shard files get the same kind of digest (`converter.write.base`), computed while they
-are written; `xxhsum -H2 FILE` (xxHash's command line tool) prints the same hex.
+are written; `xxhsum -H2 FILE` (xxHash's command line tool) prints the same hex. The
+hashing itself is `readers.digest` (shared with the readers); this module adds reading
+source files safely.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
-import xxhash
-
+from readers.digest import CHUNK_BYTES, DEFAULT_ALGORITHM, algorithm_of, digest_bytes, digest_stream, new_hasher
 from readers.files import open_regular_file
 from readers.storage.url import is_remote
-
-DEFAULT_ALGORITHM = "xxh3_128"
-CHUNK_BYTES = 1 << 20
-
-_HASHERS: dict[str, Callable[[], object]] = {
-    "xxh3_128": xxhash.xxh3_128,
-    "sha256": hashlib.sha256,
-}
-
-
-def algorithm_of(digest: str) -> str:
-    algorithm = digest.split(":", 1)[0]
-    if algorithm not in _HASHERS or ":" not in digest:
-        raise ValueError(f"digest must look like 'ALGORITHM:HEX' with ALGORITHM one of {sorted(_HASHERS)}. "
-                         f"Received: {digest!r}")
-    return algorithm
-
-
-def digest_bytes(data: bytes | memoryview, algorithm: str = DEFAULT_ALGORITHM) -> str:
-    """'ALGORITHM:HEX' of `data`."""
-    h = new_hasher(algorithm)
-    h.update(data)  # type: ignore[attr-defined]
-    return f"{algorithm}:{h.hexdigest()}"  # type: ignore[attr-defined]
 
 
 def open_regular(path: str) -> tuple[BinaryIO, os.stat_result]:
@@ -61,12 +38,9 @@ def open_regular(path: str) -> tuple[BinaryIO, os.stat_result]:
 
 def digest_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> str:
     """'ALGORITHM:HEX' of a regular file's content, read in 1 MiB chunks. Raises OSError."""
-    h = new_hasher(algorithm)
     f, _ = open_regular(path)
     with f:
-        while chunk := f.read(CHUNK_BYTES):
-            h.update(chunk)  # type: ignore[attr-defined]
-    return f"{algorithm}:{h.hexdigest()}"  # type: ignore[attr-defined]
+        return digest_stream(f, algorithm)
 
 
 def content_matches(path: str, digest: str) -> bool:
@@ -82,9 +56,5 @@ def content_matches(path: str, digest: str) -> bool:
         return False
 
 
-def new_hasher(algorithm: str = DEFAULT_ALGORITHM) -> object:
-    """A hashlib-style object (update / hexdigest) for `algorithm`."""
-    try:
-        return _HASHERS[algorithm]()
-    except KeyError:
-        raise ValueError(f"algorithm must be one of {sorted(_HASHERS)}. Received: {algorithm!r}") from None
+__all__ = ["CHUNK_BYTES", "DEFAULT_ALGORITHM", "algorithm_of", "content_matches", "digest_bytes", "digest_file",
+           "new_hasher", "open_regular"]

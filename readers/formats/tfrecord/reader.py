@@ -555,9 +555,10 @@ def _streamed_offsets(remote: Any) -> list[int]:
     bytes are also checked against the manifest's digest (so the first random access to a
     shard checks all of it). Raises `ShardError` naming the URL for a truncated header or
     record, or a digest that differs."""
-    from readers.remote import Digest
+    from readers.digest import algorithm_of, hex_of, new_hasher
 
-    size, digest = remote.size, Digest(remote.digest.split(":", 1)[0])
+    algorithm = algorithm_of(remote.digest)
+    size, digest = remote.size, new_hasher(algorithm)
     offsets: list[int] = []
     pos, pending = 0, b""
     for start in range(0, size, SCAN_CHUNK_BYTES):
@@ -580,8 +581,9 @@ def _streamed_offsets(remote: Any) -> list[int]:
         raise remote.error(f"record {len(offsets)}: truncated record header (byte offset {pos})")
     if pos != size:
         raise remote.error(f"the last record runs past the end of the object ({pos} > {size} bytes)")
-    if digest.value() != remote.digest:
-        raise remote.error(f"its digest is {digest.value()}, the manifest says {remote.digest} (the object is "
+    got = hex_of(digest, algorithm)
+    if got != remote.digest:
+        raise remote.error(f"its digest is {got}, the manifest says {remote.digest} (the object is "
                            "damaged or was rewritten)")
     return offsets
 
