@@ -134,6 +134,19 @@ def copy_sources(tasks: Sequence[ShardTask]) -> list[str]:
     return sorted(names)
 
 
+def shard_files(entry) -> list[str]:
+    """A shard entry's file and its index file: what one shard task puts into the bucket."""
+    return [entry.file, *((entry.index.file,) if entry.index is not None else ())]
+
+
+def download_missing(store: ObjectStore, names: Sequence[str], folder: str) -> None:
+    """Download each object of `names` into `folder` unless a file of that name is already there."""
+    for name in names:
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            store.download(name, path)
+
+
 class BucketOutput:
     """The dataset under an ``s3://``/``gs://`` URL, for the length of one run (see the module docstring)."""
 
@@ -285,10 +298,7 @@ class BucketOutput:
     # -- while converting --------------------------------------------------------------------
     def fetch_copy_sources(self, tasks: Sequence[ShardTask]) -> None:
         """Download the old shards that rewrite tasks copy records from (local runner)."""
-        for name in copy_sources(tasks):
-            path = os.path.join(self.staging, name)
-            if not os.path.exists(path):
-                self.store.download(name, path)
+        download_missing(self.store, copy_sources(tasks), self.staging)
 
     def shard_done(self, entry) -> None:
         """A shard and its index file are complete in staging: upload them (returns at once)."""
@@ -296,14 +306,12 @@ class BucketOutput:
         if self.uploader is not None:
             self.uploader.raise_failed()  # an upload failed: stop now, nothing will be published
         if entry is not None and self.uploader is not None:
-            index = (entry.index.file,) if entry.index is not None else ()
-            self.uploader.submit([entry.file, *index], keep=index)
+            files = shard_files(entry)
+            self.uploader.submit(files, keep=tuple(files[1:]))
 
     def fetch_indexes_of(self, entries: Sequence) -> None:
         """Index files of shards that Dask workers uploaded themselves (a --rebuild's counts read them)."""
-        for entry in entries:
-            if entry.index is not None and not os.path.exists(os.path.join(self.staging, entry.index.file)):
-                self.store.download(entry.index.file, os.path.join(self.staging, entry.index.file))
+        download_missing(self.store, [e.index.file for e in entries if e.index is not None], self.staging)
 
     # -- publishing --------------------------------------------------------------------------
     def publish(self, manifest: Manifest, extra: Sequence[str] = ()) -> None:

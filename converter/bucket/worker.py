@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
-from converter.bucket.output import copy_sources
+from converter.bucket.output import copy_sources, download_missing, shard_files
 from converter.plan.shards import ShardTask
 from converter.run.task import ShardResult, WorkerContext, run_shard_task
 from readers.manifest import MANIFEST_NAME, Manifest
@@ -43,11 +43,8 @@ def _fetch_copy_sources(store: ObjectStore, task: ShardTask, scratch: str) -> st
     path = os.path.join(scratch, MANIFEST_NAME)
     store.download(MANIFEST_NAME, path)
     listed = {s.file: s for _, s in Manifest.load(path).iter_shards()}
-    for name in names:
-        store.download(name, os.path.join(scratch, name))
-        entry = listed.get(name)
-        if entry is not None and entry.index is not None:
-            store.download(entry.index.file, os.path.join(scratch, entry.index.file))
+    download_missing(store, [f for name in names for f in (shard_files(listed[name]) if name in listed else [name])],
+                     scratch)
     return path
 
 
@@ -59,11 +56,9 @@ def run_bucket_task(task: ShardTask, ctx: WorkerContext, target: BucketTarget,
         manifest_path = _fetch_copy_sources(target.store, task, scratch)
         local = dataclasses.replace(ctx, out_dir=scratch, old_manifest_path=manifest_path)
         result = run_shard_task(task, local, progress)
-        entry = result.entry
-        if entry is not None:
-            target.store.put_file(entry.file, os.path.join(scratch, entry.file))
-            if entry.index is not None:
-                target.store.put_file(entry.index.file, os.path.join(scratch, entry.index.file))
+        if result.entry is not None:
+            for name in shard_files(result.entry):
+                target.store.put_file(name, os.path.join(scratch, name))
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
