@@ -14,7 +14,7 @@ WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT"/converter/transform/
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ] || ! "$VENV/bin/python" -c "import converter, readers" 2>/dev/null; then
   echo "imgshard: installing imgshard and its dependencies into $VENV (first run takes a few minutes)" >&2
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[test,dask,tfds,s3,gcs]"
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[test,dask,tfds,s3,gcs,coco,tiff,yaml,grain,augbench]"
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
