@@ -160,10 +160,16 @@ class TFRecordAdapter(FileAdapter):
         Gzip shards (and `ENGINE` = "tf") use `tf_reader_dataset`, TensorFlow's reader,
         except for planned pipelines (a seed, augmentation, resume:
         `PipelineOptions.planned`), which read gzip shards whole (`load_whole`) into the
-        generator pipeline so that the stream is a pure function of (seed, epoch, step).
+        generator pipeline so that the stream is a pure function of (seed, epoch, step),
+        and encoded (PNG/JPEG/WebP) records, which decode there with the strict rules of
+        `records()` (`readers.formats.pngmask`) and errors naming shard and record.
         """
         remote = any(s.source is not None for s in shards)  # bucket shards: whole-object reads, no tensorflow-io
-        if options.requires_plan or remote or (ENGINE == "mapped" and (spec.compression == "none" or options.planned)):
+        # Encoded records decode in the generator (the strict Pillow rules of every other path,
+        # errors naming shard and record), never in TensorFlow's lenient graph decoders.
+        encoded = spec.image_codec != "raw" or spec.mask_codec != "raw"
+        if options.requires_plan or remote or (ENGINE == "mapped" and (
+                spec.compression == "none" or options.planned or encoded)):
             from readers.formats.batching import expands_in_generator, generator_dataset
 
             load = (functools.partial(load_located, read_into_batches=not expands_in_generator(spec, options))
