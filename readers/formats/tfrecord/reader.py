@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from readers.errors import FIX_HINT, describe, shard_error
+from readers.errors import FIX_HINT, REOPEN_HINT, describe, shard_error
 from readers.sources import ByteSource, is_ranged, open_source
 from readers.formats import (
     FEATURE_HEIGHT,
@@ -509,7 +509,8 @@ def _checked_reader(compression: str):
         exists = tf.logical_or(tf.logical_not(plain), tf.size(tf.io.matching_files(
             tf.where(plain, path, tf.constant("")))) > 0)
         found = tf.debugging.Assert(exists, [
-            "imgshard: shard", path, f"has disappeared since the dataset was opened. {FIX_HINT}"])
+            "imgshard: shard", path, "has disappeared since the dataset was opened. If the dataset's current "
+            f"manifest no longer lists it: {REOPEN_HINT} If it still does, the dataset is damaged: {FIX_HINT}"])
         with tf.control_dependencies([found]):
             path = tf.identity(path)
         records = tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES)
