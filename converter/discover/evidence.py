@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from converter.discover.files import file_names, join
+from converter.discover.files import file_names, join, subfolders
 from converter.discover.layout import IMAGE_EXTENSIONS, LayoutDefaults
 from converter.discover.names_files import find_names_file, read_names
 from converter.options import DEFAULT_MAX_PIXELS, MaskSemantics
@@ -34,6 +34,8 @@ PEEK_MASKS = 8
 #: Pascal VOC image ids: year_number (2007_000032).
 VOC_IMAGE_ID = re.compile(r"^20\d\d_\d{6}$")
 VOC_VALUES = frozenset(range(21)) | {255}
+#: ADE20K file names (ADE_train_00000001, ADE_val_00000001).
+ADE_NAME = re.compile(r"^ADE_[a-z]+_\d{8}$")
 _GREY = (np.arange(256, dtype=np.uint32) * 0x010101).astype(np.uint32)
 
 
@@ -134,6 +136,31 @@ def names_defaults(path: str, values: set[int] | None, ignore: tuple[int, ...] =
     return LayoutDefaults(MaskSemantics.INDEX, keep, names_file=path, classes_from=where)
 
 
+def _binary(values: set[int], why: str = "") -> LayoutDefaults:
+    return LayoutDefaults(MaskSemantics.BINARY, classes_from=f"masks of two levels (0 and {max(values)}): "
+                          f"background and foreground{why}")
+
+
+def folder_pair_defaults(root: str, masks_name: str, reduce: bool) -> LayoutDefaults:
+    """Classes of an ``images/`` + ``annotations/`` (or mmseg) dataset: binary for two-level
+    masks; ADE20K's reduced zero label only with ADE20K's file names (``ADE_train_00000001``)."""
+    masks = join(root, masks_name)
+    folder = next((join(masks, d) for d in subfolders(masks) if mask_names(join(masks, d))), masks)
+    names = mask_names(folder)
+    values = peek_values([join(folder, n) for n in spread(names)])
+    if values is not None and two_level(values):
+        return _binary(values)
+    if not reduce:
+        return LayoutDefaults(MaskSemantics.INDEX, classes_from="the mask values present, class_0..")
+    odd = [n for n in names if not ADE_NAME.match(os.path.splitext(n)[0])]
+    if names and not odd:
+        return LayoutDefaults(MaskSemantics.INDEX, reduce_zero_label=True,
+                              classes_from="the mask values present; ADE20K (ADE_ file names): 0 = other, "
+                              "reduced (v -> v-1)")
+    return LayoutDefaults(MaskSemantics.INDEX, classes_from="the mask values present, class_0.. (not ADE20K: "
+                          f"names like {(odd or ['none'])[0]!r}, so 0 is a class, not reduced)")
+
+
 def voc_defaults(root: str, base: str, mask_dir: str) -> LayoutDefaults:
     """Classes of a VOC-layout dataset: a names file beside it, the 21 VOC classes only for
     Pascal VOC itself, else binary for two-level masks or the values present."""
@@ -149,12 +176,11 @@ def voc_defaults(root: str, base: str, mask_dir: str) -> LayoutDefaults:
     voc, why = pascal_voc_evidence(stems, values)
     if voc:
         return LayoutDefaults(MaskSemantics.INDEX, (255,), class_names=VOC_CLASSES, classes_from=why)
-    if values is not None and two_level(values) and max(values) > 1:
-        return LayoutDefaults(MaskSemantics.BINARY, classes_from=f"masks of two levels (0 and {max(values)}): "
-                              f"background and foreground (not Pascal VOC: {why})")
+    if values is not None and two_level(values):
+        return _binary(values, f" (not Pascal VOC: {why})")
     return LayoutDefaults(classes_from=f"the mask values present, class_0.. (not Pascal VOC: {why}; "
                           "no names file beside the data)")
 
 
-__all__ = ["PEEK_MASKS", "is_palette", "mask_names", "names_defaults", "palette_conflict", "palette_order",
+__all__ = ["PEEK_MASKS", "folder_pair_defaults", "is_palette", "mask_names", "names_defaults", "palette_conflict", "palette_order",
            "pascal_voc_evidence", "peek_mask", "peek_values", "spread", "two_level", "voc_defaults"]

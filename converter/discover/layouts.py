@@ -24,7 +24,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from converter.discover.evidence import names_defaults, voc_defaults
+from converter.discover.evidence import folder_pair_defaults, names_defaults, voc_defaults
 from converter.discover.files import absolute, file_names, is_dir, is_file, source_scope, subfolders
 from converter.discover.names_files import find_names_file
 from converter.discover.layout import (
@@ -278,9 +278,7 @@ class FolderPair(Layout):
         return _with_split_lists(folders, spec, dict(spec.split_lists))
 
     def defaults(self, root: str) -> LayoutDefaults:
-        return LayoutDefaults(MaskSemantics.INDEX, reduce_zero_label=self.reduce_zero_label,
-                              classes_from="the mask values present, class_0.." + (
-                                  " (ADE20K: 0 = other, reduced)" if self.reduce_zero_label else ""))
+        return folder_pair_defaults(root, self.masks_name, self.reduce_zero_label)
 
 
 class Ade(FolderPair):

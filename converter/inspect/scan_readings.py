@@ -42,8 +42,8 @@ def classes_from(spec: SourceSpec, found: Discovery, resolved: LabelOptions, cla
     if spec.classes is not None:
         return f"--classes {spec.classes} ({len(classes)} classes)"
     if "--num-classes" in flags or (resolved.num_classes is not None and found.defaults.names_file is None):
-        return (f"the mask values present: K = max value + 1 = {len(classes)} (class_0..class_{len(classes) - 1}); "
-                "no names file beside the data (give one with --classes names.txt, line i = class i)")
+        base = found.defaults.classes_from or "the mask values present, class_0.. (no names file beside the data)"
+        return f"{base}; K = max value + 1 = {len(classes)} (names: --classes names.txt, line i = class i)"
     if resolved.semantics is MaskSemantics.BINARY and not found.defaults.classes_from:
         return "masks of two levels: background and foreground"
     if table is not None and resolved.semantics is MaskSemantics.INDEX:
@@ -164,4 +164,37 @@ def reading_problems(sec: dict[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["classes_from", "format_readings", "reading_problems", "readings_section"]
+def scan_labels_options(given: LabelOptions | None, flags: list[str]) -> LabelOptions:
+    """The label options convert gets from scan's command: `given` plus scan's label flags."""
+    import dataclasses
+
+    labels = given or LabelOptions()
+    ignore = list(labels.ignore_values or ())
+    for flag, value in zip(flags, flags[1:]):
+        if flag == "--mask-semantics":
+            labels = dataclasses.replace(labels, semantics=MaskSemantics.parse(value, flag))
+        elif flag == "--ignore-index":
+            ignore.append(int(value))
+        elif flag == "--num-classes":
+            labels = dataclasses.replace(labels, num_classes=int(value))
+    return dataclasses.replace(labels, ignore_values=tuple(ignore)) if ignore else labels
+
+
+def preview_reading(report, out_png: str, n: int = 4):
+    """`scan --preview FILE`: `n` source masks spread over the dataset, drawn under the reading
+    scan chose (its flags applied), with the class legend."""
+    from converter.inspect.preview import PreviewOptions, preview_sources
+    from converter.options import Task
+
+    keys = spread(sorted(s.key for s in report.summaries if not s.errors and s.mask), n)
+    if not keys:
+        raise ValueError(f"scan --preview {out_png}: no readable image/mask pair to draw. "
+                         f"Received: {len(report.summaries)} pair(s), all bad")
+    labels = scan_labels_options(report.options.labels, list(report.labels.get("flags", [])))
+    return preview_sources(report.spec, out_png, PreviewOptions(n=len(keys), keys=tuple(keys),
+                                                                color_tolerance=report.options.color_tolerance),
+                           max_pixels=report.options.max_pixels, task=Task.SEGMENTATION, labels=labels)
+
+
+__all__ = ["classes_from", "format_readings", "preview_reading", "reading_problems", "readings_section",
+           "scan_labels_options"]
