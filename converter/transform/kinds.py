@@ -39,6 +39,8 @@ _PILLOW_MODES = {  # mode -> (dtype, channels without alpha, alpha)
     "I;16B": ("uint16", 1, False), "I;16N": ("uint16", 1, False), "I": ("int32", 1, False),
     "F": ("float32", 1, False),
 }
+#: Decode errors of a damaged file: the probe skips it (the run reports it as bad input).
+_BAD_FILE = frozenset({"corrupt", "truncated", "not_an_image", "empty_file", "missing", "unreadable", "too_large"})
 #: How many source images `resolve_kind` looks at (evenly spread over the samples).
 PROBE_FILES = 16
 
@@ -207,15 +209,16 @@ def _spread(n: int, k: int) -> list[int]:
 
 
 def probe_samples(samples: Sequence, k: int = PROBE_FILES) -> list[SourceKind]:
-    """The kinds of up to `k` of the samples' images (a file that cannot be read is skipped:
-    the conversion reports it as bad input)."""
+    """The kinds of up to `k` of the samples' images (a damaged file is skipped: the conversion
+    reports it as bad input; a file of a kind imgshard cannot store raises `ImageKindError`)."""
     kinds = []
     for i in _spread(len(samples), k):
         path = samples[i].image
         try:
             kinds.append(probe_source(read_source(path, path)))
-        except DecodeError:
-            continue
+        except DecodeError as e:
+            if e.kind not in _BAD_FILE:  # a kind imgshard cannot store: said now, not file by file
+                raise ImageKindError(str(e)) from e
     return kinds
 
 
