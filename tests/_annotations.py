@@ -85,6 +85,13 @@ def coco_counts(flat: np.ndarray) -> list[int]:
     return ([0] + counts) if flat[0] else counts
 
 
+def compressed_rle(mask: np.ndarray) -> str:
+    """pycocotools' compressed RLE string of a binary mask."""
+    from pycocotools import mask as mu
+
+    return mu.encode(np.asfortranarray(mask.astype(np.uint8)))["counts"].decode("ascii")
+
+
 def make_coco(root: Path, seed: int = 0, splits=("train", "valid"), per_split: int = 4, roboflow: bool = True,
               extra_image: bool = False, move_polygon: bool = False) -> Export:
     """Roboflow "COCO Segmentation": ``{split}/_annotations.coco.json`` beside the images, category 0 a
@@ -133,8 +140,7 @@ def make_coco(root: Path, seed: int = 0, splits=("train", "valid"), per_split: i
             anns.append({"id": k + 3, "image_id": image_id, "category_id": 1,
                          "segmentation": {"size": [h, w], "counts": counts}, "area": 1.0, "bbox": [0, 0, 1, 1],
                          "iscrowd": 1})
-        rng = rng_for(seed + 99, si)
-        order = rng.permutation(len(anns)).tolist() if not move_polygon and not extra_image else list(range(len(anns)))
+        order = sorted(range(len(anns)), key=lambda j: anns[j]["id"] * 7919 % 1009)  # shuffled, stable as it grows
         doc = {"info": {"description": "shapes"}, "licenses": [], "categories": cats, "images": images,
                "annotations": [anns[j] for j in order]}
         path = folder / "_annotations.coco.json"

@@ -28,18 +28,21 @@ class AnnotationLayout:
     def __init__(self, reader: Reader) -> None:
         self.reader = reader
         self.name = reader.name
-        self._last: tuple[tuple, AnnotationSet] | None = None
+        self._last: tuple[str, AnnotationSet] | None = None
 
     def detect(self, root: str) -> str | None:
         return self.reader.detect(root)
 
     def read(self, root: str, options: AnnotationOptions | None = None) -> AnnotationSet:
-        options = options or AnnotationOptions()
-        key = (root, options)
-        if self._last is None or self._last[0] != key:
-            self._last = None
-            self._last = (key, self.reader.read(root, options))
-        return self._last[1]
+        """The files read now (never a cached answer: they may have changed since)."""
+        self._last = None
+        found = self.reader.read(root, options or AnnotationOptions())
+        self._last = (root, found)
+        return found
+
+    def last(self, root: str) -> AnnotationSet:
+        """What the last `read` of `root` found (discovery's `defaults`, scan), else a read now."""
+        return self._last[1] if self._last is not None and self._last[0] == root else self.read(root)
 
     def pairs(self, root: str, spec: SourceSpec) -> AnnotationListing:
         found = self.read(root, spec.annotations)
@@ -47,7 +50,7 @@ class AnnotationLayout:
                                  None, found.unpaired_images)
 
     def defaults(self, root: str) -> LayoutDefaults:
-        found = self._last[1] if self._last is not None and self._last[0][0] == root else self.read(root)
+        found = self.last(root)
         return LayoutDefaults(MaskSemantics.INDEX, (found.ignore,), False, None, found.class_names)
 
 
