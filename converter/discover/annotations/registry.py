@@ -13,10 +13,15 @@ import numpy as np
 
 from converter.discover.annotations.base import Annotation, check_size, paint_all
 from converter.discover.annotations.coco import Coco
+from converter.discover.annotations.cvat import Cvat
+from converter.discover.annotations.instances import InstanceMasks
+from converter.discover.annotations.labelme import LabelMe
 from converter.discover.annotations.listing import Reader
+from converter.discover.annotations.rlecsv import RleCsv
+from converter.discover.annotations.yolo import Yolo
 from converter.transform.decode import DecodeError
 
-READERS: dict[str, Reader] = {r.name: r for r in (Coco(),)}
+READERS: dict[str, Reader] = {r.name: r for r in (Coco(), Yolo(), LabelMe(), Cvat(), InstanceMasks(), RleCsv())}
 
 
 def reader_for(name: str) -> Reader:
