@@ -17,7 +17,8 @@ import numpy as np
 
 from converter.discover.annotations.base import AnnotationFileError, coordinates, load_json
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_folders
-from converter.discover.files import file_names, is_file, join, read_bytes
+from converter.discover.files import file_names, is_file, join
+from converter.discover.names_files import NamesFileError, read_names
 from converter.discover.layout import IMAGE_EXTENSIONS, BadInput
 from converter.options import AnnotationOptions
 
@@ -53,13 +54,12 @@ def label_table(root: str) -> dict[str, int | None] | None:
     for folder in (root, os.path.dirname(root.rstrip("/"))):
         path = join(folder, "labels.txt")
         if is_file(path):
-            names = [ln.strip() for ln in read_bytes(path).decode("utf-8-sig").splitlines() if ln.strip()]
-            table: dict[str, int | None] = {IGNORE_LABEL: None} if IGNORE_LABEL in names else {}
-            kept = [n for n in names if n != IGNORE_LABEL]
-            if BACKGROUND_LABEL not in kept:
-                kept.insert(0, BACKGROUND_LABEL)
-            table.update({n: i for i, n in enumerate([BACKGROUND_LABEL] + [n for n in kept if n != BACKGROUND_LABEL])})
-            return table
+            try:
+                found = read_names(path)
+            except NamesFileError as e:
+                raise AnnotationFileError(path, str(e), "fix labels.txt") from e
+            names = [BACKGROUND_LABEL] + [n for n in found.names if n != BACKGROUND_LABEL]
+            return {**{n: None for n in found.ignore_names}, **{n: i for i, n in enumerate(names)}}
     return None
 
 

@@ -19,7 +19,8 @@ import numpy as np
 from converter.discover.annotations.base import AnnotationFileError, coordinates, read_annotation_file
 from converter.discover.annotations.listing import (AnnotationSet, Reader, images_by_stem, make_sample,
                                                     split_folders)
-from converter.discover.files import file_names, is_dir, is_file, join, read_bytes, subfolders
+from converter.discover.files import file_names, is_dir, is_file, join, subfolders
+from converter.discover.names_files import NamesFileError, read_names
 from converter.discover.layout import BadInput
 from converter.options import AnnotationOptions
 from converter.transform.decode import DecodeError
@@ -71,39 +72,16 @@ def _form(folders: list[tuple[str, str, str]]) -> str | None:
 
 
 def class_names(root: str) -> list[str] | None:
-    """Names from ``data.yaml`` (a list, or a dict of index -> name) or ``classes.txt``; None when absent."""
+    """Names from ``data.yaml`` (a list, or a dict of index -> name) or ``classes.txt`` at the top
+    or one folder up (`converter.discover.names_files`); None when absent."""
     for folder in (root, os.path.dirname(root.rstrip("/"))):
-        for name in ("data.yaml", "dataset.yaml"):
+        for name in ("data.yaml", "data.yml", "dataset.yaml", "classes.txt"):
             if is_file(join(folder, name)):
-                return _yaml_names(join(folder, name))
-        if is_file(join(folder, "classes.txt")):
-            return [line.strip() for line in read_bytes(join(folder, "classes.txt")).decode("utf-8-sig").splitlines()
-                    if line.strip()]
+                try:
+                    return list(read_names(join(folder, name)).names)
+                except NamesFileError as e:
+                    raise AnnotationFileError(join(folder, name), str(e), "fix the names file") from e
     return None
-
-
-def _yaml_names(path: str) -> list[str]:
-    try:
-        import yaml
-    except ImportError as e:
-        raise ImportError(f"{path}: reading data.yaml needs PyYAML: pip install 'imgshard[yaml]'") from e
-    try:
-        doc = yaml.safe_load(read_bytes(path).decode("utf-8-sig"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise AnnotationFileError(path, f"invalid YAML: {e}", "fix the file") from e
-    names = doc.get("names") if isinstance(doc, dict) else None
-    if isinstance(names, dict):
-        try:
-            ordered = sorted((int(k), str(v)) for k, v in names.items())
-        except (TypeError, ValueError) as e:
-            raise AnnotationFileError(path, "names: keys must be class indices 0, 1, ...", "fix the file") from e
-        if [k for k, _ in ordered] != list(range(len(ordered))):
-            raise AnnotationFileError(path, f"names: indices {[k for k, _ in ordered]} are not 0..{len(ordered) - 1}",
-                                      "number the classes from 0 without gaps")
-        return [v for _, v in ordered]
-    if isinstance(names, list):
-        return [str(v) for v in names]
-    raise AnnotationFileError(path, "no 'names:' list or mapping", "add names: [a, b, ...]")
 
 
 class Yolo(Reader):
