@@ -5,11 +5,13 @@ changed, hostile files get named errors."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import numpy as np
 import pytest
 
 import readers
+from converter.cli import main as cli_main
 from converter.convert import convert
 from converter.discover.annotations.base import AnnotationFileError
 from converter.discover.layouts import detect_layout
@@ -130,3 +132,44 @@ def test_export_converts_bit_exact_against_its_reference(tmp_path, make, layout)
     exp = make(tmp_path / "src")
     assert detect_layout(str(exp.root)).layout.name == layout
     assert_converts(exp, tmp_path / "out")
+
+
+def _scan_command(exp: A.Export, tmp_path, capsys) -> dict:
+    """`imgshard scan SRC --json`: the report; its one command is then run as a user would paste it."""
+    capsys.readouterr()  # what the generator printed (pycocotools)
+    code = cli_main(["scan", str(exp.root), "--workers", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report["verdict"]
+    args = shlex.split(report["verdict"]["command"])[1:]
+    args[args.index("OUT")] = str(tmp_path / "cli_out")
+    args[args.index("--size") + 1] = f"{SIZE[0]}x{SIZE[1]}"
+    assert cli_main(args + ["--workers", "1", "-q"]) == 0
+    return report
+
+
+@pytest.mark.parametrize("make", [A.make_coco, A.make_yolo, A.make_labelme, A.make_cvat, A.make_instances,
+                                  A.make_rlecsv], ids=lambda f: f.__name__[5:])
+def test_scan_reports_format_classes_and_its_command_converts_bit_exact(tmp_path, capsys, make):
+    exp = make(tmp_path / "src")
+    report = _scan_command(exp, tmp_path, capsys)
+    assert report["annotations"]["format"] == make.__name__[5:]
+    assert [c["name"] for c in report["classes"]] == exp.names
+    expected_pixels = [sum(int((m == i).sum()) for m in exp.expected.values()) for i in range(len(exp.names))]
+    assert [c["pixels"] for c in report["classes"]] == expected_pixels
+    assert report["total_pairs"] == len(exp.images)
+    data = readers.open(tmp_path / "cli_out")
+    records = {r.key: r for split in data.splits for r in data.records(split)}
+    for key, image in exp.images.items():
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64),
+                                      A.reference(image, exp.expected[key], SIZE)[1], err_msg=key)
+
+
+def test_scan_counts_overlaps_and_reader_findings(tmp_path, capsys):
+    exp = A.make_coco(tmp_path / "src")
+    capsys.readouterr()
+    cli_main(["scan", str(exp.root), "--workers", "1", "--json"])
+    ann = json.loads(capsys.readouterr().out)["annotations"]
+    assert ann["overlap_pixels"] > 0 and ann["overlap_files"] > 0
+    assert ann["problems"]["crowd regions (ignored)"] == 6
+    assert any("placeholder" in n for n in ann["notes"])
+    assert ann["ignored_pixels"] == sum(int((m == A.IGNORE).sum()) for m in exp.expected.values())

@@ -174,7 +174,7 @@ class Coco(Reader):
                                       f"{list(out.class_names[1:])}", "export every split with the same categories")
         out.class_names = names
         if placeholder is not None:
-            out.notes.append(f"{os.path.basename(path)}: category 0 {placeholder!r} is Roboflow's placeholder "
+            out.notes.append(f"{os.path.relpath(path, root)}: category 0 {placeholder!r} is Roboflow's placeholder "
                              "(unused, the others' supercategory): left out")
         images = self._images(doc, path)
         per_image: dict[Any, list] = {i: [] for i in images}
