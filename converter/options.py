@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from converter.imagekind import ImageKind
 from readers.choice import Choice
 from readers.formats import FileFormat, check_compression
 from readers.tasks import Task
@@ -162,8 +163,16 @@ class OutputOptions:
     quality: int | None = None
     #: Segmentation: mask semantics, ignore values and label map (`LabelOptions`).
     labels: "LabelOptions | None" = None
+    #: The stored image kind (`converter.imagekind`): dtype, channels, bands; None: uint8 RGB.
+    image_kind: ImageKind | None = None
 
     def __post_init__(self) -> None:
+        kind = self.image_kind
+        if isinstance(kind, Mapping):
+            kind = ImageKind.from_json(kind)
+        if kind is not None and not isinstance(kind, ImageKind):
+            raise TypeError(f"image_kind must be an ImageKind. Received: {self.image_kind!r}")
+        object.__setattr__(self, "image_kind", kind if kind is not None else ImageKind())
         labels = self.labels
         if isinstance(labels, Mapping):
             labels = LabelOptions.from_json(labels)
@@ -227,6 +236,10 @@ class OutputOptions:
                 d[k] = v.value
         d["size"] = [self.size[0], self.size[1]]
         d["labels"] = self.labels.to_json()  # type: ignore[union-attr]
+        kind = self.image_kind
+        d.pop("image_kind")
+        if not kind.is_default:  # type: ignore[union-attr]  # uint8 RGB: as every earlier version wrote
+            d["image_kind"] = kind.to_json()  # type: ignore[union-attr]
         return d
 
     @classmethod

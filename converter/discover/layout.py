@@ -79,6 +79,7 @@ class LayoutDefaults:
     label_map: str | None = None  # a built-in map name ("cityscapes")
     class_names: tuple[str, ...] | None = None  # built-in names (VOC)
     names_file: str | None = None  # a names file found in the folder (labelme class_names.txt)
+    classes_from: str = ""  # where the classes come from, for people (`converter.discover.evidence`)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from converter.discover.annotations.registry import rasterize
 from converter.discover.files import relative, use_storage_options
 from converter.discover.layout import SourceSample
 from converter.options import LabelOptions, MaskEncoding, MaskSemantics, OutputOptions, UnknownColor
-from converter.transform.decode import DecodeError, MaskArray, decode_image, decode_mask, read_source
-from converter.transform.resize import plan_geometry, resize_image
+from converter.transform.decode import DecodeError, MaskArray, decode_mask, read_source
+from converter.transform.kinds import ImageReader
+from converter.transform.resize import plan_geometry
 from converter.transform.semantics import UnknownColorError, make_semantics
 from readers.manifest import ClassInfo, SampleEntry
 from readers.tasks import task_kind
@@ -31,7 +32,7 @@ def annotation_mask(annotation, height: int, width: int) -> MaskArray:
 @dataclass(frozen=True)
 class Transformed:
     entry: SampleEntry
-    image: np.ndarray  # (H, W, 3) uint8
+    image: np.ndarray  # (H, W, C) in the stored kind (`converter.imagekind`)
     mask: np.ndarray | None  # (H, W) class map, or (H, W, C) uint8 one-hot planes
     label: int | None
     class_pixels: np.ndarray  # (C,) int64
@@ -59,6 +60,7 @@ class SampleTransformer:
         self.base = source_base
         self.max_pixels = max_pixels
         self.kind = task_kind(options.task)
+        self.images = ImageReader(options.image_kind, max_pixels, exif_transpose=self.kind.exif_transpose)
         self.segmentation = self.kind.dense
         labels = options.labels if options.labels is not None else LabelOptions()
         self.semantics = make_semantics(labels, classes, options.color_tolerance) if self.segmentation else None
@@ -105,9 +107,9 @@ class SampleTransformer:
         img_src = read_source(sample.image, relative_key_path(sample.image, self.base), sample.image_stat)
         mask_src = (read_source(sample.mask, relative_key_path(sample.mask, self.base), sample.mask_stat)
                     if sample.mask else None)
-        image = decode_image(img_src, self.max_pixels, exif_transpose=self.kind.exif_transpose)
+        image = self.images.decode(img_src)
         geom = plan_geometry(image.shape[:2], opts.size, opts.fit)
-        out_image = resize_image(image, geom, opts.image_filter)
+        out_image = self.images.resize(image, geom, opts.image_filter)
         mask_fp = (mask_src.fingerprint if mask_src else None) if sample.annotation is None else \
             sample.annotation.fingerprint(self.base)
         entry = SampleEntry(sample.key, img_src.fingerprint, mask_fp, sample.label)
