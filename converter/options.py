@@ -64,6 +64,30 @@ class OnChange(Choice):
     FAIL = "fail"
 
 
+class Overlap(Choice):
+    """Where shapes of an annotation overlap (`converter.discover.annotations`)."""
+
+    TOOL = "tool"  # the producing tool's order: later on top (CVAT: z_order, then document order)
+    FIRST = "first"  # the first shape drawn keeps its pixels
+    IGNORE = "ignore"  # pixels claimed by two classes go to the ignore index
+
+
+@dataclass(frozen=True)
+class AnnotationOptions:
+    """How annotation files (COCO, YOLO, LabelMe, CVAT, RLE CSV) become class maps."""
+
+    overlap: Overlap = Overlap.TOOL
+    keep_crowd: bool = False  # COCO iscrowd regions: their class (True) or the ignore index (False)
+    rle_class: str | None = None  # RLE CSV without a ClassId column: the class name of its runs
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overlap", Overlap.parse(self.overlap, "--overlap"))
+        if not isinstance(self.keep_crowd, bool):
+            raise TypeError(f"--keep-crowd must be True or False. Received: {self.keep_crowd!r}")
+        if self.rle_class is not None and not str(self.rle_class).strip():
+            raise ValueError(f"--rle-class must be a class name. Received: {self.rle_class!r}")
+
+
 class MaskSemantics(Choice):
     """How mask pixels become classes (`converter.transform.semantics`)."""
 
@@ -75,6 +99,9 @@ class MaskSemantics(Choice):
 MAX_SIDE_PX = 65535
 #: Layouts `converter.discover.layouts` knows (`--layout NAME`).
 LAYOUT_NAMES = ("camvid", "voc", "cityscapes", "ade", "mmseg", "unet", "explicit", "classfolders")
+#: Annotation formats (`converter.discover.annotations`), also `--layout NAME`.
+ANNOTATION_FORMATS = ("coco", "yolo", "labelme", "cvat", "instances", "rlecsv")
+LAYOUT_NAMES += ANNOTATION_FORMATS
 DEFAULT_SHARD_SIZE_BYTES = 128 * 1024 * 1024
 #: Pillow's own decompression-bomb limit; we keep Pillow's guard and add ours on top.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -310,6 +337,7 @@ class SourceSpec:
     mask_suffix: str | None = None  # name = <stem><mask_suffix>.<ext>
     split_lists: tuple[tuple[str, str], ...] = ()  # (split name, list file): one stem per line
     storage_options: Any = ()  # fsspec options for s3:// / gs:// sources: frozen (key, value) pairs
+    annotations: AnnotationOptions = AnnotationOptions()  # annotation files (COCO, YOLO, ...): rules
 
     def __post_init__(self) -> None:
         self._normalise_locations()

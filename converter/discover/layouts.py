@@ -24,6 +24,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS
 from converter.discover.evidence import folder_pair_defaults, names_defaults, voc_defaults
 from converter.discover.files import absolute, file_names, is_dir, is_file, source_scope, subfolders
 from converter.discover.names_files import find_names_file
@@ -340,6 +341,7 @@ class Explicit(Layout):
 
 
 LAYOUTS: dict[str, Layout] = {lay.name: lay for lay in (CamVid(), Voc(), Cityscapes(), Ade(), Mmseg(), Unet(), Explicit())}
+LAYOUTS.update(ANNOTATION_LAYOUTS)  # type: ignore[arg-type]  # annotation files: asked first, by content
 #: Asked first; `unet` (any image folder + mask folder) only when none of these matches.
 _SPECIFIC = ("camvid", "voc", "cityscapes", "ade", "mmseg")
 
@@ -370,7 +372,8 @@ def detect_layout(root: str, forced: str | None = None) -> Detected:
         if why is None:
             raise LayoutError(f"--layout {forced}: {root} does not have its folders. {_expected(forced)}")
         return Detected(LAYOUTS[forced], why, True)
-    hits = [(LAYOUTS[n], why) for n in _SPECIFIC for why in [LAYOUTS[n].detect(root)] if why is not None]
+    hits = [(lay, why) for lay in ANNOTATION_LAYOUTS.values() for why in [lay.detect(root)] if why is not None]
+    hits = hits or [(LAYOUTS[n], why) for n in _SPECIFIC for why in [LAYOUTS[n].detect(root)] if why is not None]
     if not hits:
         why = LAYOUTS["unet"].detect(root)
         hits = [(LAYOUTS["unet"], why)] if why is not None else []

@@ -45,7 +45,7 @@ from converter.inspect.scan_labels import (
     value_summary,
 )
 from converter.inspect.scan_readings import format_readings, reading_problems, readings_section
-from converter.options import LabelOptions, MaskSemantics, SourceSpec, Task
+from converter.options import ANNOTATION_FORMATS, LabelOptions, MaskSemantics, SourceSpec, Task
 from converter.run.execute import map_unordered
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
@@ -256,6 +256,10 @@ def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None
 
         return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
     found = discover(spec)  # first: a missing source folder is named as such
+    if found.layout in ANNOTATION_FORMATS:  # annotation files: their own report
+        from converter.inspect.scan_annotations import scan_annotations
+
+        return scan_annotations(spec, options, found, on_start, on_progress)  # type: ignore[return-value]
     labels = options.labels or LabelOptions()
     semantics = labels.semantics or auto_semantics(spec, found)
     classes: tuple[ClassInfo, ...] = ()
@@ -509,6 +513,10 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
 
 def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     """The human-readable report (what `imgshard scan` prints)."""
+    if hasattr(r, "overlap_rule"):  # annotation files
+        from converter.inspect.scan_annotations import format_annotation_report
+
+        return format_annotation_report(r, limit=limit)  # type: ignore[arg-type]
     if not isinstance(r, ScanReport):  # classification
         from converter.inspect.scan_classification import format_classification_report
 
