@@ -269,3 +269,15 @@ def test_images_beside_annotation_files_and_one_class_folders_are_never_classifi
         A.write_image(one / "train" / "cats" / f"{i}.png", 10, 10, A.rng_for(4, i))
     assert classification_layout(str(one)) is None
     assert classification_layout(str(one / "train")) is None
+
+
+def test_preview_draws_rasterized_annotations(tmp_path):
+    from converter.inspect.preview import PreviewOptions, source_samples
+
+    exp = A.make_cvat(tmp_path / "src")
+    _, shown = source_samples(SourceSpec(root=str(exp.root)), PreviewOptions(n=4), 1 << 24)
+    assert len(shown) == 4
+    for p in shown:
+        np.testing.assert_array_equal(p.class_map, exp.expected[p.key], err_msg=p.key)
+    out = tmp_path / "sheet.png"
+    assert cli_main(["preview", str(exp.root), "-o", str(out), "-n", "2"]) == 0
