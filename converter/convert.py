@@ -279,7 +279,8 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
 
     result = ConvertResult(out_dir, old, plan, bad=list(found.bad))  # after the plan consumed the samples
     if task_kind(options.task).dense:
-        result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json()}
+        result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json(),
+                         "classes_from": found.defaults.classes_from}
     results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress, bucket)
     _collect(result, results)
     result.workers["helped_samples"] = sum(r.helped for r in results)  # converted by a worker that had no shard left

@@ -355,3 +355,36 @@ def test_scan_preview_draws_source_masks_under_the_chosen_reading(tmp_path, caps
     # mask column: the mask column's pixel count of Animal green is the legend swatch alone
     green = int(np.all(sheet == (0, 128, 0), axis=1).sum())
     assert green <= 16 * 16 + 64
+
+
+def test_ignoring_a_level_of_two_level_masks_is_reported_and_refused(tmp_path):
+    root = tmp_path / "salt"
+    masks = _salt(root)
+    r = _scan(root, ignore_values=(65535,))
+    [check] = [c for c in r.labels["readings"] if c["check"] == "ignored level"]
+    assert check["pixels"] == sum(int((v == 65535).sum()) for _, v in masks) > 0
+    assert r.verdict["status"] == "needs_flags"
+    assert any("--mask-semantics binary without --ignore-index 65535" in p for p in r.verdict["problems"])
+    from converter.discover.labels import ReadingConflict
+    for labels in (LabelOptions(ignore_values=(65535,), num_classes=2),
+                   LabelOptions(semantics="binary", ignore_values=(65535,))):
+        with pytest.raises(ReadingConflict, match="one of the two levels"):
+            convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=SIZE, labels=labels),
+                    RunOptions(workers=1))
+
+
+@pytest.mark.parametrize("layout", ["unet", "ade", "voc"])
+def test_binary_masks_take_the_names_of_a_two_name_file_beside_them(tmp_path, layout):
+    root = tmp_path / layout
+    pairs = _two_level_layout(layout, root, 255)
+    (root / "classes.txt").write_text("land\nwater\n")
+    r = _scan(root)
+    assert r.labels["semantics"] == "binary" and "classes.txt" in r.labels["classes_from"]
+    assert [c["name"] for c in r.classes_table] == ["land", "water"]
+    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    data = readers.open(tmp_path / "out")
+    assert [n for n, _ in data.classes] == ["land", "water"]
+    stored = _stored(tmp_path / "out")
+    for key, path in pairs:
+        values = np.asarray(Image.open(path)).astype(np.int64)
+        np.testing.assert_array_equal(stored[key], _nearest((values > 0).astype(np.int64)), err_msg=key)

@@ -159,6 +159,8 @@ def summary(result, seconds: float) -> str:
     if result.source:
         labels = LabelOptions.from_json(result.source["labels"]).summary()
         lines.append(f"Layout {result.source['layout']} ({result.source['why']}); masks: {labels}")
+        if result.source.get("classes_from") and result.source["labels"].get("semantics") != "colour":
+            lines.append(f"Classes from: {result.source['classes_from']}")
     if not result.written and not plan.drop_shards:
         lines.append(f"Nothing new: {plan.unchanged} sample(s) already converted in {result.out_dir}; no shard changed.")
         if plan.refreshed and result.published:

@@ -25,7 +25,7 @@ from converter.discover.labelmaps import (
     load_index_names,
     load_label_map,
 )
-from converter.discover.evidence import is_palette, palette_conflict
+from converter.discover.evidence import is_palette, palette_conflict, peek_values, sample_masks, two_level
 from converter.discover.layout import Discovery
 from converter.discover.names_files import read_names
 from converter.options import DEFAULT_MAX_PIXELS, LabelOptions, MaskSemantics, SourceSpec
@@ -87,12 +87,30 @@ def check_readings(spec: SourceSpec, given: LabelOptions | None, found: Discover
     """Convert's refusal of a disagreement no rule settles: palette masks read by colour (not
     asked for) whose used colours the colour table does not name, while every index used is a
     row of it, raise `ReadingConflict` naming the flag that chooses (scan reports it instead)."""
+    _check_ignored_levels(found, resolved)
     table = colour_table(spec, found)
     if (given and given.semantics) or resolved.semantics is not MaskSemantics.COLOUR or table is None:
         return
     first = first_mask(found)
     if first is not None and is_palette(first):
         _check_palette(first, load_class_table(table), table)
+
+
+def _check_ignored_levels(found: Discovery, resolved: LabelOptions) -> None:
+    """Refuse ignore values that are a level of two-level masks (the foreground would become ignore)."""
+    ignore = set(resolved.ignore_values or ())
+    if resolved.semantics is MaskSemantics.COLOUR or not ignore:
+        return
+    values = peek_values(sample_masks(found.samples))
+    if values is None or not two_level(values):
+        return
+    hit = sorted(ignore & (values - {0}))
+    if hit:
+        raise ReadingConflict(
+            f"--ignore-index {hit[0]} is one of the two levels of these masks (values {sorted(values)} in the "
+            f"masks sampled): the foreground would become ignore, a whole class lost. Masks of two levels are "
+            f"binary: give --mask-semantics binary without --ignore-index {hit[0]}. Received: ignore values "
+            f"{sorted(ignore)}")
 
 
 def _check_palette(mask: MaskArray, classes: tuple[ClassInfo, ...], table: str) -> None:

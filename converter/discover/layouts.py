@@ -431,12 +431,14 @@ def _discover(spec: SourceSpec) -> Discovery:
 def _with_names_file(defaults: LayoutDefaults, root: str) -> LayoutDefaults:
     """A layout's defaults, with the classes of a names file beside the data when the layout
     brings none of its own (issue 24)."""
-    if defaults.names_file or defaults.class_names or defaults.label_map or defaults.semantics is MaskSemantics.BINARY:
+    if defaults.names_file or defaults.class_names or defaults.label_map:
         return defaults
     path = find_names_file(root)
     if path is None:
         return defaults
     found = names_defaults(path, None)
+    if defaults.semantics is MaskSemantics.BINARY:  # binary masks take the names of a two-name file
+        return dataclasses.replace(defaults, names_file=path)
     return dataclasses.replace(defaults, names_file=path, classes_from=found.classes_from)
 
 
