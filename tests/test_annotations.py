@@ -12,10 +12,11 @@ import pytest
 
 import readers
 from converter.cli import main as cli_main
-from converter.convert import convert
+from converter.convert import BadInputError, convert
+from converter.discover.classfolders import classification_layout, detect_task
 from converter.discover.annotations.base import AnnotationFileError
 from converter.discover.layouts import detect_layout
-from converter.options import AnnotationOptions, OnChange, OutputOptions, RunOptions, SourceSpec
+from converter.options import AnnotationOptions, OnChange, OutputOptions, RunOptions, SourceSpec, Task
 from tests import _annotations as A
 
 SIZE = (20, 26)  # (h, w): never a source size
@@ -173,3 +174,110 @@ def test_scan_counts_overlaps_and_reader_findings(tmp_path, capsys):
     assert ann["problems"]["crowd regions (ignored)"] == 6
     assert any("placeholder" in n for n in ann["notes"])
     assert ann["ignored_pixels"] == sum(int((m == A.IGNORE).sum()) for m in exp.expected.values())
+
+
+def test_yolo_detection_boxes_refused_by_name_never_taken_for_masks(tmp_path):
+    root = tmp_path / "boxes"
+    for i in range(2):
+        A.write_image(root / "train" / "images" / f"a{i}.jpg", 20, 20, A.rng_for(7, i))
+        (root / "train" / "labels").mkdir(parents=True, exist_ok=True)
+        (root / "train" / "labels" / f"a{i}.txt").write_text("0 0.5 0.5 0.2 0.3\n1 0.1 0.2 0.05 0.05\n")
+    with pytest.raises(AnnotationFileError, match="detection labels") as e:
+        convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert "labels" in str(e.value) and "segmentation" in str(e.value)
+
+
+def test_labelme_invalid_json_named_with_its_file(tmp_path):
+    exp = A.make_labelme(tmp_path / "src")
+    (exp.root / "IMG_0002.json").write_text('{"shapes": [{"label": "road", "points": [[1, 2], [3, ')
+    with pytest.raises(AnnotationFileError, match="invalid JSON") as e:
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert "IMG_0002.json" in str(e.value)
+
+
+def test_cvat_mask_rle_past_its_box_and_unknown_label_named(tmp_path):
+    exp = A.make_cvat(tmp_path / "src")
+    xml = (exp.root / "annotations.xml").read_text()
+    bad = xml.replace('<tag label="sky"', '<mask label="sky" rle="5, 9000" left="0" top="0" width="4" height="4" '
+                      'z_order="0"></mask><tag label="sky"', 1)
+    (exp.root / "annotations.xml").write_text(bad)
+    with pytest.raises(AnnotationFileError, match="past its 4x4 box") as e:
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert "annotations.xml" in str(e.value) and "image id 0" in str(e.value)
+    (exp.root / "annotations.xml").write_text(xml.replace('label="house"', 'label="castle"', 1))
+    with pytest.raises(AnnotationFileError, match="'castle'"):
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+
+
+def test_rle_csv_runs_past_the_image_are_a_bad_input_naming_csv_and_row(tmp_path):
+    exp = A.make_rlecsv(tmp_path / "src")
+    text = (exp.root / "train.csv").read_text().splitlines()
+    name = text[1].split(",")[0]
+    text.insert(2, f"{name},2,1 99999")
+    (exp.root / "train.csv").write_text("\n".join(text) + "\n")
+    with pytest.raises(BadInputError) as e:
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert "train.csv" in str(e.value) and "row 3" in str(e.value) and "past" in str(e.value)
+
+
+def test_labelme_cron_reconverts_only_the_image_whose_shape_changed(tmp_path):
+    exp = A.make_labelme(tmp_path / "src")
+    out = tmp_path / "out"
+    convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE), RunOptions(workers=1))
+    path = exp.root / "IMG_0001.json"
+    doc = json.loads(path.read_text())
+    doc["shapes"][0]["points"][0] = [1.0, 1.0]
+    path.write_text(json.dumps(doc))
+    (exp.root / "IMG_0003.json").write_text(json.dumps(json.loads((exp.root / "IMG_0003.json").read_text()), indent=4))
+    again = convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE),
+                    RunOptions(workers=1, on_change=OnChange.REPLACE))
+    assert (again.plan.new, again.plan.replaced, again.plan.unchanged) == (0, 1, 3)
+
+
+def test_cvat_coco_export_crowd_masks_kept_with_flag_and_scan_hints_it(tmp_path, capsys):
+    from pycocotools import mask as mu
+
+    root = tmp_path / "cvat_coco"
+    h, w = 24, 30
+    A.write_image(root / "images" / "f0.png", h, w, A.rng_for(9, 0))
+    blob = A._blob(A.rng_for(9, 1), h, w)
+    doc = {"licenses": [{"name": "", "id": 0, "url": ""}], "info": {"contributor": "", "description": ""},
+           "categories": [{"id": 1, "name": "cell", "supercategory": ""}],
+           "images": [{"id": 1, "width": w, "height": h, "file_name": "f0.png", "license": 0}],
+           "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 1, "area": 1.0, "bbox": [0, 0, 1, 1],
+                            "segmentation": {"size": [h, w], "counts": A.coco_counts(blob.flatten(order="F"))}}]}
+    (root / "annotations").mkdir(parents=True)
+    (root / "annotations" / "instances_default.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    cli_main(["scan", str(root), "--workers", "1", "--json"])
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    assert any("--keep-crowd" in h for h in verdict["hints"])
+    spec = SourceSpec(root=str(root), annotations=AnnotationOptions(keep_crowd=True))
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
+    record = next(readers.open(tmp_path / "out").records("train"))
+    np.testing.assert_array_equal(record.mask, mu.decode(mu.frPyObjects(doc["annotations"][0]["segmentation"], h, w)))
+
+
+def test_images_beside_annotation_files_and_one_class_folders_are_never_classification(tmp_path):
+    exp = A.make_rlecsv(tmp_path / "airbus", class_column=False)
+    assert detect_task(SourceSpec(root=str(exp.root))) is Task.SEGMENTATION
+    cvat = A.make_cvat(tmp_path / "cvat")
+    assert classification_layout(str(cvat.root)) is None
+    one = tmp_path / "one"
+    for i in range(3):
+        A.write_image(one / "cats" / f"{i}.png", 10, 10, A.rng_for(3, i))
+        A.write_image(one / "train" / "cats" / f"{i}.png", 10, 10, A.rng_for(4, i))
+    assert classification_layout(str(one)) is None
+    assert classification_layout(str(one / "train")) is None
+
+
+def test_preview_draws_rasterized_annotations(tmp_path):
+    from converter.inspect.preview import PreviewOptions, source_samples
+
+    exp = A.make_cvat(tmp_path / "src")
+    _, shown = source_samples(SourceSpec(root=str(exp.root)), PreviewOptions(n=4), 1 << 24)
+    assert len(shown) == 4
+    for p in shown:
+        np.testing.assert_array_equal(p.class_map, exp.expected[p.key], err_msg=p.key)
+    out = tmp_path / "sheet.png"
+    assert cli_main(["preview", str(exp.root), "-o", str(out), "-n", "2"]) == 0
