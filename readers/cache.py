@@ -37,6 +37,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from readers.errors import CacheFault
+
 logger = logging.getLogger(__name__)
 
 #: Default bound of a cache folder.
@@ -54,11 +56,6 @@ _evict_lock = threading.Lock()
 #: errno values that can only come from the local disk: a download failing with one of
 #: them is a cache fault, not a network one.
 _DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
-
-
-class CacheFault(OSError):
-    """The cache folder cannot hold or give back an object (full, read-only, failing disk):
-    the object is read into memory instead (`readers.remote.RemoteFile.open`)."""
 
 
 def _disk_errno(e: BaseException, directory: str) -> int | None:

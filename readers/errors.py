@@ -43,6 +43,11 @@ def shard_error(path: str | os.PathLike, problem: str, *, record: int | None = N
     return ShardError(f"{where}: {problem}. {FIX_HINT}", path=path, record=record)
 
 
+class CacheFault(OSError):
+    """The local cache folder cannot hold or give back an object (full, read-only, failing
+    disk): the object is read into memory instead (`readers.remote.RemoteFile.open`)."""
+
+
 class DatasetChangedError(ShardError):
     """A shard this `Dataset` listed is gone because a newer manifest no longer lists it:
     `compact`, `convert --prune` or `--on-change replace` rewrote the dataset after it was
@@ -87,5 +92,5 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-__all__ = ["FIX_HINT", "REOPEN_HINT", "DatasetChangedError", "ManifestError", "ShardError", "describe",
+__all__ = ["FIX_HINT", "REOPEN_HINT", "CacheFault", "DatasetChangedError", "ManifestError", "ShardError", "describe",
            "missing_shard_error", "shard_error"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from readers.digest import DIGEST_ALGORITHMS, algorithm_of, digest_bytes
-from readers.errors import FIX_HINT, ShardError
+from readers.errors import FIX_HINT, CacheFault, ShardError
 from readers.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, ManifestError, parse_manifest_bytes
 from readers.sources import ByteSource, FileSource, MemorySource, RangedSource, SourceStat
 
@@ -98,8 +98,6 @@ class RemoteFile:
     def open(self, *, ranged: bool = False) -> ByteSource:
         """The bytes: the verified local copy (with a cache), ranged reads, or one whole checked read."""
         if self.cached:
-            from readers.cache import CacheFault
-
             try:
                 try:
                     return FileSource(self.cache.fetch(self), name=self.url)
