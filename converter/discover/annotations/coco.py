@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from converter.discover.annotations.base import AnnotationFileError, coordinates, load_json, read_annotation_file
+from converter.discover.annotations.base import (AnnotationFileError, coordinates, load_json, outside_ok,
+                                                  read_annotation_file)
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_name
 from converter.discover.files import file_names, is_file, join, subfolders
 from converter.discover.layout import BadInput
@@ -91,8 +92,7 @@ def _check_segmentation(seg: Any, path: str, where: str, size: tuple[int, int], 
             if len(xy) < 6 or len(xy) % 2:
                 out.problems["polygons with fewer than 3 points (dropped)"] += 1
                 continue
-            h, w = size
-            if min(xy[0::2]) < 0 or max(xy[0::2]) > w or min(xy[1::2]) < 0 or max(xy[1::2]) > h:
+            if not outside_ok(xy, size):
                 out.problems["polygons reaching outside the image (clipped)"] += 1
             polys.append(xy)
         return polys or None
