@@ -302,3 +302,15 @@ def test_scan_reports_polygons_outside_and_with_too_few_points(tmp_path, capsys)
     problems = json.loads(capsys.readouterr().out)["annotations"]["problems"]
     assert problems == {"polygons reaching outside the image (clipped)": 1,
                         "polygons with fewer than 3 points (dropped)": 1}
+
+
+def test_shards_are_byte_identical_whatever_the_worker_count(tmp_path):
+    exp = A.make_labelme(tmp_path / "src")
+    for workers in (1, 2):
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / f"w{workers}"), OutputOptions(size=SIZE),
+                RunOptions(workers=workers))
+    shards = sorted(p.name for p in (tmp_path / "w1").iterdir() if p.suffix in (".tfrecord", ".npz"))
+    assert shards and shards == sorted(p.name for p in (tmp_path / "w2").iterdir()
+                                       if p.suffix in (".tfrecord", ".npz"))
+    for name in shards:
+        assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes(), name
