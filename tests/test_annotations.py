@@ -314,3 +314,12 @@ def test_shards_are_byte_identical_whatever_the_worker_count(tmp_path):
                                        if p.suffix in (".tfrecord", ".npz"))
     for name in shards:
         assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes(), name
+
+
+def test_unet_split_folders_with_images_and_masks_are_not_instance_folders(tmp_path):
+    root = tmp_path / "unet"
+    for split in ("train", "val"):
+        for i in range(3):
+            A.write_image(root / split / "images" / f"{i}.png", 10, 10, A.rng_for(6, i))
+            A.write_image(root / split / "masks" / f"{i}.png", 10, 10, A.rng_for(8, i))
+    assert detect_layout(str(root)).layout.name == "unet"
