@@ -323,3 +323,21 @@ def test_unet_split_folders_with_images_and_masks_are_not_instance_folders(tmp_p
             A.write_image(root / split / "images" / f"{i}.png", 10, 10, A.rng_for(6, i))
             A.write_image(root / split / "masks" / f"{i}.png", 10, 10, A.rng_for(8, i))
     assert detect_layout(str(root)).layout.name == "unet"
+
+
+def test_coco_reexport_that_renumbers_ids_and_reorders_images_changes_nothing(tmp_path):
+    exp = A.make_coco(tmp_path / "src", splits=("train",), per_split=4)
+    out = tmp_path / "out"
+    convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE), RunOptions(workers=1))
+    path = exp.root / "train" / "_annotations.coco.json"
+    doc = json.loads(path.read_text())
+    new_id = {im["id"]: 1000 + k for k, im in enumerate(doc["images"])}
+    for k, a in enumerate(doc["annotations"]):
+        a["id"], a["image_id"] = 5000 + k, new_id[a["image_id"]]
+    for im in doc["images"]:
+        im["id"] = new_id[im["id"]]
+    doc["images"].reverse()
+    path.write_text(json.dumps(doc, indent=2))
+    again = convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE),
+                    RunOptions(workers=1, on_change=OnChange.REPLACE))
+    assert again.plan.nothing_to_do and again.plan.unchanged == 4
