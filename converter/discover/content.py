@@ -209,11 +209,20 @@ def _peek_mask_like(folder: Folder) -> int:
 
 
 def _never_masks(folder: Folder) -> bool:
-    """JPEG overlays, and JPEG folders whose name says nothing of masks (class folders, photos)."""
+    """JPEG overlays; folders whose name says nothing of masks and whose files are JPEG or colour
+    (class folders, photos: a mask folder by content holds one-channel or palette images)."""
     name = folder.rel.lower()
     if any(w in name for w in OVERLAY_WORDS):
         return True
-    return folder.jpeg_share > 0.5 and not any(w in name.rsplit("/", 1)[-1] for w in MASK_WORDS)
+    if any(w in name.rsplit("/", 1)[-1] for w in MASK_WORDS):
+        return False
+    return folder.jpeg_share > 0.5 or _peek_mask_like(folder) <= 0
+
+
+def _class_named(folder: Folder, prefix: str) -> bool:
+    """Names that start with their folder's name (``bird/bird_0001``): class folders, not images and masks."""
+    last = folder.rel.rsplit("/", 1)[-1].lower()
+    return bool(prefix) and bool(last) and prefix.lower().strip(SEPARATORS) == last
 
 
 def _named_masks(folder: Folder) -> bool:
@@ -230,7 +239,7 @@ def candidates(folders: list[Folder]) -> list[Candidate]:
             if a.split is not None and b.split is not None and a.split != b.split:
                 continue
             tokens, n = infer_tokens(a.stems, b.stems)
-            if n == 0:
+            if n == 0 or (_class_named(a, tokens.image_prefix) and _class_named(b, tokens.mask_prefix)):
                 continue
             like_b = _mask_likeness(b, tokens.mask_prefix, tokens.mask_suffix)
             like_a = _mask_likeness(a, tokens.image_prefix, tokens.image_suffix)
