@@ -307,11 +307,14 @@ class SplitSource:
     mask_suffix: str | None = None
     split_list: str | None = None
     recursive: bool = True  # False: only the files directly in each folder (no mirrored sub-folders)
+    skip_unpaired: bool = False  # images without a mask are skipped, not bad inputs (VOC's JPEGImages)
 
     def __post_init__(self) -> None:
         check_split_name(self.split, "split")
-        if not isinstance(self.recursive, bool):
-            raise TypeError(f"recursive of split {self.split!r} must be true or false. Received: {self.recursive!r}")
+        for name in ("recursive", "skip_unpaired"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} of split {self.split!r} must be true or false. "
+                                f"Received: {getattr(self, name)!r}")
         for name in ("images", "masks", "split_list"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (str, os.PathLike)) or not os.fspath(value)):
@@ -349,6 +352,7 @@ class SourceSpec:
     sources: tuple[SplitSource, ...] = ()
     #: The source spec this run follows, as canonical JSON (recorded in the manifest); None: none.
     spec_text: str | None = None
+    spec_file: str | None = None  # the file it was read from, as given (scan's command repeats it)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))

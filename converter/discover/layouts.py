@@ -101,6 +101,7 @@ class Listing:
     suffixes: tuple[str, str] | None = None  # (image, mask) suffixes inferred from the names
     unpaired_images: int = 0
     found_suffixes: set = field(default_factory=set)  # suffixes found per folder pair (DRIVE: per split)
+    sources: list[SplitSource] = field(default_factory=list)  # each folder pair as a spec names it
 
     def add(self, p: Pairing) -> None:
         self.samples.append(p.samples)
@@ -136,6 +137,8 @@ def _pair_split(listing: Listing, spec: SourceSpec, images_dir: str, masks_dir: 
     p = pair_by_name(images_dir, masks_dir, split, key_prefix, image_suffix=isuf, mask_suffix=msuf, listed=listed, **kw)
     del listed
     listing.add(p)
+    listing.sources.append(SplitSource(split, images_dir, masks_dir, image_suffix=isuf, mask_suffix=msuf,
+                                       split_list=kw.get("list_file"), skip_unpaired=bool(kw.get("masks_drive"))))
     return p.images_found
 
 
@@ -372,8 +375,10 @@ def sources_listing(sources: tuple[SplitSource, ...], base: str) -> Listing:
             isuf, msuf, _, listed = _suffixes(SourceSpec(root=base), images, masks, listed)
         only = set(read_split_list(s.split_list)) if s.split_list else None
         p = pair_by_name(images, masks, s.split, key_prefix, image_suffix=isuf, mask_suffix=msuf, listed=listed,
-                         image_prefix=s.image_prefix, mask_prefix=s.mask_prefix, only=only, list_file=s.split_list)
+                         image_prefix=s.image_prefix, mask_prefix=s.mask_prefix, only=only, list_file=s.split_list,
+                         masks_drive=s.skip_unpaired)
         out.add(p)
+        out.sources.append(s)
     return out
 
 
@@ -505,7 +510,9 @@ def _discover(spec: SourceSpec) -> Discovery:
         det = Detected(LAYOUTS["spec"], "folder pairs: " + ", ".join(
             f"{s.split}: {s.images} + {s.masks}" for s in spec.sources), True)
         listing = det.layout.pairs(spec.base, spec)
-        defaults, csv_path = LayoutDefaults(), spec.classes
+        meaning = spec.layout if spec.layout in _SPECIFIC + ("unet",) else None  # a spec's "layout": its mask meaning
+        defaults = LAYOUTS[meaning].defaults(absolute(spec.root)) if meaning and spec.root else LayoutDefaults()
+        csv_path = spec.classes
     elif spec.root is not None:
         root = absolute(spec.root)
         det, listing = detect_and_pair(root, spec)
@@ -530,7 +537,8 @@ def _discover(spec: SourceSpec) -> Discovery:
         block.check(bad)
     return Discovery(SampleList(listing.samples), tuple(bad), tuple(listing.splits), csv_path, layout=det.layout.name,
                      why=det.why, defaults=defaults, suffixes=listing.suffixes, unpaired_images=listing.unpaired_images,
-                     scope=tuple((b.split, b.image_base, b.mask_base) for b in listing.samples))
+                     scope=tuple((b.split, b.image_base, b.mask_base) for b in listing.samples),
+                     sources=tuple(listing.sources))
 
 
 def _expected(name: str) -> str:

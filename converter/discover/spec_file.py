@@ -40,13 +40,15 @@ VERSION_KEY = "imgshard_source_spec"
 PAIR_KEYS: dict[str, str] = {
     "images": "images", "masks": "masks", "image_prefix": "image_prefix", "image_suffix": "image_suffix",
     "mask_prefix": "mask_prefix", "mask_suffix": "mask_suffix", "split_list": "split_list",
-    "recursive": "recursive",
+    "recursive": "recursive", "skip_unpaired": "skip_unpaired",
 }
-#: Folder-pair keys whose values are true/false (all others are strings).
-BOOL_KEYS = frozenset({"recursive"})
+#: Folder-pair keys whose values are true/false (all others are strings), and their defaults.
+BOOL_KEYS = {"recursive": True, "skip_unpaired": False}
 #: Folder-pair keys whose values are paths (joined to the root).
 PATH_KEYS = frozenset({"images", "masks", "split_list"})
-TOP_KEYS = frozenset({VERSION_KEY, "root", "splits", "classes", "labels", "detected"})
+TOP_KEYS = frozenset({VERSION_KEY, "root", "splits", "classes", "labels", "layout", "detected"})
+#: Layouts whose mask meaning a spec may name (``"layout": "cityscapes"``: its label map, ...).
+MEANING_LAYOUTS = ("camvid", "voc", "cityscapes", "ade", "mmseg", "unet")
 LABEL_KEYS = frozenset({"semantics", "ignore_values", "reduce_zero_label", "label_map", "label_map_file",
                         "num_classes", "binary_threshold"})
 
@@ -107,6 +109,9 @@ def check_document(doc: Mapping, path: str) -> None:
     if not isinstance(splits, dict) or not splits:
         raise _fail(path, "'splits' must map split names to lists of folder pairs",
                     'Example: "splits": {"train": [{"images": "img", "masks": "ann"}]}.', splits)
+    if doc.get("layout") is not None and doc["layout"] not in MEANING_LAYOUTS:
+        raise _fail(path, "'layout' names the layout whose mask meaning applies",
+                    f"Give one of {list(MEANING_LAYOUTS)}, or leave it out.", doc["layout"])
     for key in ("root", "classes"):
         if doc.get(key) is not None and not isinstance(doc[key], str):
             raise _fail(path, f"'{key}' must be a path string", "", doc[key])
@@ -174,7 +179,7 @@ def load_spec(path: str, storage_options: Any = ()) -> LoadedSpec:
             raise SpecFileError(f"source spec {path}: labels: {e}") from e
     classes = _join(root, doc["classes"]) if doc.get("classes") else None
     source = SourceSpec(root=root, classes=classes, sources=tuple(sources), spec_text=canonical_text(doc),
-                        storage_options=storage_options)
+                        spec_file=path, layout=doc.get("layout"), storage_options=storage_options)
     return LoadedSpec(source, labels, source.spec_text)  # type: ignore[arg-type]
 
 
@@ -193,7 +198,7 @@ def pair_document(s: SplitSource, root: str) -> dict:
     out: dict[str, Any] = {}
     for key, field_name in PAIR_KEYS.items():
         value = getattr(s, field_name, None)
-        if value is None or (value == "" and key.endswith("prefix")) or (key in BOOL_KEYS and value is True):
+        if value is None or (value == "" and key.endswith("prefix")) or (key in BOOL_KEYS and value == BOOL_KEYS[key]):
             continue  # a suffix "" stays: it says "no suffix" (left out: found from the names)
         if key in PATH_KEYS and "://" not in value:
             value = os.path.relpath(value, root).replace(os.sep, "/")
@@ -202,7 +207,8 @@ def pair_document(s: SplitSource, root: str) -> dict:
 
 
 def spec_document(sources: list[SplitSource], root: str, spec_dir: str, *, classes: str | None = None,
-                  labels: Mapping | None = None, detected: Mapping | None = None) -> dict:
+                  labels: Mapping | None = None, detected: Mapping | None = None,
+                  layout: str | None = None) -> dict:
     """The document `scan --write-spec` writes; `spec_dir`: the folder the file goes in (the root is
     written relative to it, so the spec and the sources can move together)."""
     splits: dict[str, list[dict]] = {}
@@ -210,6 +216,8 @@ def spec_document(sources: list[SplitSource], root: str, spec_dir: str, *, class
         splits.setdefault(s.split, []).append(pair_document(s, root))
     rel_root = root if "://" in root else os.path.relpath(root, spec_dir).replace(os.sep, "/")
     doc: dict[str, Any] = {VERSION_KEY: SPEC_VERSION, "root": rel_root, "splits": splits}
+    if layout in MEANING_LAYOUTS:
+        doc["layout"] = layout
     if classes is not None:
         doc["classes"] = os.path.relpath(classes, root).replace(os.sep, "/") if "://" not in classes else classes
     if labels:

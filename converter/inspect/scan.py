@@ -489,11 +489,17 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         hints.append("see where: imgshard preview " + " ".join(shlex.quote(a) for a in src + given_label_args(given)
                                                                 + label_flags)
                      + " -o preview.png " + " ".join(f"--key {shlex.quote(k)}" for k in keys))
+    found = r.found
     return {
         "status": status,
         "convert_ok_without_flags": status in ("ok", "warnings"),
         "flags": label_flags + flags,
-        "command": " ".join(shlex.quote(a) for a in command),
+        # nothing would convert: no command to follow (a script would get a failing convert)
+        "command": None if status == "no_data" else " ".join(shlex.quote(a) for a in command),
+        "reason": problems[0] if problems else ("warnings" if warnings else "ok"),
+        "evidence": {"layout": getattr(found, "layout", None), "why": getattr(found, "why", None), "pairs": total,
+                     "splits": dict(r.splits), "bad_counts": dict(sorted(Counter(b.kind for b in r.bad).items())),
+                     "unpaired_images": getattr(found, "unpaired_images", 0)},
         "problems": problems,
         "warnings": warnings,
         "hints": hints,
