@@ -226,9 +226,12 @@ def _class_named(folder: Folder, prefix: str) -> bool:
 
 
 def _named_masks(folder: Folder) -> bool:
-    """A folder whose own name says masks (``1st_manual``, ``gt``, ``labels``): never the image side."""
-    last = folder.rel.rsplit("/", 1)[-1].lower()
-    return bool(last) and any(w in last for w in MASK_WORDS) and not any(w in last for w in IMAGE_WORDS)
+    """A folder whose name, or a parent's, says masks (``1st_manual``, ``gt``, ``masks/FV``) and whose own
+    name says nothing of images: never the image side."""
+    parts = [p.lower() for p in folder.rel.split("/") if p]
+    if not parts or any(w in parts[-1] for w in IMAGE_WORDS):
+        return False
+    return any(any(w in p for w in MASK_WORDS) for p in parts)
 
 
 def candidates(folders: list[Folder]) -> list[Candidate]:

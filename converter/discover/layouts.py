@@ -498,8 +498,10 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
             if listing is not None and _paired(listing):
                 return det, listing  # type: ignore[return-value]
             raise
-        if found is not None and found.paired > _paired(listing):
-            return Detected(LAYOUTS["content"], found.why), sources_listing(found.sources, root)
+        if found is not None and (found.paired > _paired(listing) or found.paired == _paired(listing)):
+            by_content = sources_listing(found.sources, root)
+            if listing is None or (_paired(by_content), -len(by_content.bad)) > (_paired(listing), -len(listing.bad)):
+                return Detected(LAYOUTS["content"], found.why), by_content
     if error is not None:
         raise error
     return det, listing  # type: ignore[return-value]
