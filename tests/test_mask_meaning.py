@@ -243,19 +243,20 @@ def test_real_pascal_voc_keeps_the_voc_classes_and_says_why(tmp_path):
 
 def _salt(root) -> list[tuple[str, np.ndarray]]:
     """Regression 4, shaped like the salt set: images/ + masks/, some masks 8-bit all zero, the
-    others 16-bit 0/65535."""
+    others 16-bit 0/65535. (At SRC, not below train/: a train/ holding images/ + masks/ is now
+    read as the instance-mask folders layout, `<id>/images/` + `<id>/masks/`.)"""
     out = []
     for i in range(6):
         rng = np.random.default_rng([4, i])
-        (root / "train" / "images").mkdir(parents=True, exist_ok=True)
-        (root / "train" / "masks").mkdir(parents=True, exist_ok=True)
-        Image.fromarray(synth.textured_image(32, 32, rng)).save(root / "train" / "images" / f"{i:04x}.png")
+        (root / "images").mkdir(parents=True, exist_ok=True)
+        (root / "masks").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(32, 32, rng)).save(root / "images" / f"{i:04x}.png")
         if i % 3 == 0:
             values = np.zeros((32, 32), np.uint8)
-            Image.fromarray(values, "L").save(root / "train" / "masks" / f"{i:04x}.png")
+            Image.fromarray(values, "L").save(root / "masks" / f"{i:04x}.png")
         else:
             values = np.where(synth.random_mask(32, 32, 2, rng) > 0, 65535, 0).astype(np.uint16)
-            Image.fromarray(values).save(root / "train" / "masks" / f"{i:04x}.png")
+            Image.fromarray(values).save(root / "masks" / f"{i:04x}.png")
         out.append((f"train/{i:04x}.png", values.astype(np.int64)))
     return out
 
@@ -263,7 +264,7 @@ def _salt(root) -> list[tuple[str, np.ndarray]]:
 def test_binary_masks_mixed_8bit_zero_and_16bit_65535_keep_their_foreground(tmp_path):
     root = tmp_path / "salt"
     masks = _salt(root)
-    assert Image.open(root / "train" / "masks" / "0001.png").mode.startswith("I")
+    assert Image.open(root / "masks" / "0001.png").mode.startswith("I")
     r = _scan(root)
     assert r.verdict["flags"] == ["--mask-semantics", "binary"], r.verdict
     assert "--ignore-index" not in r.verdict["command"]
@@ -388,3 +389,84 @@ def test_binary_masks_take_the_names_of_a_two_name_file_beside_them(tmp_path, la
     for key, path in pairs:
         values = np.asarray(Image.open(path)).astype(np.int64)
         np.testing.assert_array_equal(stored[key], _nearest((values > 0).astype(np.int64)), err_msg=key)
+
+
+def _colour_layout(layout: str, root, write_mask) -> tuple[SourceSpec, list[tuple[str, object]]]:
+    """A dataset in `layout` whose masks `write_mask(path, i)` writes; class_dict.csv at SRC (explicit: --classes)."""
+    folders = {"camvid": ("train", "train_labels", "train"), "voc": ("JPEGImages", "SegmentationClass", "train"),
+               "unet": ("images", "masks", "train"), "mmseg": ("img_dir/train", "ann_dir/train", "train"),
+               "explicit": ("imgs", "gts", "train")}
+    img, ann, split = folders[layout]
+    pairs = []
+    for i in range(3):
+        (root / img).mkdir(parents=True, exist_ok=True)
+        (root / ann).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(24, 32, np.random.default_rng([5, i]))).save(root / img / f"s{i}.png")
+        write_mask(root / ann / f"s{i}.png", i)
+        pairs.append((f"{split}/s{i}.png", root / ann / f"s{i}.png"))
+    if layout == "explicit":
+        return SourceSpec(images=str(root / img), masks=str(root / ann), classes=str(root / "class_dict.csv")), pairs
+    return SourceSpec(root=str(root)), pairs
+
+
+@pytest.mark.parametrize("kind", ["palette", "rgb"])
+@pytest.mark.parametrize("layout", ["camvid", "voc", "unet", "mmseg", "explicit"])
+def test_shuffled_palettes_and_tables_convert_to_the_tables_class_map_in_every_layout(tmp_path, layout, kind):
+    rng = np.random.default_rng([len(layout), len(kind)])
+    k = 5
+    colours = sorted({tuple(int(x) for x in rng.integers(0, 256, 3)) for _ in range(k)})
+    table = [(f"t{j}", c) for j, c in enumerate(colours)]
+    table = [table[j] for j in rng.permutation(len(table))]
+    palette = [tuple(int(x) for x in rng.integers(0, 256, 3)) for _ in range(20)]
+    slots = rng.permutation(20)[:len(table)]
+    for (_, c), s in zip(table, slots):
+        palette[s] = c
+
+    def write(path, i):
+        idx = np.asarray(slots)[synth.random_mask(24, 32, len(table), np.random.default_rng([6, i]))]
+        if kind == "palette":
+            _p_png(path, idx, palette)
+        else:
+            Image.fromarray(np.asarray(palette, np.uint8)[idx], "RGB").save(path)
+
+    root = tmp_path / layout
+    spec, pairs = _colour_layout(layout, root, write)
+    _class_dict(root / "class_dict.csv", table)
+    r = scan(spec, ScanOptions(workers=1))
+    assert r.labels["semantics"] == "colour" and r.verdict["status"] in ("ok", "warnings"), r.verdict
+    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    stored = _stored(tmp_path / "out")
+    for key, path in pairs:
+        np.testing.assert_array_equal(stored[key], _by_colour(path, table), err_msg=key)
+
+
+def test_label_map_reading_is_cross_checked_against_raw_ids(tmp_path):
+    ds = L.make_cityscapes(tmp_path / "cityscapes")
+    r = _scan(ds.root)
+    [check] = [c for c in r.labels["readings"] if c["check"] == "label map"]
+    expected = 0
+    for p in ds.pairs:  # 8 masks or fewer: every one is sampled
+        v = np.asarray(Image.open(p.mask)).astype(np.int64)
+        expected += int((np.vectorize(ds.expected)(v) != v).sum())
+    assert check["sampled"] == len(ds.pairs) and check["pixels"] == expected > 0
+    assert check["settled_by"] == "the cityscapes layout's label map"
+    assert r.labels["classes_from"].startswith("the Cityscapes label ids")
+
+
+def test_images_and_annotations_without_ade20k_names_keep_zero_as_a_class(tmp_path):
+    root = tmp_path / "anno"
+    values = {}
+    for i in range(3):
+        rng = np.random.default_rng([8, i])
+        (root / "images" / "train").mkdir(parents=True, exist_ok=True)
+        (root / "annotations" / "train").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(24, 32, rng)).save(root / "images" / "train" / f"road_{i}.png")
+        values[f"train/road_{i}.png"] = synth.random_mask(24, 32, 4, rng)
+        Image.fromarray(values[f"train/road_{i}.png"], "L").save(root / "annotations" / "train" / f"road_{i}.png")
+    r = _scan(root)
+    assert r.labels["layout"] == "ade" and not r.labels["resolved"]["reduce_zero_label"]
+    assert "not ADE20K" in r.labels["classes_from"]
+    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    stored = _stored(tmp_path / "out")
+    for key, v in values.items():
+        np.testing.assert_array_equal(stored[key], _nearest(v.astype(np.int64)), err_msg=key)

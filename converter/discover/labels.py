@@ -69,13 +69,13 @@ def first_mask(found: Discovery) -> MaskArray | None:
 
 
 def auto_semantics(spec: SourceSpec, found: Discovery) -> MaskSemantics:
-    """Semantics when the options do not say: palette masks with a colour table by colour (the
-    table names colours, not palette positions); else the layout's; else colour with a colour
+    """Semantics when the options do not say: palette or colour masks with a colour table by colour
+    (the table names colours, not palette positions); else the layout's; else colour with a colour
     table, index without one."""
     table = colour_table(spec, found)
     first = first_mask(found) if table is not None or found.defaults.semantics is None else None
-    if table is not None and first is not None and is_palette(first):
-        return MaskSemantics.COLOUR
+    if table is not None and first is not None and (is_palette(first) or is_colour_mask(first)):
+        return MaskSemantics.COLOUR  # the table names colours, whatever the layout's default
     if found.defaults.semantics is not None:
         return found.defaults.semantics
     if table is None:  # colour masks still need their class_dict.csv (named in the error)
