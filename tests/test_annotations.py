@@ -281,3 +281,45 @@ def test_preview_draws_rasterized_annotations(tmp_path):
         np.testing.assert_array_equal(p.class_map, exp.expected[p.key], err_msg=p.key)
     out = tmp_path / "sheet.png"
     assert cli_main(["preview", str(exp.root), "-o", str(out), "-n", "2"]) == 0
+
+
+def test_image_listed_twice_is_a_named_error(tmp_path):
+    anns = [{"id": 1, "image_id": 1, "category_id": 1, "segmentation": [[0, 0, 5, 0, 5, 5]]}]
+    images = [{"id": 1, "file_name": "a.png", "height": 10, "width": 12},
+              {"id": 2, "file_name": "a.png", "height": 10, "width": 12}]
+    root = _coco_file(tmp_path, anns, images=images)
+    with pytest.raises(AnnotationFileError, match="listed twice") as e:
+        convert(SourceSpec(root=root), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert "ann.json#1" in str(e.value) and "ann.json#2" in str(e.value)
+
+
+def test_scan_reports_polygons_outside_and_with_too_few_points(tmp_path, capsys):
+    anns = [{"id": 1, "image_id": 1, "category_id": 1, "segmentation": [[-3, 0, 5, 0, 5, 5]]},
+            {"id": 2, "image_id": 1, "category_id": 1, "segmentation": [[1, 1, 4, 4]]},
+            {"id": 3, "image_id": 1, "category_id": 1, "segmentation": [[0, 0, 12, 0, 12, 10]]}]
+    root = _coco_file(tmp_path, anns)
+    cli_main(["scan", root, "--workers", "1", "--json"])
+    problems = json.loads(capsys.readouterr().out)["annotations"]["problems"]
+    assert problems == {"polygons reaching outside the image (clipped)": 1,
+                        "polygons with fewer than 3 points (dropped)": 1}
+
+
+def test_shards_are_byte_identical_whatever_the_worker_count(tmp_path):
+    exp = A.make_labelme(tmp_path / "src")
+    for workers in (1, 2):
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / f"w{workers}"), OutputOptions(size=SIZE),
+                RunOptions(workers=workers))
+    shards = sorted(p.name for p in (tmp_path / "w1").iterdir() if p.suffix in (".tfrecord", ".npz"))
+    assert shards and shards == sorted(p.name for p in (tmp_path / "w2").iterdir()
+                                       if p.suffix in (".tfrecord", ".npz"))
+    for name in shards:
+        assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes(), name
+
+
+def test_unet_split_folders_with_images_and_masks_are_not_instance_folders(tmp_path):
+    root = tmp_path / "unet"
+    for split in ("train", "val"):
+        for i in range(3):
+            A.write_image(root / split / "images" / f"{i}.png", 10, 10, A.rng_for(6, i))
+            A.write_image(root / split / "masks" / f"{i}.png", 10, 10, A.rng_for(8, i))
+    assert detect_layout(str(root)).layout.name == "unet"

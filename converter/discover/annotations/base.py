@@ -129,6 +129,12 @@ def coordinates(values: Any, path: str, where: str, limit: float = MAX_COORDINAT
     return out
 
 
+def outside_ok(xy: list[float], size: tuple[int, int]) -> bool:
+    """Whether flat x, y coordinates stay within a (height, width) image (its border included)."""
+    h, w = size
+    return min(xy[0::2]) >= 0 and max(xy[0::2]) <= w and min(xy[1::2]) >= 0 and max(xy[1::2]) <= h
+
+
 def ignore_value(num_classes: int) -> int:
     """The value annotations paint for "ignore": 255 below 256 classes, else 65535 (the ignore index)."""
     return 255 if num_classes <= 255 else 65535
@@ -177,5 +183,5 @@ def check_size(doc: dict, height: int, width: int, where: str) -> None:
 Rasterizer = Callable[[dict, int, int, str], Iterable[tuple[np.ndarray, int]]]
 
 __all__ = ["MAX_ANNOTATION_FILE_BYTES", "Annotation", "AnnotationFileError", "Canvas", "annotation_state",
-           "canonical", "check_size", "coordinates", "ignore_value", "load_json", "paint_all",
+           "canonical", "check_size", "coordinates", "ignore_value", "load_json", "outside_ok", "paint_all",
            "read_annotation_file"]

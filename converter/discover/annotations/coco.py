@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from converter.discover.annotations.base import AnnotationFileError, coordinates, load_json, read_annotation_file
+from converter.discover.annotations.base import (AnnotationFileError, coordinates, load_json, outside_ok,
+                                                  read_annotation_file)
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_name
-from converter.discover.files import file_names, is_file, join, subfolders
+from converter.discover.files import file_names, files_for, is_file, join, subfolders
 from converter.discover.layout import BadInput
 from converter.options import AnnotationOptions
 from converter.transform.decode import DecodeError
@@ -24,13 +25,24 @@ from converter.transform.decode import DecodeError
 _KEYS = (b'"images"', b'"annotations"', b'"categories"')
 
 
+_SEEN: dict[tuple[str, int, int], bool] = {}  # (path, size, stamp) -> is COCO: detection asks more than once
+
+
 def is_coco(path: str) -> bool:
     """Whether `path` holds a COCO JSON (its three keys; files above the size limit say so later)."""
     try:
-        data = read_annotation_file(path)
-    except AnnotationFileError as e:
-        return "above the limit" in e.reason
-    return all(k in data for k in _KEYS)
+        key = (path, *files_for(path).stat(path))
+    except OSError:
+        return False
+    if key not in _SEEN:
+        try:
+            data = read_annotation_file(path)
+            _SEEN[key] = all(k in data for k in _KEYS)
+        except AnnotationFileError as e:
+            _SEEN[key] = "above the limit" in e.reason
+        if len(_SEEN) > 256:
+            _SEEN.pop(next(iter(_SEEN)))
+    return _SEEN[key]
 
 
 def coco_files(root: str) -> list[str]:
@@ -91,8 +103,7 @@ def _check_segmentation(seg: Any, path: str, where: str, size: tuple[int, int], 
             if len(xy) < 6 or len(xy) % 2:
                 out.problems["polygons with fewer than 3 points (dropped)"] += 1
                 continue
-            h, w = size
-            if min(xy[0::2]) < 0 or max(xy[0::2]) > w or min(xy[1::2]) < 0 or max(xy[1::2]) > h:
+            if not outside_ok(xy, size):
                 out.problems["polygons reaching outside the image (clipped)"] += 1
             polys.append(xy)
         return polys or None

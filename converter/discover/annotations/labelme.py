@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from converter.discover.annotations.base import AnnotationFileError, coordinates, load_json
+from converter.discover.annotations.base import AnnotationFileError, coordinates, load_json, outside_ok
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_folders
 from converter.discover.files import file_names, is_file, join
 from converter.discover.names_files import NamesFileError, read_names
@@ -126,6 +126,8 @@ class LabelMe(Reader):
         for split, folder, image, path, size, shapes in rows:
             doc = {"ignore": out.ignore, "overlap": options.overlap.value, "size": size, "shapes": []}
             for s in shapes:
+                if size is not None and not outside_ok(s["xy"], size):
+                    out.problems["shapes reaching outside the image (clipped)"] += 1
                 if s["label"] not in table:
                     raise AnnotationFileError(path, f"label {s['label']!r} is not in labels.txt",
                                               "add it to labels.txt (or fix the label)", f"shape {s['n']}")
