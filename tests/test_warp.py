@@ -178,8 +178,9 @@ def test_bad_buffers_raise_value_errors_naming_them():
     with pytest.raises(ValueError, match="masks"):
         augment_host.warp_batch(aug, images, np.zeros((2, 10, 9), np.uint8), np.zeros((2, PARAMS), np.float32),
                                 normalize=False)
-    with pytest.raises(ValueError, match="images"):
-        augment_host.warp_batch(aug, images[..., :2], None, np.zeros((2, PARAMS), np.float32), normalize=False)
+    for bad in (np.zeros((2, 10, 10, 17), np.uint8), images.astype(np.float32), images[0]):  # 1-16 channels of uint8/16
+        with pytest.raises(ValueError, match="images"):
+            augment_host.warp_batch(aug, bad, None, np.zeros((2, PARAMS), np.float32), normalize=False)
 
 
 @needs_kernel
