@@ -173,10 +173,11 @@ static RowMap row_map(const float *p, int y) {
     return m;
 }
 
-/* The taps of one output row of the general path; returns the number of inside pixels. */
-HOT static int row_taps(const RowMap *m, int W, int H, int w, const Taps *t) {
+/* The taps of output pixels [from, w) of one row of the general path; returns the number of
+ * inside pixels among them. */
+HOT static int row_taps(const RowMap *m, int W, int H, int from, int w, const Taps *t) {
     int inside = 0;
-    for (int x = 0; x < w; x++) {
+    for (int x = from; x < w; x++) {
         const int64_t X = m->x0 + (int64_t)x * m->dx, Y = m->y0 + (int64_t)x * m->dy;
         const int64_t NX = X + FIX_HALF, NY = Y + FIX_HALF;
         const int xi = (int)(X >> 32), yi = (int)(Y >> 32), nx = (int)(NX >> 32), ny = (int)(NY >> 32);
@@ -215,9 +216,10 @@ INTERP_GENERIC(interp_u8, uint8_t)
 INTERP_GENERIC(interp_u16, uint16_t)
 
 #if WARP_AVX2
-/* 3-channel uint8, 8 pixels at a time: each tap one 32-bit gather (r, g, b and the next byte).
- * `last` is the index of the buffer's last pixel (its gather would read one byte past the
- * end: those lanes read one byte earlier and shift), or -1. Returns the pixels done. */
+/* 3-channel uint8, 8 output pixels at a time: the stepped coordinates as 32-bit integer and
+ * fraction halves (added with carry), the taps, and each tap one 32-bit gather (r, g, b and
+ * the next byte). `last` is the index of the buffer's last pixel (its gather would read one
+ * byte past the end: those lanes read one byte earlier and shift), or -1. */
 __attribute__((target("avx2"))) static inline __m256i gather_rgb(const uint8_t *src, __m256i idx, __m256i last) {
     const __m256i edge = _mm256_cmpeq_epi32(idx, last); /* -1 where idx is the last pixel */
     const __m256i off = _mm256_add_epi32(_mm256_add_epi32(idx, _mm256_add_epi32(idx, idx)), edge);
@@ -229,41 +231,137 @@ __attribute__((target("avx2"))) static inline __m256 channel(__m256i g, int k) {
     return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(g, 8 * k), _mm256_set1_epi32(0xFF)));
 }
 
-__attribute__((target("avx2"))) static int interp_rgb8_avx2(const uint8_t *src, const Taps *t, int count,
-                                                            int last, float *planes, int stride) {
-    const __m256i lastv = _mm256_set1_epi32(last);
-    int x = 0;
-    for (; x + 8 <= count; x += 8) {
-        const __m256i g00 = gather_rgb(src, _mm256_loadu_si256((const __m256i *)(t->i00 + x)), lastv);
-        const __m256i g01 = gather_rgb(src, _mm256_loadu_si256((const __m256i *)(t->i01 + x)), lastv);
-        const __m256i g10 = gather_rgb(src, _mm256_loadu_si256((const __m256i *)(t->i10 + x)), lastv);
-        const __m256i g11 = gather_rgb(src, _mm256_loadu_si256((const __m256i *)(t->i11 + x)), lastv);
-        const __m256 fx = _mm256_loadu_ps(t->fx + x), fy = _mm256_loadu_ps(t->fy + x);
+/* One axis of 8 lanes of fixed-point coordinates: integer part `hi`, fraction `lo`. */
+typedef struct {
+    __m256i hi, lo, dhi, dlo;
+} Lanes;
+
+__attribute__((target("avx2"))) static Lanes lanes_at(int64_t start, int64_t step) {
+    int32_t hi[8], lo[8];
+    for (int l = 0; l < 8; l++) {
+        const int64_t v = start + l * step;
+        hi[l] = (int32_t)(v >> 32);
+        lo[l] = (int32_t)(uint32_t)v;
+    }
+    const int64_t jump = 8 * step;
+    Lanes a = {_mm256_loadu_si256((const __m256i *)hi), _mm256_loadu_si256((const __m256i *)lo),
+               _mm256_set1_epi32((int32_t)(jump >> 32)), _mm256_set1_epi32((int32_t)(uint32_t)jump)};
+    return a;
+}
+
+__attribute__((target("avx2"))) static inline void lanes_step(Lanes *a) {
+    const __m256i sign = _mm256_set1_epi32(INT32_MIN);
+    const __m256i lo = _mm256_add_epi32(a->lo, a->dlo);
+    const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(a->lo, sign), _mm256_xor_si256(lo, sign));
+    a->hi = _mm256_sub_epi32(_mm256_add_epi32(a->hi, a->dhi), carry);
+    a->lo = lo;
+}
+
+/* Nearest index floor(s + 0.5) of the lanes, and whether it lies in [0, size) with s > -0.5. */
+__attribute__((target("avx2"))) static inline __m256i nearest(const Lanes *a, int size, __m256i *in) {
+    const __m256i sign = _mm256_set1_epi32(INT32_MIN);
+    const __m256i n = _mm256_add_epi32(a->hi, _mm256_srli_epi32(a->lo, 31));
+    const __m256i exact = _mm256_and_si256(_mm256_cmpeq_epi32(n, _mm256_setzero_si256()),
+                                           _mm256_cmpeq_epi32(a->lo, sign));
+    *in = _mm256_andnot_si256(exact, _mm256_and_si256(_mm256_cmpgt_epi32(n, _mm256_set1_epi32(-1)),
+                                                      _mm256_cmpgt_epi32(_mm256_set1_epi32(size), n)));
+    return n;
+}
+
+__attribute__((target("avx2"))) static inline __m256i clamp8(__m256i v, __m256i hi) {
+    return _mm256_min_epi32(_mm256_max_epi32(v, _mm256_setzero_si256()), hi);
+}
+
+__attribute__((target("avx2"))) static inline __m256 frac8(__m256i lo) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 8)), _mm256_set1_ps(FRAC_TO_FLOAT));
+}
+
+/* Output pixels [0, done) of a row of the general path, 3-channel uint8: planes, the mask's
+ * nearest index and validity. Returns done (a multiple of 8); *inside counts the inside ones. */
+__attribute__((target("avx2"))) static int row_rgb8_avx2(const uint8_t *src, const RowMap *m, int W, int H, int w,
+                                                         int last, float *planes, const Taps *t, int *inside) {
+    Lanes X = lanes_at(m->x0, m->dx), Y = lanes_at(m->y0, m->dy);
+    const __m256i lastv = _mm256_set1_epi32(last), one = _mm256_set1_epi32(1);
+    const __m256i wmax = _mm256_set1_epi32(W - 1), hmax = _mm256_set1_epi32(H - 1), width = _mm256_set1_epi32(W);
+    int x = 0, count = 0;
+    for (; x + 8 <= w; x += 8, lanes_step(&X), lanes_step(&Y)) {
+        __m256i inx, iny;
+        const __m256i nx = nearest(&X, W, &inx), ny = nearest(&Y, H, &iny);
+        const __m256i in = _mm256_and_si256(inx, iny);
+        _mm256_storeu_si256((__m256i *)(t->near + x),
+                            _mm256_add_epi32(_mm256_mullo_epi32(clamp8(ny, hmax), width), clamp8(nx, wmax)));
+        const int bits = _mm256_movemask_ps(_mm256_castsi256_ps(in));
+        for (int l = 0; l < 8; l++) t->valid[x + l] = (uint8_t)((bits >> l) & 1);
+        count += __builtin_popcount((unsigned)bits);
+        const __m256i xa = clamp8(X.hi, wmax), xb = clamp8(_mm256_add_epi32(X.hi, one), wmax);
+        const __m256i ra = _mm256_mullo_epi32(clamp8(Y.hi, hmax), width);
+        const __m256i rb = _mm256_mullo_epi32(clamp8(_mm256_add_epi32(Y.hi, one), hmax), width);
+        const __m256i g00 = gather_rgb(src, _mm256_add_epi32(ra, xa), lastv);
+        const __m256i g01 = gather_rgb(src, _mm256_add_epi32(ra, xb), lastv);
+        const __m256i g10 = gather_rgb(src, _mm256_add_epi32(rb, xa), lastv);
+        const __m256i g11 = gather_rgb(src, _mm256_add_epi32(rb, xb), lastv);
+        const __m256 fx = frac8(X.lo), fy = frac8(Y.lo);
         for (int k = 0; k < 3; k++) {
             const __m256 p00 = channel(g00, k), p01 = channel(g01, k), p10 = channel(g10, k), p11 = channel(g11, k);
             const __m256 left = _mm256_add_ps(p00, _mm256_mul_ps(_mm256_sub_ps(p10, p00), fy));
             const __m256 right = _mm256_add_ps(p01, _mm256_mul_ps(_mm256_sub_ps(p11, p01), fy));
-            _mm256_storeu_ps(planes + (size_t)k * stride + x,
+            _mm256_storeu_ps(planes + (size_t)k * w + x,
                              _mm256_add_ps(left, _mm256_mul_ps(_mm256_sub_ps(right, left), fx)));
         }
+    }
+    *inside = count;
+    return x;
+}
+
+/* Rounded, clamped uint8 r, g, b interleaved, 8 pixels at a time while 2 more follow (the
+ * second 16-byte store runs 4 bytes past the block). Returns the pixels done. */
+__attribute__((target("avx2"))) static int store_u8_3_avx2(const float *r, const float *g, const float *b, int count,
+                                                           uint8_t *o) {
+    const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f);
+    const __m256i pick = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
+                                          0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+    int x = 0;
+    for (; x + 10 <= count; x += 8) {
+        const __m256i R = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(r + x), zero), top));
+        const __m256i G = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(g + x), zero), top));
+        const __m256i B = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(b + x), zero), top));
+        __m256i v = _mm256_or_si256(R, _mm256_or_si256(_mm256_slli_epi32(G, 8), _mm256_slli_epi32(B, 16)));
+        v = _mm256_shuffle_epi8(v, pick);
+        _mm_storeu_si128((__m128i *)(o + 3 * (size_t)x), _mm256_castsi256_si128(v));
+        _mm_storeu_si128((__m128i *)(o + 3 * (size_t)x + 12), _mm256_extracti128_si256(v, 1));
     }
     return x;
 }
 #endif
 
-/* The image row of the general path into `planes`. */
-static void interp_row(const Job *job, const uint8_t *src, int last, const Taps *t, float *planes) {
-    const int w = job->out_width, C = job->channels;
-    int done = 0;
+/* Whether every coordinate of the row keeps its integer part within 32 bits (the AVX2 lanes
+ * hold it so); hostile parameters take the plain path. */
+static int row_fits(const RowMap *m, int w) {
+    const int64_t lim = (int64_t)1 << 61;
+    const int64_t ends[4] = {m->x0, m->x0 + (int64_t)(w - 1) * m->dx, m->y0, m->y0 + (int64_t)(w - 1) * m->dy};
+    for (int k = 0; k < 4; k++)
+        if (ends[k] >= lim || ends[k] <= -lim) return 0;
+    return 1;
+}
+
+/* The taps and image row of the general path into `t` and `planes`; returns the number of
+ * inside pixels. */
+static int image_row(const Job *job, const uint8_t *src, int last, const RowMap *rm, const Taps *t, float *planes) {
+    const int W = job->width, H = job->height, w = job->out_width, C = job->channels;
+    int done = 0, inside = 0;
 #if WARP_AVX2
-    if (C == 3 && job->itemsize == 1 && have_avx2()) done = interp_rgb8_avx2(src, t, w, last, planes, w);
+    if (C == 3 && job->itemsize == 1 && have_avx2() && row_fits(rm, w))
+        done = row_rgb8_avx2(src, rm, W, H, w, last, planes, t, &inside);
 #else
     (void)last;
 #endif
+    if (done == w) return inside;
+    inside += row_taps(rm, W, H, done, w, t);
     if (job->itemsize == 1)
         interp_u8(src, C, t, done, w, planes, w);
     else
         interp_u16((const uint16_t *)src, C, t, done, w, planes, w);
+    return inside;
 }
 
 /* The colour transform: m = c M, v = M (s delta + (1 - c) mean), s = max / 255. */
@@ -339,7 +437,11 @@ static void finish_row(const Job *job, float *planes, const uint8_t *valid, int 
     if (C == 3 && job->itemsize == 1) {
         const float *r = planes, *g = r + count, *b = g + count;
         if (!job->normalize) {
-            store_u8_3(r, g, b, count, (uint8_t *)out);
+            int done = 0;
+#if WARP_AVX2
+            if (have_avx2()) done = store_u8_3_avx2(r, g, b, count, (uint8_t *)out);
+#endif
+            store_u8_3(r + done, g + done, b + done, count - done, (uint8_t *)out + 3 * (size_t)done);
         } else if (job->stream) {
             store_float3(r, g, b, count, 1.0f / 255.0f, job->stage);
             stream_row(job->stage, out, sizeof(float) * 3 * (size_t)count);
@@ -556,13 +658,12 @@ static void sample_separable(const Job *job, Py_ssize_t n, const float *p, Scrat
 
 /* Per-channel mean of the resampled sample over its inside pixels (a first pass over it). */
 static void general_mean(const Job *job, const uint8_t *src, int last, const float *p, Scratch *s, double *mean) {
-    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height, C = job->channels;
+    const int w = job->out_width, h = job->out_height, C = job->channels;
     long count = 0;
     for (int k = 0; k < C; k++) mean[k] = 0.0;
     for (int y = 0; y < h; y++) {
         const RowMap rm = row_map(p, y);
-        if (!row_taps(&rm, W, H, w, &s->t)) continue;
-        interp_row(job, src, last, &s->t, s->planes);
+        if (!image_row(job, src, last, &rm, &s->t, s->planes)) continue;
         for (int k = 0; k < C; k++) {
             const float *pl = s->planes + (size_t)k * w;
             double sum = 0.0;
@@ -589,12 +690,11 @@ static void sample_affine(const Job *job, Py_ssize_t n, const float *p, Scratch 
     char *out = (char *)job->out_images + (size_t)n * h * row_values * item;
     for (int y = 0; y < h; y++) {
         const RowMap rm = row_map(p, y);
-        const int inside = row_taps(&rm, W, H, w, &s->t);
+        const int inside = image_row(job, src, last, &rm, &s->t, s->planes);
         void *dst = out + (size_t)y * row_values * item;
         if (!inside) {
             fill_row(job, s->planes, w, dst);
         } else {
-            interp_row(job, src, last, &s->t, s->planes);
             finish_row(job, s->planes, inside == w ? NULL : s->t.valid, w, m, v, dst);
         }
         if (job->masks) mask_row(job, n, y, s->t.near, s->t.valid);
