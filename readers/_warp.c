@@ -96,6 +96,8 @@ typedef struct {
  * AVX2 (defined with the expand kernels below). */
 static void stream_row(const float *src, void *dst, size_t bytes);
 static int have_avx2(void);
+/* use_simd(False) turns the hand-written AVX2 kernels off (the tests compare both ways). */
+static int simd_off = 0;
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(IMGSHARD_PLAIN_C)
 /* AVX2 and baseline clones of the row loops, picked at load time (no FMA: the results are the
@@ -997,7 +999,7 @@ static int have_avx2(void) {
         __builtin_cpu_init();
         known = __builtin_cpu_supports("avx2") ? 1 : 0;
     }
-    return known;
+    return known && !simd_off;
 }
 
 /* to_float with non-temporal (streaming) stores: same values, written around the caches. */
@@ -1225,7 +1227,19 @@ done:
     return result;
 }
 
+/* use_simd(enabled): whether the hand-written AVX2 kernels may run (when the CPU has AVX2);
+ * returns the previous setting. Not thread-safe: for tests and benchmarks. */
+static PyObject *use_simd(PyObject *self, PyObject *args) {
+    int enabled;
+    if (!PyArg_ParseTuple(args, "p", &enabled)) return NULL;
+    PyObject *before = PyBool_FromLong(!simd_off);
+    simd_off = !enabled;
+    return before;
+}
+
 static PyMethodDef methods[] = {
+    {"use_simd", use_simd, METH_VARARGS,
+     "use_simd(enabled): allow (True) or forbid the hand-written AVX2 kernels; returns the previous setting."},
     {"warp", warp, METH_VARARGS,
      "warp(images, params, out_images, batch, height, width, out_height, out_width, fill, normalize, "
      "photometric, contrast, masks, out_masks, mask_itemsize, mask_planes, mask_fill, one_hot_classes, ignore, "
