@@ -470,3 +470,17 @@ def test_images_and_annotations_without_ade20k_names_keep_zero_as_a_class(tmp_pa
     stored = _stored(tmp_path / "out")
     for key, v in values.items():
         np.testing.assert_array_equal(stored[key], _nearest(v.astype(np.int64)), err_msg=key)
+
+
+def test_classes_flag_with_labelme_labels_txt_does_not_count_ignore_as_a_class(tmp_path):
+    ds = L.make_labelme(tmp_path / "labelme")
+    labels_txt = tmp_path / "labels.txt"
+    labels_txt.write_text("__ignore__\n_background_\ncat\ndog\nperson\n")  # labelme's own input file
+    spec = SourceSpec(root=str(ds.root), classes=str(labels_txt))
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    data = readers.open(tmp_path / "out")
+    assert [n for n, _ in data.classes] == ["_background_", "cat", "dog", "person"]
+    stored = _stored(tmp_path / "out")
+    for p in ds.pairs:
+        v = np.asarray(Image.open(p.mask)).astype(np.int64)
+        np.testing.assert_array_equal(stored[p.key], np.vectorize(ds.expected)(_nearest(v)), err_msg=p.key)
