@@ -9,13 +9,14 @@ import shlex
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import readers
 from converter.cli import main as cli_main
 from converter.convert import BadInputError, convert
 from converter.discover.classfolders import classification_layout, detect_task
 from converter.discover.annotations.base import AnnotationFileError
-from converter.discover.layouts import detect_layout
+from converter.discover.layouts import LayoutError, detect_layout
 from converter.options import AnnotationOptions, OnChange, OutputOptions, RunOptions, SourceSpec, Task
 from tests import _annotations as A
 
@@ -323,3 +324,45 @@ def test_unet_split_folders_with_images_and_masks_are_not_instance_folders(tmp_p
             A.write_image(root / split / "images" / f"{i}.png", 10, 10, A.rng_for(6, i))
             A.write_image(root / split / "masks" / f"{i}.png", 10, 10, A.rng_for(8, i))
     assert detect_layout(str(root)).layout.name == "unet"
+
+
+def test_coco_reexport_that_renumbers_ids_and_reorders_images_changes_nothing(tmp_path):
+    exp = A.make_coco(tmp_path / "src", splits=("train",), per_split=4)
+    out = tmp_path / "out"
+    convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE), RunOptions(workers=1))
+    path = exp.root / "train" / "_annotations.coco.json"
+    doc = json.loads(path.read_text())
+    new_id = {im["id"]: 1000 + k for k, im in enumerate(doc["images"])}
+    for k, a in enumerate(doc["annotations"]):
+        a["id"], a["image_id"] = 5000 + k, new_id[a["image_id"]]
+    for im in doc["images"]:
+        im["id"] = new_id[im["id"]]
+    doc["images"].reverse()
+    path.write_text(json.dumps(doc, indent=2))
+    again = convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE),
+                    RunOptions(workers=1, on_change=OnChange.REPLACE))
+    assert again.plan.nothing_to_do and again.plan.unchanged == 4
+
+
+def test_dsb_labels_csv_and_instance_folders_agree_and_both_are_offered(tmp_path):
+    exp = A.make_instances(tmp_path / "dsb")
+    rows = ["ImageId,EncodedPixels"]
+    for key, image in exp.images.items():
+        ident = key.split("/")[1]
+        for m in sorted((image.parent.parent / "masks").glob("*.png")):
+            rows.append(f"{ident},{A.kaggle_rle(np.asarray(Image.open(m)) > 0)}")
+    (exp.root / "stage1_train_labels.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(LayoutError, match="--layout instances") as e:
+        detect_layout(str(exp.root))
+    assert "--layout rlecsv" in str(e.value)
+    masks = {}
+    for layout in ("instances", "rlecsv"):
+        convert(SourceSpec(root=str(exp.root), layout=layout), str(tmp_path / layout), OutputOptions(size=SIZE),
+                RunOptions(workers=1))
+        masks[layout] = {r.key.split("/")[-1].split(".")[0]: r.mask for r in readers.open(tmp_path / layout).records("train")}
+    assert masks["instances"].keys() == masks["rlecsv"].keys() and len(masks["rlecsv"]) == 3
+    for key, image in exp.images.items():
+        ident = key.split("/")[1]
+        ref = A.reference(image, exp.expected[key], SIZE)[1]
+        np.testing.assert_array_equal(masks["rlecsv"][ident], ref)
+        np.testing.assert_array_equal(masks["instances"][ident], ref)
