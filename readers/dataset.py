@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from readers.augment import check_augment, check_start_step, sample_ids
+from readers.resume import check_resume
 from readers.errors import FIX_HINT, ShardError, describe, shard_error
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
 from readers.formats import FileFormat, check_compression
@@ -308,6 +309,7 @@ class Dataset:
         epoch: int = 0,
         start_step: int = 0,
         augment_on: str = "host",
+        resume: Any = None,
     ) -> "tf.data.Dataset":
         """A `tf.data.Dataset` of (x, y) batches for `model.fit`.
 
@@ -337,6 +339,9 @@ class Dataset:
             epoch, start_step: the first pass is epoch `epoch` from batch `start_step`, later
                 ones the next epochs; the stream is a pure function of (seed, epoch, step).
             augment_on: "host", or "device" for `readers.device.augment_batch` (compact mode).
+            resume: a `readers.ResumableInput` (also passed in `fit`'s callbacks, beside
+                `keras.callbacks.BackupAndRestore`): after a restart, seed, epoch and
+                start step come from the backup (docs/READERS.md, "Resume inside Keras").
 
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
         Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
@@ -367,9 +372,14 @@ class Dataset:
             shards, options, total = self._pipeline_share(split, shards, options, input_context)
         batches = total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
         check_start_step(options.start_step, batches)
+        if resume is not None:
+            options = _resumed_options(check_resume(resume), options, batches)
         ids = sample_ids(shards) if options.augment is not None else None
         ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
-        return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None)
+        ds = _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None)
+        if resume is not None and options.start_step > 0 and not repeat:
+            _report_cardinality(ds, batches)
+        return ds
 
     def _pipeline_share(self, split: str, shards: list[ShardRef], options: PipelineOptions,
                         input_context: "tf.distribute.InputContext") -> tuple[list[ShardRef], PipelineOptions, int]:
@@ -410,6 +420,7 @@ class Dataset:
         shard_index: int = 0,
         augment: "Augment | None" = None,
         epoch: int = 0,
+        resume: Any = None,
     ) -> Any:
         """A `keras.utils.PyDataset` of (x, y) NumPy batches with random access.
 
@@ -421,6 +432,8 @@ class Dataset:
         `readers.pydataset`). `augment` and `epoch` as in `tf_dataset` (the same
         TensorFlow batch function, so batch i of epoch e holds the same pixels when the
         two see the same samples); the order is a pure function of (seed, epoch).
+        `resume`: a `readers.ResumableInput`, as in `tf_dataset` (the first epoch after a
+        restart is the rest of the interrupted one).
         """
         from readers.pydataset import make_pydataset
 
@@ -428,10 +441,16 @@ class Dataset:
                                   normalize=bool(normalize), augment=check_augment(augment), epoch=epoch)
         tune_allocator()
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
+        if resume is not None:
+            options = _resumed_options(check_resume(resume), options,
+                                       math.ceil(sum(s.records for s in shards) / options.batch_size))
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
         ids = sample_ids(shards) if options.augment is not None else None
-        return make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
-                              use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size, ids=ids)
+        seq = make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
+                             use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size, ids=ids)
+        if resume is not None:
+            resume.attach(seq)
+        return seq
 
 
 def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
@@ -450,6 +469,23 @@ def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: i
     if distributed:
         tf_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return ds.with_options(tf_options)
+
+
+def _resumed_options(resume: Any, options: PipelineOptions, batches: int) -> PipelineOptions:
+    """`options` with the seed, epoch and start step that `resume` gives (`readers.resume`)."""
+    seed, epoch, step = resume.claim(options.seed, options.epoch, options.start_step, batches,
+                                     options.effective_seed())
+    return PipelineOptions(**{**_fields(options), "seed": seed, "epoch": epoch, "start_step": step})
+
+
+def _report_cardinality(ds: "tf.data.Dataset", batches: int) -> None:
+    """Make Keras see a whole epoch's batches (`cardinality`) although the first pass is
+    the rest of a resumed epoch: Keras then ends that epoch when the pass ends and runs
+    the later ones whole (with an unknown cardinality it would cut every later epoch to
+    the first pass's length)."""
+    import tensorflow as tf
+
+    ds.cardinality = lambda: tf.constant(batches, tf.int64)  # type: ignore[method-assign]
 
 
 def _fields(options: PipelineOptions) -> dict[str, Any]:
