@@ -82,13 +82,7 @@ def _build_class() -> type:
         def __len__(self) -> int:
             return math.ceil(self.num_samples / self.options.batch_size) - self._skip
 
-        def start_resumed_epoch(self) -> None:
-            """Back to epoch `options.epoch` (Keras' `fit` ends an epoch of its input before
-            the first one begins), where batch i is batch `options.start_step + i` until
-            the epoch ends (`readers.ResumableInput` calls this when training begins)."""
-            self.epoch = int(self.options.epoch)
-            self._order = self._epoch_order()
-            self._skip = int(self.options.start_step)
+        start_resumed_epoch = _start_resumed_epoch
 
         def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
             if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
@@ -122,6 +116,15 @@ def _build_class() -> type:
             return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
 
     return ShardPyDataset
+
+
+def _start_resumed_epoch(seq: Any) -> None:
+    """Back to epoch `options.epoch` (Keras' `fit` ends an epoch of its input before the
+    first one begins), where batch i is batch `options.start_step + i` until the epoch
+    ends (`readers.ResumableInput` calls this when training begins)."""
+    seq.epoch = int(seq.options.epoch)
+    seq._order = seq._epoch_order()
+    seq._skip = int(seq.options.start_step)
 
 
 def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records: np.ndarray,

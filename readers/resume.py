@@ -122,116 +122,117 @@ def _check_int(name: str, value: Any) -> int:
     return value
 
 
+class _ResumableInput:
+    """A Keras callback that makes `tf_dataset` / `keras_dataset` resume with
+    `keras.callbacks.BackupAndRestore` at the batch after the restored step.
+
+    Args:
+        backup_dir: the `backup_dir` of the `BackupAndRestore` in the same `callbacks`.
+
+    Pass it as `resume=` to one training input and in `callbacks`. Attributes:
+    `resumed` (whether a backup was found), `position` ((seed, epoch, step) the input
+    starts at, once an input claimed it).
+    """
+
+    def __init__(self, backup_dir: str | os.PathLike):
+        super().__init__()
+        if not isinstance(backup_dir, (str, os.PathLike)) or not os.fspath(backup_dir):
+            raise TypeError(f"backup_dir must be a non-empty path. Received: backup_dir={backup_dir!r}")
+        self.backup_dir = os.fspath(backup_dir)
+        self._record = read_record(self.backup_dir)
+        self._iterations = backup_iterations(os.path.join(self.backup_dir, WEIGHTS_NAME))
+        self.resumed = self._record is not None and self._iterations is not None
+        self.position: tuple[int, int, int] | None = None
+        self._fresh: dict | None = None  # the record to write at train begin (a fresh run)
+        self._inputs: list[Any] = []  # PyDatasets to shorten to the rest of the resumed epoch
+        self._seen_backup: Any = None
+        self._filter: Any = None
+
+    # -- the input side ------------------------------------------------------------------
+    def claim(self, seed: int | None, epoch: int, start_step: int, batches: int, effective_seed: int) -> tuple[int, int, int]:
+        """(seed, epoch, step) for an input of `batches` batches per epoch built with
+        these arguments: the restored position, or the arguments on a fresh run."""
+        _check_int("epoch", epoch)
+        _check_int("start_step", start_step)
+        if self.resumed:
+            rec = self._record
+            if seed is not None and int(seed) % (1 << 64) != rec.seed:
+                raise ValueError(f"seed must be the one the backup in {self.backup_dir} was trained with "
+                                 f"({rec.seed}). Received: seed={seed}")
+            if batches != rec.batches:
+                raise ValueError(f"The input has {batches} batches per epoch, the one the backup in "
+                                 f"{self.backup_dir} was trained with had {rec.batches}: same split, batch "
+                                 f"size and drop_remainder needed. Received: {batches} batches")
+            epoch_now, step_now = rec.position(self._iterations)
+            self.position = (rec.seed, epoch_now, step_now)
+        else:
+            self._fresh = {"seed": effective_seed, "epoch": epoch, "step": start_step, "batches": batches}
+            self.position = (effective_seed, epoch, start_step)
+        return self.position
+
+    def attach(self, pydataset: Any) -> None:
+        """A `keras_dataset` whose first epoch is to be cut to the rest of the resumed one."""
+        self._inputs.append(pydataset)
+
+    # -- the Keras side ------------------------------------------------------------------
+    def on_train_begin(self, logs: Any = None) -> None:
+        if self.position is None:
+            raise ValueError("ResumableInput was passed in callbacks but to no input: give it to the training "
+                             "input as tf_dataset(..., resume=resume) or keras_dataset(..., resume=resume).")
+        if self._fresh is not None:
+            os.makedirs(self.backup_dir, exist_ok=True)
+            record = dict(self._fresh, iterations=int(self.model.optimizer.iterations.numpy()))
+            self._record = ResumeRecord(**record)
+            _write_json(os.path.join(self.backup_dir, RECORD_NAME), record)
+        self._seen_backup = self._backup_stamp()
+        for pydataset in self._inputs:
+            pydataset.start_resumed_epoch()
+        if self.position[2] > 0:
+            self._filter = _quiet_ran_out()
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._note_backup()
+        if self._filter is not None:
+            self._filter.__exit__(None, None, None)
+            self._filter = None
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._note_backup()  # a backup written after this callback's batch end (list order)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._note_backup()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        if self._filter is not None:
+            self._filter.__exit__(None, None, None)
+            self._filter = None
+
+    def _backup_stamp(self) -> Any:
+        try:
+            st = os.stat(os.path.join(self.backup_dir, METADATA_NAME))
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def _note_backup(self) -> None:
+        """After a new backup: the record gains its input position (`backup`)."""
+        stamp = self._backup_stamp()
+        if stamp is None or stamp == self._seen_backup or self._record is None:
+            return
+        self._seen_backup = stamp
+        iterations = backup_iterations(os.path.join(self.backup_dir, WEIGHTS_NAME))
+        if iterations is None:
+            return
+        epoch, step = self._record.position(iterations)
+        data = asdict(self._record)
+        data["backup"] = {"seed": self._record.seed, "epoch": epoch, "step": step, "iterations": iterations}
+        _write_json(os.path.join(self.backup_dir, RECORD_NAME), data)
+
+
 def _build_class() -> type:
     import keras
 
-    class ResumableInput(keras.callbacks.Callback):
-        """A Keras callback that makes `tf_dataset` / `keras_dataset` resume with
-        `keras.callbacks.BackupAndRestore` at the batch after the restored step.
-
-        Args:
-            backup_dir: the `backup_dir` of the `BackupAndRestore` in the same `callbacks`.
-
-        Pass it as `resume=` to one training input and in `callbacks`. Attributes:
-        `resumed` (whether a backup was found), `position` ((seed, epoch, step) the input
-        starts at, once an input claimed it).
-        """
-
-        def __init__(self, backup_dir: str | os.PathLike):
-            super().__init__()
-            if not isinstance(backup_dir, (str, os.PathLike)) or not os.fspath(backup_dir):
-                raise TypeError(f"backup_dir must be a non-empty path. Received: backup_dir={backup_dir!r}")
-            self.backup_dir = os.fspath(backup_dir)
-            self._record = read_record(self.backup_dir)
-            self._iterations = backup_iterations(os.path.join(self.backup_dir, WEIGHTS_NAME))
-            self.resumed = self._record is not None and self._iterations is not None
-            self.position: tuple[int, int, int] | None = None
-            self._fresh: dict | None = None  # the record to write at train begin (a fresh run)
-            self._inputs: list[Any] = []  # PyDatasets to shorten to the rest of the resumed epoch
-            self._seen_backup: Any = None
-            self._filter: Any = None
-
-        # -- the input side ------------------------------------------------------------------
-        def claim(self, seed: int | None, epoch: int, start_step: int, batches: int, effective_seed: int) -> tuple[int, int, int]:
-            """(seed, epoch, step) for an input of `batches` batches per epoch built with
-            these arguments: the restored position, or the arguments on a fresh run."""
-            _check_int("epoch", epoch)
-            _check_int("start_step", start_step)
-            if self.resumed:
-                rec = self._record
-                if seed is not None and int(seed) % (1 << 64) != rec.seed:
-                    raise ValueError(f"seed must be the one the backup in {self.backup_dir} was trained with "
-                                     f"({rec.seed}). Received: seed={seed}")
-                if batches != rec.batches:
-                    raise ValueError(f"The input has {batches} batches per epoch, the one the backup in "
-                                     f"{self.backup_dir} was trained with had {rec.batches}: same split, batch "
-                                     f"size and drop_remainder needed. Received: {batches} batches")
-                epoch_now, step_now = rec.position(self._iterations)
-                self.position = (rec.seed, epoch_now, step_now)
-            else:
-                self._fresh = {"seed": effective_seed, "epoch": epoch, "step": start_step, "batches": batches}
-                self.position = (effective_seed, epoch, start_step)
-            return self.position
-
-        def attach(self, pydataset: Any) -> None:
-            """A `keras_dataset` whose first epoch is to be cut to the rest of the resumed one."""
-            self._inputs.append(pydataset)
-
-        # -- the Keras side ------------------------------------------------------------------
-        def on_train_begin(self, logs: Any = None) -> None:
-            if self.position is None:
-                raise ValueError("ResumableInput was passed in callbacks but to no input: give it to the training "
-                                 "input as tf_dataset(..., resume=resume) or keras_dataset(..., resume=resume).")
-            if self._fresh is not None:
-                os.makedirs(self.backup_dir, exist_ok=True)
-                record = dict(self._fresh, iterations=int(self.model.optimizer.iterations.numpy()))
-                self._record = ResumeRecord(**record)
-                _write_json(os.path.join(self.backup_dir, RECORD_NAME), record)
-            self._seen_backup = self._backup_stamp()
-            for pydataset in self._inputs:
-                pydataset.start_resumed_epoch()
-            if self.position[2] > 0:
-                self._filter = _quiet_ran_out()
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self._note_backup()
-            if self._filter is not None:
-                self._filter.__exit__(None, None, None)
-                self._filter = None
-
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            self._note_backup()  # a backup written after this callback's batch end (list order)
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self._note_backup()
-
-        def on_train_end(self, logs: Any = None) -> None:
-            if self._filter is not None:
-                self._filter.__exit__(None, None, None)
-                self._filter = None
-
-        def _backup_stamp(self) -> Any:
-            try:
-                st = os.stat(os.path.join(self.backup_dir, METADATA_NAME))
-            except FileNotFoundError:
-                return None
-            return st.st_mtime_ns, st.st_size, st.st_ino
-
-        def _note_backup(self) -> None:
-            """After a new backup: the record gains its input position (`backup`)."""
-            stamp = self._backup_stamp()
-            if stamp is None or stamp == self._seen_backup or self._record is None:
-                return
-            self._seen_backup = stamp
-            iterations = backup_iterations(os.path.join(self.backup_dir, WEIGHTS_NAME))
-            if iterations is None:
-                return
-            epoch, step = self._record.position(iterations)
-            data = asdict(self._record)
-            data["backup"] = {"seed": self._record.seed, "epoch": epoch, "step": step, "iterations": iterations}
-            _write_json(os.path.join(self.backup_dir, RECORD_NAME), data)
-
-    return ResumableInput
+    return type("ResumableInput", (_ResumableInput, keras.callbacks.Callback), {"__doc__": _ResumableInput.__doc__})
 
 
 class _quiet_ran_out:
