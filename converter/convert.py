@@ -20,10 +20,12 @@ import numpy as np
 from converter import __version__
 from converter.discover.layout import BadInput
 from converter.discover.sources import discover_sources
+from converter.transform.kinds import resolve_options
 from converter.run.execute import local_start, run_tasks
 from converter.plan import fptable
 from converter.run.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
+from converter.plan.scope import check_prune, check_spec, run_scope, sources_record
 from converter.plan.shards import Plan, PlanError, make_plan, refuse_damaged
 from converter.fsutil import remove_files
 from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now, write_report
@@ -174,7 +176,7 @@ def _mask_spec(options: OutputOptions, classes: tuple[ClassInfo, ...]) -> dict |
 
 def _image_spec(options: OutputOptions) -> dict:
     h, w = options.size
-    image = {"height": h, "width": w, "channels": 3, "dtype": "uint8", "codec": options.image_encoding.value}
+    image = {"height": h, "width": w, **options.image_kind.manifest_entry(), "codec": options.image_encoding.value}
     if options.quality is not None:
         image["quality"] = options.quality
     return image
@@ -257,14 +259,22 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
     """The run, holding the lock. `bucket`: a `converter.bucket.output.BucketOutput` when OUT is a
     bucket (`out_dir` is then its local staging folder), None for a local OUT."""
     found, classes, options = discover_sources(spec, options)  # options: with the resolved mask semantics
+    options = resolve_options(found.samples, options)  # and the stored image kind (dtype, channels)
     if bucket is not None:
         old = bucket.prepare(run.rebuild, lambda m: _check_compatible(m, options, classes))
     else:
         old = _prepare_output(out_dir, options, run, classes)
     base_manifest = None if run.rebuild else old
+    scope = run_scope(found.scope) if task_kind(options.task).dense else None
+    if scope is not None:
+        check_spec(old, spec.spec_text, run.rebuild)
+        check_prune(base_manifest, scope, run.prune)
     next_index = {s: e.next_shard_index for s, e in old.splits.items()} if old is not None else {}
     plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index, root=out_dir,
-                     run_id=bucket.run_id if bucket is not None else None)
+                     run_id=bucket.run_id if bucket is not None else None,
+                     scope_splits=None if scope is None else {e["split"] for e in scope})
+    if scope is not None:
+        plan.sources = sources_record(base_manifest, scope, spec.spec_text, run.rebuild)
     if run.rebuild and old is not None:
         plan.drop_shards |= {s.file for _, s in old.iter_shards()}
     for key in plan.changed_kept:
@@ -277,7 +287,8 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
 
     result = ConvertResult(out_dir, old, plan, bad=list(found.bad))  # after the plan consumed the samples
     if task_kind(options.task).dense:
-        result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json()}
+        result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json(),
+                         "classes_from": found.defaults.classes_from}
     results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress, bucket)
     _collect(result, results)
     result.workers["helped_samples"] = sum(r.helped for r in results)  # converted by a worker that had no shard left
@@ -570,6 +581,7 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
         classes=classes,
         splits=split_entries,
         history=tuple(history[-HISTORY_LIMIT:]),
+        sources=plan.sources,
     )
 
 

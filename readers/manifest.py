@@ -97,7 +97,8 @@ MAX_CLASSES = 65535                 # uint16 class maps keep 65535 for the ignor
 MAX_COUNT = (1 << 63) - 1           # records, bytes, pixel counts: int64
 MAX_MANIFEST_BYTES = 1 << 30        # the JSON document (versions 1-2: about 300 bytes per sample; 3: per shard)
 MAX_INT_DIGITS = 20                 # an int64 in JSON (a 5000-digit integer is refused before int())
-IMAGE_CHANNELS = (1, 3)
+IMAGE_CHANNELS = tuple(range(1, 17))  # 1..16 channels (bands)
+IMAGE_DTYPES = {"uint8": 1, "uint16": 2}  # stored image dtype -> bytes per sample
 
 
 #: The fix every schema error ends with.
@@ -191,9 +192,14 @@ def _validate_image(image: Any, mask: Any, num_classes: int, path: str) -> None:
     _need_int(image["width"], "image.width", path, 1, MAX_IMAGE_SIDE)
     channels = image.get("channels", 3)
     _need(_is_int(channels) and channels in IMAGE_CHANNELS, "image.channels", path,
-          f"one of {IMAGE_CHANNELS}", channels)
+          "an integer 1..16", channels)
+    dtype = image.get("dtype", "uint8")
+    _need(dtype in IMAGE_DTYPES, "image.dtype", path, f"one of {sorted(IMAGE_DTYPES)}", dtype)
+    bands = image.get("bands")
+    _need(bands is None or (isinstance(bands, list) and all(isinstance(b, str) for b in bands)), "image.bands",
+          path, "a list of band names", bands)
     pixels = image["height"] * image["width"]
-    _need(pixels * channels <= MAX_RECORD_BYTES, "image", path,
+    _need(pixels * channels * IMAGE_DTYPES[dtype] <= MAX_RECORD_BYTES, "image", path,
           f"at most {MAX_RECORD_BYTES} bytes per record", f"{image['height']}x{image['width']}x{channels}")
     if mask is None:
         return
@@ -217,12 +223,27 @@ def _validate_classes(classes: Any, path: str) -> None:
                   f"classes[{i}].color", path, "[r, g, b] with integers in [0, 255]", color)
 
 
+def _validate_sources(sources: Any, path: str) -> None:
+    """The optional record of what a dataset was converted from: its scope and spec."""
+    if sources is None:
+        return
+    _need_dict(sources, "sources", path)
+    scope = sources.get("scope", [])
+    _need(isinstance(scope, list), "sources.scope", path, "a list", scope)
+    for i, entry in enumerate(scope):
+        _need(isinstance(entry, dict) and isinstance(entry.get("split"), str)
+              and all(isinstance(entry.get(k), (str, type(None))) for k in ("images", "masks")),
+              f"sources.scope[{i}]", path, "an object with a split name and folder paths", entry)
+    _need(isinstance(sources.get("spec"), (str, type(None))), "sources.spec", path, "a string or null",
+          sources.get("spec"))
+
+
 def validate(d: Any, path: str = MANIFEST_NAME) -> None:
     """Check a parsed manifest document against the schema; raise `ManifestError` naming
     the manifest, the field, what was expected and what was received.
 
     Types (integers are JSON integers, never strings, floats or booleans), ranges (counts
-    >= 0 and within int64, image sides in [1, `MAX_IMAGE_SIDE`], channels 1 or 3, at most
+    >= 0 and within int64, image sides in [1, `MAX_IMAGE_SIDE`], channels 1..16 of uint8 or uint16, at most
     `MAX_RECORD_BYTES` per record, class colours in [0, 255]), relative shard names, and
     for version 3 each shard's index file (relative name, bytes, digest; no inline samples).
     Everything that reads a manifest goes through here (`Manifest.from_json`).
@@ -242,6 +263,7 @@ def validate(d: Any, path: str = MANIFEST_NAME) -> None:
         if name in d:
             _need_dict(d[name], name, path)
     _need(isinstance(d.get("history", []), list), "history", path, "a list", d.get("history"))
+    _validate_sources(d.get("sources"), path)
     _validate_classes(d["classes"], path)
     _need(d.get("mask") is None or isinstance(d["mask"], dict), "mask", path, "an object or null", d.get("mask"))
     _validate_image(d["image"], d.get("mask"), len(d["classes"]), path)
@@ -523,6 +545,9 @@ class Manifest:
     splits: Mapping[str, SplitEntry]
     history: tuple[Mapping[str, Any], ...] = ()
     version: int = MANIFEST_VERSION
+    #: What the dataset was converted from: {"scope": [{"split", "images", "masks"}...], "spec": text or
+    #: null} (`converter.plan.scope`); None in manifests written before it existed.
+    sources: Mapping[str, Any] | None = None
 
     # -- derived views -------------------------------------------------------------
     @property
@@ -563,7 +588,7 @@ class Manifest:
         if 0 < indexed < len(shards):
             raise ValueError(f"{indexed} of {len(shards)} shards have an index file: a manifest cannot mix "
                              "version-3 shards with inline samples. Migrate every shard first (converter.migrate).")
-        return {
+        out = {
             "imgshard_manifest": MANIFEST_VERSION if indexed == len(shards) else LEGACY_VERSION,
             "tool_version": self.tool_version,
             "task": self.task,
@@ -576,6 +601,9 @@ class Manifest:
             "splits": {k: self.splits[k].to_json() for k in sorted(self.splits)},
             "history": [dict(h) for h in self.history],
         }
+        if self.sources is not None:
+            out["sources"] = dict(self.sources)
+        return out
 
     def dumps(self) -> str:
         """Canonical text: sorted keys, so identical content gives identical bytes."""
@@ -605,6 +633,7 @@ class Manifest:
                 classes=tuple(ClassInfo.from_json(c) for c in d["classes"]),
                 splits=splits,
                 history=tuple(d.get("history", ())),
+                sources=dict(d["sources"]) if d.get("sources") is not None else None,
             )
         except ManifestError:
             raise

@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 
+from converter.discover.content import ContentTie, find_by_content
 from converter.discover.files import absolute, exists, file_names, is_dir, is_file, source_scope
 from converter.discover.layout import (
     IMAGE_EXTENSIONS,
@@ -35,6 +36,7 @@ from converter.discover.layout import (
     stat_file,
     list_images,
 )
+from converter.discover.annotations.registry import detect_annotations
 from converter.discover.layouts import mask_dirs_below
 from converter.discover.layouts import subdirs as _subdirs
 from converter.options import SourceSpec, Task
@@ -92,7 +94,7 @@ def classification_layout(root: str) -> str | None:
     """
     if not is_dir(root) or exists(os.path.join(root, "class_dict.csv")):
         return None
-    if mask_dirs_below(root):
+    if mask_dirs_below(root) or detect_annotations(root):  # images beside annotation files: never classes
         return None
     dirs = _subdirs(root)
     if not dirs or any(d.endswith(LABELS_SUFFIX) or _looks_like_mask_folder(d) for d in dirs):
@@ -100,8 +102,9 @@ def classification_layout(root: str) -> str | None:
     splits = [d for d in dirs if d in WELL_KNOWN_SPLITS]
     if splits:
         ok = any(_subdirs(os.path.join(root, s)) and not _direct_images(os.path.join(root, s)) for s in splits)
-        return "split" if ok else None
-    if any(_direct_images(os.path.join(root, d)) for d in dirs):
+        classes = {c for s in splits for c in _subdirs(os.path.join(root, s))}
+        return "split" if ok and len(classes) > 1 else None  # one class is never a classification dataset
+    if sum(1 for d in dirs if _direct_images(os.path.join(root, d))) > 1:
         return "flat"
     return None
 
@@ -115,6 +118,8 @@ def detect_task(spec: SourceSpec) -> Task:
     class_dict.csv. Everything else is segmentation (whose discovery then explains
     what it expected).
     """
+    if spec.sources:
+        return Task.SEGMENTATION
     if spec.images is not None:
         return Task.SEGMENTATION if spec.masks is not None else Task.CLASSIFICATION
     if spec.layout is not None:
@@ -123,7 +128,18 @@ def detect_task(spec: SourceSpec) -> Task:
         return Task.SEGMENTATION
     spec.use_storage()
     with source_scope():
-        return Task.CLASSIFICATION if classification_layout(absolute(spec.root)) else Task.SEGMENTATION  # type: ignore[arg-type]
+        root = absolute(spec.root)  # type: ignore[arg-type]
+        if not classification_layout(root):
+            return Task.SEGMENTATION
+        return Task.SEGMENTATION if _pairs_by_content(root) else Task.CLASSIFICATION
+
+
+def _pairs_by_content(root: str) -> bool:
+    """Whether image and mask folders pair by content (`converter.discover.content`), however named."""
+    try:
+        return find_by_content(root) is not None
+    except ContentTie:
+        return True  # segmentation: its discovery names the choices
 
 
 def val_hash_fraction(key: str) -> float:

@@ -42,7 +42,8 @@ class SourceSample(NamedTuple):
     mask: str | None = None  # absolute path; None for classification
     label: int | None = None  # classification only
     image_stat: tuple[int, int] | None = None  # (size, mtime_ns) from discovery's one stat; None: not taken
-    mask_stat: tuple[int, int] | None = None
+    mask_stat: tuple[int, int] | None = None  # annotations: (canonical bytes, digest stamp)
+    annotation: Any = None  # `converter.discover.annotations.Annotation`: the sample's own shapes (no mask file)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class LayoutDefaults:
     label_map: str | None = None  # a built-in map name ("cityscapes")
     class_names: tuple[str, ...] | None = None  # built-in names (VOC)
     names_file: str | None = None  # a names file found in the folder (labelme class_names.txt)
+    classes_from: str = ""  # where the classes come from, for people (`converter.discover.evidence`)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,10 @@ class Discovery:
     defaults: LayoutDefaults = LayoutDefaults()
     suffixes: tuple[str, str] | None = None  # (image, mask) name suffixes found from the names
     unpaired_images: int = 0  # images with no mask that are not errors (VOC's JPEGImages)
+    #: (split, images folder, masks folder) of every folder pair listed (`converter.plan.scope`)
+    scope: tuple[tuple[str, str, str], ...] = ()
+    #: every folder pair as a source spec names it (`converter.options.SplitSource`; `scan --write-spec`)
+    sources: tuple = ()
 
 
 def _is_image_name(name: str) -> bool:
