@@ -484,3 +484,20 @@ def test_classes_flag_with_labelme_labels_txt_does_not_count_ignore_as_a_class(t
     for p in ds.pairs:
         v = np.asarray(Image.open(p.mask)).astype(np.int64)
         np.testing.assert_array_equal(stored[p.key], np.vectorize(ds.expected)(_nearest(v)), err_msg=p.key)
+
+
+def test_palette_colours_missing_from_the_table_with_indices_beyond_it_are_unknown_colours(tmp_path):
+    """Indices beyond the table's rows cannot be class ids: the colour reading stands, and its
+    colours the table does not name are reported (and ignored only on request) as unknown colours."""
+    root = tmp_path / "pal"
+    table = [("sky", (10, 20, 30)), ("road", (40, 50, 60))]
+    palette = [(10, 20, 30), (1, 2, 3), (3, 2, 1), (40, 50, 60), (99, 99, 99)]
+    maps = [np.asarray([0, 3, 4])[synth.random_mask(24, 32, 3, np.random.default_rng(i))] for i in range(3)]
+    _camvid_palette(root, table, palette, maps, by_hand=True)
+    r = _scan(root)
+    [check] = r.labels["readings"]
+    assert check["settled_by"].startswith("palette indices up to 4 are beyond the 2 rows")
+    assert [u.color for u in r.unknown_colors] == [(99, 99, 99)]
+    assert r.unknown_colors[0].pixels == sum(int((m == 4).sum()) for m in maps)
+    assert r.verdict["flags"] == ["--unknown-color", "ignore"]
+    assert not any("no rule settles" in p for p in r.verdict["problems"])
