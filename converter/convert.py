@@ -24,6 +24,7 @@ from converter.run.execute import local_start, run_tasks
 from converter.plan import fptable
 from converter.run.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
+from converter.plan.names import refuse_taken_names
 from converter.plan.shards import Plan, PlanError, make_plan, refuse_damaged
 from converter.fsutil import remove_files
 from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now, write_report
@@ -265,6 +266,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
     next_index = {s: e.next_shard_index for s, e in old.splits.items()} if old is not None else {}
     plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index, root=out_dir,
                      run_id=bucket.run_id if bucket is not None else None)
+    refuse_taken_names(out_dir, old, [t.file for t in plan.tasks])  # never over a published shard
     if run.rebuild and old is not None:
         plan.drop_shards |= {s.file for _, s in old.iter_shards()}
     for key in plan.changed_kept:
