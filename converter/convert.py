@@ -20,6 +20,7 @@ import numpy as np
 from converter import __version__
 from converter.discover.layout import BadInput
 from converter.discover.sources import discover_sources
+from converter.transform.kinds import resolve_options
 from converter.run.execute import local_start, run_tasks
 from converter.plan import fptable
 from converter.run.lock import OutputLock, wait_for_orphans
@@ -175,7 +176,7 @@ def _mask_spec(options: OutputOptions, classes: tuple[ClassInfo, ...]) -> dict |
 
 def _image_spec(options: OutputOptions) -> dict:
     h, w = options.size
-    image = {"height": h, "width": w, "channels": 3, "dtype": "uint8", "codec": options.image_encoding.value}
+    image = {"height": h, "width": w, **options.image_kind.manifest_entry(), "codec": options.image_encoding.value}
     if options.quality is not None:
         image["quality"] = options.quality
     return image
@@ -258,6 +259,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
     """The run, holding the lock. `bucket`: a `converter.bucket.output.BucketOutput` when OUT is a
     bucket (`out_dir` is then its local staging folder), None for a local OUT."""
     found, classes, options = discover_sources(spec, options)  # options: with the resolved mask semantics
+    options = resolve_options(found.samples, options)  # and the stored image kind (dtype, channels)
     if bucket is not None:
         old = bucket.prepare(run.rebuild, lambda m: _check_compatible(m, options, classes))
     else:

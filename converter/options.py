@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from converter.imagekind import ImageKind
 from readers.choice import Choice
 from readers.formats import FileFormat, check_compression
 from readers.tasks import Task
@@ -63,6 +64,30 @@ class OnChange(Choice):
     FAIL = "fail"
 
 
+class Overlap(Choice):
+    """Where shapes of an annotation overlap (`converter.discover.annotations`)."""
+
+    TOOL = "tool"  # the producing tool's order: later on top (CVAT: z_order, then document order)
+    FIRST = "first"  # the first shape drawn keeps its pixels
+    IGNORE = "ignore"  # pixels claimed by two classes go to the ignore index
+
+
+@dataclass(frozen=True)
+class AnnotationOptions:
+    """How annotation files (COCO, YOLO, LabelMe, CVAT, RLE CSV) become class maps."""
+
+    overlap: Overlap = Overlap.TOOL
+    keep_crowd: bool = False  # COCO iscrowd regions: their class (True) or the ignore index (False)
+    rle_class: str | None = None  # RLE CSV without a ClassId column: the class name of its runs
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overlap", Overlap.parse(self.overlap, "--overlap"))
+        if not isinstance(self.keep_crowd, bool):
+            raise TypeError(f"--keep-crowd must be True or False. Received: {self.keep_crowd!r}")
+        if self.rle_class is not None and not str(self.rle_class).strip():
+            raise ValueError(f"--rle-class must be a class name. Received: {self.rle_class!r}")
+
+
 class MaskSemantics(Choice):
     """How mask pixels become classes (`converter.transform.semantics`)."""
 
@@ -74,6 +99,9 @@ class MaskSemantics(Choice):
 MAX_SIDE_PX = 65535
 #: Layouts `converter.discover.layouts` knows (`--layout NAME`).
 LAYOUT_NAMES = ("camvid", "voc", "cityscapes", "ade", "mmseg", "unet", "explicit", "classfolders")
+#: Annotation formats (`converter.discover.annotations`), also `--layout NAME`.
+ANNOTATION_FORMATS = ("coco", "yolo", "labelme", "cvat", "instances", "rlecsv")
+LAYOUT_NAMES += ANNOTATION_FORMATS
 DEFAULT_SHARD_SIZE_BYTES = 128 * 1024 * 1024
 #: Pillow's own decompression-bomb limit; we keep Pillow's guard and add ours on top.
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -135,8 +163,16 @@ class OutputOptions:
     quality: int | None = None
     #: Segmentation: mask semantics, ignore values and label map (`LabelOptions`).
     labels: "LabelOptions | None" = None
+    #: The stored image kind (`converter.imagekind`): dtype, channels, bands; None: uint8 RGB.
+    image_kind: ImageKind | None = None
 
     def __post_init__(self) -> None:
+        kind = self.image_kind
+        if isinstance(kind, Mapping):
+            kind = ImageKind.from_json(kind)
+        if kind is not None and not isinstance(kind, ImageKind):
+            raise TypeError(f"image_kind must be an ImageKind. Received: {self.image_kind!r}")
+        object.__setattr__(self, "image_kind", kind if kind is not None else ImageKind())
         labels = self.labels
         if isinstance(labels, Mapping):
             labels = LabelOptions.from_json(labels)
@@ -200,6 +236,10 @@ class OutputOptions:
                 d[k] = v.value
         d["size"] = [self.size[0], self.size[1]]
         d["labels"] = self.labels.to_json()  # type: ignore[union-attr]
+        kind = self.image_kind
+        d.pop("image_kind")
+        if not kind.is_default:  # type: ignore[union-attr]  # uint8 RGB: as every earlier version wrote
+            d["image_kind"] = kind.to_json()  # type: ignore[union-attr]
         return d
 
     @classmethod
@@ -297,6 +337,7 @@ class SourceSpec:
     mask_suffix: str | None = None  # name = <stem><mask_suffix>.<ext>
     split_lists: tuple[tuple[str, str], ...] = ()  # (split name, list file): one stem per line
     storage_options: Any = ()  # fsspec options for s3:// / gs:// sources: frozen (key, value) pairs
+    annotations: AnnotationOptions = AnnotationOptions()  # annotation files (COCO, YOLO, ...): rules
 
     def __post_init__(self) -> None:
         self._normalise_locations()

@@ -98,7 +98,8 @@ MAX_CLASSES = 65535                 # uint16 class maps keep 65535 for the ignor
 MAX_COUNT = (1 << 63) - 1           # records, bytes, pixel counts: int64
 MAX_MANIFEST_BYTES = 1 << 30        # the JSON document (versions 1-2: about 300 bytes per sample; 3: per shard)
 MAX_INT_DIGITS = 20                 # an int64 in JSON (a 5000-digit integer is refused before int())
-IMAGE_CHANNELS = (1, 3)
+IMAGE_CHANNELS = tuple(range(1, 17))  # 1..16 channels (bands)
+IMAGE_DTYPES = {"uint8": 1, "uint16": 2}  # stored image dtype -> bytes per sample
 
 
 #: The fix every schema error ends with.
@@ -192,9 +193,14 @@ def _validate_image(image: Any, mask: Any, num_classes: int, path: str) -> None:
     _need_int(image["width"], "image.width", path, 1, MAX_IMAGE_SIDE)
     channels = image.get("channels", 3)
     _need(_is_int(channels) and channels in IMAGE_CHANNELS, "image.channels", path,
-          f"one of {IMAGE_CHANNELS}", channels)
+          "an integer 1..16", channels)
+    dtype = image.get("dtype", "uint8")
+    _need(dtype in IMAGE_DTYPES, "image.dtype", path, f"one of {sorted(IMAGE_DTYPES)}", dtype)
+    bands = image.get("bands")
+    _need(bands is None or (isinstance(bands, list) and all(isinstance(b, str) for b in bands)), "image.bands",
+          path, "a list of band names", bands)
     pixels = image["height"] * image["width"]
-    _need(pixels * channels <= MAX_RECORD_BYTES, "image", path,
+    _need(pixels * channels * IMAGE_DTYPES[dtype] <= MAX_RECORD_BYTES, "image", path,
           f"at most {MAX_RECORD_BYTES} bytes per record", f"{image['height']}x{image['width']}x{channels}")
     if mask is None:
         return
@@ -223,7 +229,7 @@ def validate(d: Any, path: str = MANIFEST_NAME) -> None:
     the manifest, the field, what was expected and what was received.
 
     Types (integers are JSON integers, never strings, floats or booleans), ranges (counts
-    >= 0 and within int64, image sides in [1, `MAX_IMAGE_SIDE`], channels 1 or 3, at most
+    >= 0 and within int64, image sides in [1, `MAX_IMAGE_SIDE`], channels 1..16 of uint8 or uint16, at most
     `MAX_RECORD_BYTES` per record, class colours in [0, 255]), relative shard names, and
     for version 3 each shard's index file (relative name, bytes, digest; no inline samples).
     Everything that reads a manifest goes through here (`Manifest.from_json`).

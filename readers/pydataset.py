@@ -116,7 +116,7 @@ def _build_class() -> type:
 def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records: np.ndarray,
                spec: RecordSpec) -> tuple[np.ndarray, np.ndarray]:
     """The compact (images, targets) of the records (shards[j], records[j])."""
-    images = np.empty((len(shards), *spec.image_shape), np.uint8)
+    images = np.empty((len(shards), *spec.image_shape), spec.image_np_dtype.newbyteorder("="))
     if spec.segmentation:
         targets = np.empty((len(shards), *spec.mask_shape), spec.mask_np_dtype.newbyteorder("="))
     else:

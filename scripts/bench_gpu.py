@@ -36,7 +36,19 @@ def main(argv=None) -> int:
     p.add_argument("--cache", help="folder for generated sources (default ~/.cache/imgshard)")
     p.add_argument("--json", help="also write the numbers here")
     p.add_argument("--quick", action="store_true", help="smoke test: 24 tiny pairs, 64x64, 3 steps, tiny U-Net")
+    p.add_argument("--backend", choices=("auto", "tensorflow", "jax"), default="auto",
+                   help="tensorflow: tf.data feeds and tf.function steps (converter/bench/train.py); jax: "
+                        "keras_dataset feeds and a jitted step on Keras' JAX backend (converter/bench/train_jax.py), "
+                        "for machines without TensorFlow; auto: tensorflow when it imports (default)")
+    p.add_argument("--workers", type=int, default=4, help="PyDataset worker threads of the jax feeds (default 4)")
     args = p.parse_args(argv)
+    backend = args.backend
+    if backend == "auto":
+        import importlib.util
+
+        backend = "tensorflow" if importlib.util.find_spec("tensorflow") is not None else "jax"
+    if backend == "jax":
+        os.environ["KERAS_BACKEND"] = "jax"
 
     fields = {"src": args.src, "batch_size": args.batch_size}
     if args.cache:
@@ -56,12 +68,20 @@ def main(argv=None) -> int:
     try:
         out_dir = os.path.join(work, "compact")
         run_convert(sources.root, out_dir, opts.size, workers=os.cpu_count() or 1)
-        out = run_train_bench(sources.pairs, sources.colors, out_dir, size=opts.size, batch_size=opts.batch_size,
-                              steps=steps, warmup=warmup, base_filters=filters, depth=depth,
-                              shuffle_buffer=opts.shuffle_buffer)
+        if backend == "jax":
+            from converter.bench.train_jax import run_train_bench_jax
+
+            out = run_train_bench_jax(out_dir, size=opts.size, batch_size=opts.batch_size, steps=steps,
+                                      warmup=warmup, base_filters=filters, depth=depth, workers=args.workers)
+        else:
+            out = run_train_bench(sources.pairs, sources.colors, out_dir, size=opts.size, batch_size=opts.batch_size,
+                                  steps=steps, warmup=warmup, base_filters=filters, depth=depth,
+                                  shuffle_buffer=opts.shuffle_buffer)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(format_train(out))
+    for name, why in out.get("not_measured", {}).items():
+        print(f"not measured: {name}: {why}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -213,3 +213,28 @@ def test_converter_memory_target_checks_the_worst_growth_against_the_stated_boun
         result.memory["converter_growth_bound"] = bound
         row = {t.name: t for t in targets(result)}["converter peak RSS growth 200->2000 samples within bound"]
         assert row.value == pytest.approx((worst_large - 90 * mb) / 1e6) and row.met is met  # largest vs largest
+
+
+@pytest.mark.slow
+def test_bench_gpu_quick_mode_on_the_jax_backend_runs_without_tensorflow(tmp_path):
+    """The GPU machines this project is lent have JAX and no TensorFlow: the jax feeds must
+    run with TensorFlow unimportable (a `sitecustomize` that blocks it)."""
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
+    env = _env()
+    env["PYTHONPATH"] = str(block) + os.pathsep + env["PYTHONPATH"]
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_gpu.py"), "--quick",
+                           "--cache", str(tmp_path / "cache"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["backend"] == "jax"
+    assert [f["name"] for f in data["feeds"]] == ["imgshard_float", "imgshard_compact",
+                                                  "imgshard_compact_host_augment", "in_device_memory"]
+    for feed in data["feeds"]:
+        assert feed["steps"] == 3 and feed["step_time_s"] > 0
+        assert 0.0 <= feed["blocked_on_input_share"] <= 1.0
+    assert "imgshard_compact_device_augment" in data["not_measured"]
+    assert "not measured: imgshard_compact_device_augment" in proc.stdout

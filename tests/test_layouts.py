@@ -459,20 +459,25 @@ def _camvid_with_palette_masks(root, palette: bytes):
         m.save(root / "train_labels" / f"{i}.png")
 
 
-def test_palette_masks_with_the_voc_colour_map_are_index_masks_by_default(tmp_path):
+def test_palette_masks_in_table_order_are_read_by_colour_and_agree_with_index(tmp_path):
+    """Issue 24 changed the default: palette masks with a colour table are read by colour (before,
+    a VOC colour map meant index). In table order both readings agree, and scan says so."""
     from converter.discover.labelmaps import voc_palette_bytes
 
     root = tmp_path / "pal"
     # index i is drawn with VOC colour i, so both readings agree; only the semantics differs
     _camvid_with_palette_masks(root, voc_palette_bytes(256))
     r = _scan(SourceSpec(root=str(root)))
-    assert r.labels["semantics"] == "index" and r.verdict["flags"] == []
+    assert r.labels["semantics"] == "colour" and r.verdict["flags"] == []
+    [check] = r.labels["readings"]
+    assert check["check"] == "palette" and check["pixels"] == 0 and check["palette_order"] == "table order"
+    assert not r.labels["reading_notes"]
     convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
     data = readers.open(tmp_path / "out")
-    assert data.manifest.options["labels"]["semantics"] == "index"
+    assert data.manifest.options["labels"]["semantics"] == "colour"
     assert [n for n, _ in data.classes] == ["c0", "c1", "c2", "c3"]
     convert(SourceSpec(root=str(root)), str(tmp_path / "colour"),
-            OutputOptions(size=SIZE, labels=LabelOptions(semantics="colour")), RunOptions(workers=1))
+            OutputOptions(size=SIZE, labels=LabelOptions(semantics="index")), RunOptions(workers=1))
     a = {r.key: r.mask for r in data.records("train")}
     b = {r.key: r.mask for r in readers.open(tmp_path / "colour").records("train")}
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
@@ -484,6 +489,16 @@ def test_palette_masks_with_another_palette_and_a_colour_table_stay_colour(tmp_p
     _camvid_with_palette_masks(root, palette)
     r = _scan(SourceSpec(root=str(root)))
     assert r.labels["semantics"] == "colour"
+    # indices 0..3 are all rows of the table, but only index 0's colour is in it: no rule settles it
+    [check] = r.labels["readings"]
+    assert check["settled_by"] is None and check["pixels"] == check["unknown_pixels"] > 0
+    assert r.verdict["status"] == "needs_flags"
+    assert any("no rule settles" in p and "--mask-semantics index" in p for p in r.verdict["problems"])
+    from converter.discover.labels import ReadingConflict
+    with pytest.raises(ReadingConflict, match="--mask-semantics index"):
+        convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    convert(SourceSpec(root=str(root)), str(tmp_path / "out"),
+            OutputOptions(size=SIZE, labels=LabelOptions(semantics="index")), RunOptions(workers=1))
 
 
 def test_dataset_written_before_mask_semantics_existed_is_extended_not_refused(camvid_src, tmp_path):

@@ -10,7 +10,7 @@ import sys
 
 from converter.commands.storage_args import add_storage_option_argument, storage_options
 from converter.discover.classfolders import detect_task
-from converter.options import LAYOUT_NAMES, LabelOptions, MaskSemantics, SourceSpec, Task
+from converter.options import LAYOUT_NAMES, AnnotationOptions, LabelOptions, MaskSemantics, Overlap, SourceSpec, Task
 
 
 def progress_bar(total: int, unit: str, desc: str):
@@ -40,6 +40,18 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
                         "ImageSets/Segmentation lists are found automatically)")
     add_storage_option_argument(p)
     add_label_arguments(p)
+    add_annotation_arguments(p)
+
+
+def add_annotation_arguments(p: argparse.ArgumentParser) -> None:
+    """How annotation files (COCO, YOLO, LabelMe, CVAT, RLE CSV) become class maps (docs/LAYOUTS.md)."""
+    p.add_argument("--overlap", choices=Overlap.values(), default=Overlap.TOOL.value,
+                   help="where shapes overlap: tool (the producing tool's order, later on top; CVAT by z_order), "
+                        "first (the first shape keeps its pixels) or ignore (pixels of two classes -> ignore)")
+    p.add_argument("--keep-crowd", action=argparse.BooleanOptionalAction, default=False,
+                   help="COCO iscrowd regions keep their class (default: the ignore index)")
+    p.add_argument("--rle-class", default=None, metavar="NAME",
+                   help="RLE CSV without a ClassId column: the class name of its runs (default: foreground)")
 
 
 def add_label_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,4 +116,9 @@ def source_spec(args: argparse.Namespace, split: str | None = None) -> SourceSpe
                       layout=getattr(args, "layout", None), image_suffix=getattr(args, "image_suffix", None),
                       mask_suffix=getattr(args, "mask_suffix", None),
                       split_lists=_split_lists(getattr(args, "split_list", [])),
-                      storage_options=storage_options(args))
+                      storage_options=storage_options(args), annotations=annotation_options(args))
+
+
+def annotation_options(args: argparse.Namespace) -> AnnotationOptions:
+    return AnnotationOptions(getattr(args, "overlap", Overlap.TOOL.value), getattr(args, "keep_crowd", False),
+                             getattr(args, "rle_class", None))

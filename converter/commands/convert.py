@@ -15,6 +15,7 @@ from converter.commands import (
     resolve_task,
     source_spec,
 )
+from converter.commands.image_args import add_image_arguments, image_kind
 from converter.options import (
     DEFAULT_MAX_PIXELS,
     LabelOptions,
@@ -82,6 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lock-ttl", type=float, default=300.0, metavar="SECONDS",
                    help="OUT in a bucket: the lock object expires this long after its last renewal (default 300; "
                         "a killed run's lock is taken over after it)")
+    add_image_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=main)
 
@@ -110,7 +112,7 @@ def _main(args: argparse.Namespace) -> int:
         size=args.size, task=task, val_fraction=args.val_fraction, fit=args.fit, image_filter=args.image_filter, format=args.format, compression=compression,
         mask_encoding=args.mask_encoding, color_tolerance=args.color_tolerance, unknown_color=args.unknown_color,
         seed=args.seed, image_encoding=args.image_encoding, quality=args.quality,
-        labels=label_options(args) if task_kind(task).dense else None,
+        labels=label_options(args) if task_kind(task).dense else None, image_kind=image_kind(args),
     )
     run = RunOptions(
         workers=args.workers, shard_size_bytes=parse_bytes(args.shard_size), max_bad=args.max_bad,

@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="as convert: larger images are bad")
     p.add_argument("--workers", type=int, default=0, help="worker processes (default: all cores)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("--preview", metavar="FILE", default=None,
+                   help="also draw a few source masks under the reading scan chose, with a class legend (PNG)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only the verdict")
     p.set_defaults(func=main)
 
@@ -41,6 +43,18 @@ def main(args: argparse.Namespace) -> int:
 
     with source_scope():  # sources in a bucket: one listing for the task detection and the scan
         return _main(args)
+
+
+def _preview(report, path: str, quiet: bool) -> None:
+    from converter.inspect.scan import ScanReport
+    from converter.inspect.scan_readings import preview_reading
+
+    if not isinstance(report, ScanReport):
+        raise ValueError(f"--preview draws masks; these sources are class folders. Use imgshard preview SRC -o {path}. "
+                         "Received: --preview with a classification source")
+    preview_reading(report, path)
+    if not quiet:
+        print(f"imgshard scan: masks under the chosen reading drawn to {path}", file=sys.stderr)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -70,6 +84,8 @@ def _main(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    if args.preview is not None:
+        _preview(report, args.preview, quiet=args.quiet or args.json)
     if args.json:
         print(json.dumps(report.to_json(), indent=1, sort_keys=True))
     elif args.quiet:

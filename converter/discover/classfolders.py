@@ -35,6 +35,7 @@ from converter.discover.layout import (
     stat_file,
     list_images,
 )
+from converter.discover.annotations.registry import detect_annotations
 from converter.discover.layouts import mask_dirs_below
 from converter.discover.layouts import subdirs as _subdirs
 from converter.options import SourceSpec, Task
@@ -92,7 +93,7 @@ def classification_layout(root: str) -> str | None:
     """
     if not is_dir(root) or exists(os.path.join(root, "class_dict.csv")):
         return None
-    if mask_dirs_below(root):
+    if mask_dirs_below(root) or detect_annotations(root):  # images beside annotation files: never classes
         return None
     dirs = _subdirs(root)
     if not dirs or any(d.endswith(LABELS_SUFFIX) or _looks_like_mask_folder(d) for d in dirs):
@@ -100,8 +101,9 @@ def classification_layout(root: str) -> str | None:
     splits = [d for d in dirs if d in WELL_KNOWN_SPLITS]
     if splits:
         ok = any(_subdirs(os.path.join(root, s)) and not _direct_images(os.path.join(root, s)) for s in splits)
-        return "split" if ok else None
-    if any(_direct_images(os.path.join(root, d)) for d in dirs):
+        classes = {c for s in splits for c in _subdirs(os.path.join(root, s))}
+        return "split" if ok and len(classes) > 1 else None  # one class is never a classification dataset
+    if sum(1 for d in dirs if _direct_images(os.path.join(root, d))) > 1:
         return "flat"
     return None
 

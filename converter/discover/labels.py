@@ -1,15 +1,17 @@
 """Resolve what a dataset's mask pixels mean: the mask semantics, the class table, the mapping.
 
-Options win; what they leave open comes from the layout (`LayoutDefaults`: VOC index
-masks with 255 void and the VOC classes, Cityscapes' label-id map, ADE20K's reduced
-zero label, labelme's ``class_names.txt``), then from the files: a colour table
-(``class_dict.csv``, name,r,g,b) means colour masks, unless the masks are palette
-images with the VOC colour map; no colour table means index masks. The result is a
+Options win. Palette masks with a colour table (``class_dict.csv``, name,r,g,b) are
+read by colour: the table names colours, not palette positions (issue 24). What the
+options leave open comes next from the layout (`LayoutDefaults`, decided from the files'
+evidence in `converter.discover.evidence`: Pascal VOC's classes and 255 void, Cityscapes'
+label-id map, ADE20K's reduced zero label, a names file beside the data), then from the
+files: a colour table means colour masks; no colour table means index masks. The result is a
 fully resolved `LabelOptions` (stored in the manifest) and the class table.
 """
 
 from __future__ import annotations
 
+import os
 
 import numpy as np
 
@@ -22,15 +24,14 @@ from converter.discover.labelmaps import (
     is_colour_table,
     load_index_names,
     load_label_map,
-    voc_palette_bytes,
 )
+from converter.discover.evidence import is_palette, palette_conflict
 from converter.discover.layout import Discovery
+from converter.discover.names_files import read_names
 from converter.options import DEFAULT_MAX_PIXELS, LabelOptions, MaskSemantics, SourceSpec
-from converter.transform.decode import DecodeError, MaskArray, decode_mask, palette_table, read_source
+from converter.transform.decode import DecodeError, MaskArray, decode_mask, read_source
 from readers.manifest import ClassInfo
 
-#: Palette entries compared to decide that a P mask uses the VOC colour map.
-VOC_PALETTE_CHECK = 21
 _IGNORE_TARGETS = (255, 65535)
 
 
@@ -50,14 +51,6 @@ def _peek_mask(mask_path: str) -> MaskArray | None:
         return None
 
 
-def has_voc_palette(mask: MaskArray) -> bool:
-    """True when `mask` is a palette mask whose colours are the VOC colour map (grey masks are not)."""
-    if mask.indices is None or mask.table is None:
-        return False
-    voc = palette_table(voc_palette_bytes(VOC_PALETTE_CHECK))[:VOC_PALETTE_CHECK]
-    return bool(np.array_equal(mask.table[:VOC_PALETTE_CHECK], voc))
-
-
 def is_colour_mask(mask: MaskArray) -> bool:
     """True when `mask` holds colours (RGB pixels that are not all grey)."""
     if mask.indices is not None:
@@ -66,16 +59,53 @@ def is_colour_mask(mask: MaskArray) -> bool:
     return not (np.array_equal(packed >> 16, (packed >> 8) & 255) and np.array_equal(packed >> 16, packed & 255))
 
 
+class ReadingConflict(ValueError):
+    """Two plausible readings of the masks disagree and no rule settles which is meant."""
+
+
+def first_mask(found: Discovery) -> MaskArray | None:
+    path = next((s.mask for s in found.samples if s.mask), None)
+    return _peek_mask(path) if path is not None else None
+
+
 def auto_semantics(spec: SourceSpec, found: Discovery) -> MaskSemantics:
-    """Semantics when neither options nor the layout say: colour with a colour table, except
-    palette masks with the VOC colour map; index without one."""
+    """Semantics when the options do not say: palette masks with a colour table by colour (the
+    table names colours, not palette positions); else the layout's; else colour with a colour
+    table, index without one."""
+    table = colour_table(spec, found)
+    first = first_mask(found) if table is not None or found.defaults.semantics is None else None
+    if table is not None and first is not None and is_palette(first):
+        return MaskSemantics.COLOUR
     if found.defaults.semantics is not None:
         return found.defaults.semantics
-    path = next((s.mask for s in found.samples if s.mask), None)
-    first = _peek_mask(path) if path is not None else None
-    if colour_table(spec, found) is None:  # colour masks still need their class_dict.csv (named in the error)
+    if table is None:  # colour masks still need their class_dict.csv (named in the error)
         return MaskSemantics.COLOUR if first is not None and is_colour_mask(first) else MaskSemantics.INDEX
-    return MaskSemantics.INDEX if first is not None and has_voc_palette(first) else MaskSemantics.COLOUR
+    return MaskSemantics.COLOUR
+
+
+def check_readings(spec: SourceSpec, given: LabelOptions | None, found: Discovery, resolved: LabelOptions) -> None:
+    """Convert's refusal of a disagreement no rule settles: palette masks read by colour (not
+    asked for) whose used colours the colour table does not name, while every index used is a
+    row of it, raise `ReadingConflict` naming the flag that chooses (scan reports it instead)."""
+    table = colour_table(spec, found)
+    if (given and given.semantics) or resolved.semantics is not MaskSemantics.COLOUR or table is None:
+        return
+    first = first_mask(found)
+    if first is not None and is_palette(first):
+        _check_palette(first, load_class_table(table), table)
+
+
+def _check_palette(mask: MaskArray, classes: tuple[ClassInfo, ...], table: str) -> None:
+    missing = palette_conflict(mask, classes)
+    if not missing:
+        return
+    listed = ", ".join(f"index {i} = {c} ({n} px)" for i, c, n in missing[:6])
+    if all(i < len(classes) for i, _, _ in missing):
+        raise ReadingConflict(
+            f"{mask.path}: palette mask whose colours {listed} are not in {table}, while its indices are all "
+            f"rows of it: the colour and index readings disagree. Choose one: --mask-semantics index (palette "
+            f"index i = row i of {os.path.basename(table)}) or --mask-semantics colour (fix the table's colours). "
+            f"Received: {len(missing)} unnamed palette colour(s)")
 
 
 def _label_map(labels: LabelOptions, found: Discovery, reduce: bool):
@@ -99,7 +129,7 @@ def _index_names(spec: SourceSpec, labels: LabelOptions, found: Discovery, pairs
     if spec.classes is not None:
         return load_index_names(spec.classes)
     if found.defaults.names_file is not None:
-        return load_index_names(found.defaults.names_file)
+        return list(read_names(found.defaults.names_file).names)
     if found.defaults.class_names is not None:
         return list(found.defaults.class_names)
     if labels.num_classes is not None:
@@ -129,8 +159,9 @@ def resolve_labels(spec: SourceSpec, labels: LabelOptions | None, found: Discove
     if semantics is MaskSemantics.BINARY:
         from converter.transform.semantics import BINARY_CLASSES
 
+        names = read_names(d.names_file).names if d.names_file is not None else ()
         return LabelOptions(MaskSemantics.BINARY, ignore, False, None, None, None, labels.binary_threshold), \
-            BINARY_CLASSES
+            (index_classes(list(names)) if len(names) == 2 else BINARY_CLASSES)
     reduce = labels.reduce_zero_label if labels.reduce_zero_label is not None else (
         d.reduce_zero_label and labels.label_map is None and labels.label_map_file is None)
     pairs, map_names, builtin = _label_map(labels, found, reduce)
@@ -148,6 +179,12 @@ def resolve_labels(spec: SourceSpec, labels: LabelOptions | None, found: Discove
         if beyond:
             raise ValueError(f"--label-map sends values to class ids {beyond[:8]}, but there are only {len(classes)} "
                              "classes (ids 0..{}); 255 means ignore.".format(len(classes) - 1))
+    if len(classes) < 2 and (ignore or reduce or pairs is not None):
+        raise ValueError(f"Index masks with one class ({classes[0].name}) and ignore values {list(ignore or ())}: "
+                         "every other value became ignore, so a whole class would be lost (nothing to learn). "
+                         "Masks of two levels (0 and 1, 255 or 65535) are binary: give --mask-semantics binary, "
+                         "or --num-classes K with the real number of classes. Received: --num-classes "
+                         f"{labels.num_classes}")
     resolved = LabelOptions(MaskSemantics.INDEX, ignore, bool(reduce), pairs, None,
                             labels.num_classes, labels.binary_threshold)
     return resolved, classes

@@ -42,7 +42,8 @@ class SourceSample(NamedTuple):
     mask: str | None = None  # absolute path; None for classification
     label: int | None = None  # classification only
     image_stat: tuple[int, int] | None = None  # (size, mtime_ns) from discovery's one stat; None: not taken
-    mask_stat: tuple[int, int] | None = None
+    mask_stat: tuple[int, int] | None = None  # annotations: (canonical bytes, digest stamp)
+    annotation: Any = None  # `converter.discover.annotations.Annotation`: the sample's own shapes (no mask file)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class LayoutDefaults:
     label_map: str | None = None  # a built-in map name ("cityscapes")
     class_names: tuple[str, ...] | None = None  # built-in names (VOC)
     names_file: str | None = None  # a names file found in the folder (labelme class_names.txt)
+    classes_from: str = ""  # where the classes come from, for people (`converter.discover.evidence`)
 
 
 @dataclass(frozen=True)

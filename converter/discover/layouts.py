@@ -20,10 +20,14 @@ stops and names the choices (`--layout NAME` forces one). Known layouts:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS
+from converter.discover.evidence import folder_pair_defaults, names_defaults, voc_defaults
 from converter.discover.files import absolute, file_names, is_dir, is_file, source_scope, subfolders
+from converter.discover.names_files import find_names_file
 from converter.discover.layout import (
     LABELS_SUFFIX,
     WELL_KNOWN_SPLITS,
@@ -221,13 +225,8 @@ class Voc(Layout):
         return _with_split_lists(folders, spec, lists, masks_drive=True)
 
     def defaults(self, root: str) -> LayoutDefaults:
-        from converter.discover.labelmaps import VOC_CLASSES
-
-        base, _ = voc_base(root)  # type: ignore[misc]
-        names = os.path.join(base, "class_names.txt")
-        if is_file(names):  # labelme2voc
-            return LayoutDefaults(MaskSemantics.INDEX, (255,), names_file=names)
-        return LayoutDefaults(MaskSemantics.INDEX, (255,), class_names=VOC_CLASSES)
+        base, m = voc_base(root)  # type: ignore[misc]
+        return voc_defaults(root, base, m)  # the VOC classes only for Pascal VOC itself (issue 24)
 
 
 class Cityscapes(Layout):
@@ -256,7 +255,8 @@ class Cityscapes(Layout):
                                  spec_suffix, dict(spec.split_lists))
 
     def defaults(self, root: str) -> LayoutDefaults:
-        return LayoutDefaults(MaskSemantics.INDEX, label_map="cityscapes")
+        return LayoutDefaults(MaskSemantics.INDEX, label_map="cityscapes",
+                              classes_from="the Cityscapes label ids (built-in table: 34 label ids -> 19 train ids)")
 
 
 class FolderPair(Layout):
@@ -279,7 +279,7 @@ class FolderPair(Layout):
         return _with_split_lists(folders, spec, dict(spec.split_lists))
 
     def defaults(self, root: str) -> LayoutDefaults:
-        return LayoutDefaults(MaskSemantics.INDEX, reduce_zero_label=self.reduce_zero_label)
+        return folder_pair_defaults(root, self.masks_name, self.reduce_zero_label)
 
 
 class Ade(FolderPair):
@@ -341,6 +341,7 @@ class Explicit(Layout):
 
 
 LAYOUTS: dict[str, Layout] = {lay.name: lay for lay in (CamVid(), Voc(), Cityscapes(), Ade(), Mmseg(), Unet(), Explicit())}
+LAYOUTS.update(ANNOTATION_LAYOUTS)  # type: ignore[arg-type]  # annotation files: asked first, by content
 #: Asked first; `unet` (any image folder + mask folder) only when none of these matches.
 _SPECIFIC = ("camvid", "voc", "cityscapes", "ade", "mmseg")
 
@@ -371,7 +372,8 @@ def detect_layout(root: str, forced: str | None = None) -> Detected:
         if why is None:
             raise LayoutError(f"--layout {forced}: {root} does not have its folders. {_expected(forced)}")
         return Detected(LAYOUTS[forced], why, True)
-    hits = [(LAYOUTS[n], why) for n in _SPECIFIC for why in [LAYOUTS[n].detect(root)] if why is not None]
+    hits = [(lay, why) for lay in ANNOTATION_LAYOUTS.values() for why in [lay.detect(root)] if why is not None]
+    hits = hits or [(LAYOUTS[n], why) for n in _SPECIFIC for why in [LAYOUTS[n].detect(root)] if why is not None]
     if not hits:
         why = LAYOUTS["unet"].detect(root)
         hits = [(LAYOUTS["unet"], why)] if why is not None else []
@@ -403,7 +405,7 @@ def _discover(spec: SourceSpec) -> Discovery:
         root = absolute(spec.root)
         det = detect_layout(root, spec.layout)
         listing = det.layout.pairs(root, spec)
-        defaults = det.layout.defaults(root)
+        defaults = _with_names_file(det.layout.defaults(root), root)
         csv_path = spec.classes or (os.path.join(root, "class_dict.csv")
                                     if is_file(os.path.join(root, "class_dict.csv")) or det.layout.name == "camvid"
                                     else None)
@@ -424,6 +426,18 @@ def _discover(spec: SourceSpec) -> Discovery:
         block.check(bad)
     return Discovery(SampleList(listing.samples), tuple(bad), tuple(listing.splits), csv_path, layout=det.layout.name,
                      why=det.why, defaults=defaults, suffixes=listing.suffixes, unpaired_images=listing.unpaired_images)
+
+
+def _with_names_file(defaults: LayoutDefaults, root: str) -> LayoutDefaults:
+    """A layout's defaults, with the classes of a names file beside the data when the layout
+    brings none of its own (issue 24)."""
+    if defaults.names_file or defaults.class_names or defaults.label_map or defaults.semantics is MaskSemantics.BINARY:
+        return defaults
+    path = find_names_file(root)
+    if path is None:
+        return defaults
+    found = names_defaults(path, None)
+    return dataclasses.replace(defaults, names_file=path, classes_from=found.classes_from)
 
 
 def _expected(name: str) -> str:

@@ -10,7 +10,7 @@ import dataclasses
 
 from converter.discover.classfolders import discover_classification
 from converter.discover.files import source_scope
-from converter.discover.labels import resolve_labels
+from converter.discover.labels import check_readings, resolve_labels
 from converter.discover.layout import Discovery
 from converter.discover.layouts import discover
 from converter.options import OutputOptions, SourceSpec
@@ -28,6 +28,7 @@ def discover_sources(spec: SourceSpec, options: OutputOptions
         if task_kind(options.task).dense:
             found = discover(spec)
             labels, classes = resolve_labels(spec, options.labels, found)
+            check_readings(spec, options.labels, found, labels)
             return found, classes, dataclasses.replace(options, labels=labels)
         found, classes = discover_classification(spec, options.val_fraction)
         return found, classes, options

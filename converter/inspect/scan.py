@@ -44,7 +44,8 @@ from converter.inspect.scan_labels import (
     suggest_size,
     value_summary,
 )
-from converter.options import LabelOptions, MaskSemantics, SourceSpec, Task
+from converter.inspect.scan_readings import format_readings, reading_problems, readings_section
+from converter.options import ANNOTATION_FORMATS, LabelOptions, MaskSemantics, SourceSpec, Task
 from converter.run.execute import map_unordered
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
@@ -255,6 +256,10 @@ def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None
 
         return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
     found = discover(spec)  # first: a missing source folder is named as such
+    if found.layout in ANNOTATION_FORMATS:  # annotation files: their own report
+        from converter.inspect.scan_annotations import scan_annotations
+
+        return scan_annotations(spec, options, found, on_start, on_progress)  # type: ignore[return-value]
     labels = options.labels or LabelOptions()
     semantics = labels.semantics or auto_semantics(spec, found)
     classes: tuple[ClassInfo, ...] = ()
@@ -269,11 +274,14 @@ def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None
     section: dict[str, Any] = {"layout": found.layout, "why": found.why, "semantics": semantics.value,
                                "flags": [], "notes": [], "suffixes": list(found.suffixes) if found.suffixes else None,
                                "unpaired_images": found.unpaired_images}
+    resolved, pixels = LabelOptions.colour_default(), None
     if mode is not None:
         info = resolve_for_scan(spec, labels, found, summaries)  # grey and palette values are binary levels too
         classes = info["classes"]
         bad += apply_labels(info, summaries)
         section = labels_section(info, found, summaries)
+        resolved, pixels = info["labels"], info["pixels"]
+    section.update(readings_section(spec, found, resolved, classes, labels, section["flags"], pixels, summaries))
     report = build_report(spec, options, classes, found.splits, bad, summaries, labels=section, found=found)
     return report
 
@@ -408,6 +416,7 @@ def _label_problems(r: ScanReport, problems: list[str], flags: list[str], unknow
     """Problems of index/binary masks (added to `problems`, `flags`, `unknown_files`); the label flags."""
     labels = r.labels or {}
     label_flags = list(labels.get("flags", []))
+    problems += reading_problems(labels)
     if label_flags:
         problems.append("convert needs " + " ".join(label_flags) + " to read these masks as they are meant ("
                         + "; ".join(labels.get("notes", []) or ["see the mask values above"]) + ")")
@@ -468,7 +477,7 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     src = source_positional(r.spec) + source_args(r.spec, r.found)
     command = ["imgshard", "convert", *source_positional(r.spec), "OUT", "--size", size_flag,
                *source_args(r.spec, r.found), *given_label_args(given), *label_flags, *flags]
-    needs = bool(r.bad) or bool(label_flags)
+    needs = bool(r.bad) or bool(label_flags) or bool(reading_problems(r.labels or {}))
     status = "no_data" if total == 0 or no_good else ("needs_flags" if needs else ("warnings" if warnings else "ok"))
     hints = []
     if size_hint:
@@ -504,6 +513,10 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
 
 def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     """The human-readable report (what `imgshard scan` prints)."""
+    if hasattr(r, "overlap_rule"):  # annotation files
+        from converter.inspect.scan_annotations import format_annotation_report
+
+        return format_annotation_report(r, limit=limit)  # type: ignore[arg-type]
     if not isinstance(r, ScanReport):  # classification
         from converter.inspect.scan_classification import format_classification_report
 
@@ -514,6 +527,7 @@ def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     if r.labels:
         out += format_labels(r.labels, limit) if "values" in r.labels else [
             f"Layout: {r.labels['layout']} ({r.labels['why']})", f"Mask semantics: {r.labels['semantics']}"]
+        out += format_readings(r.labels)
     out.append("Pairs: " + (", ".join(f"{k} {v}" for k, v in r.splits.items()) or "none") + f" (total {total})")
     im = r.images
     out.append("Image sizes (WxH): " + ", ".join(f"{k} x{v}" for k, v in list(im["sizes_wxh"].items())[:8])

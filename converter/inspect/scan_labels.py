@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from converter.discover.evidence import two_level
 from converter.discover.labels import auto_semantics, colour_table, resolve_labels
 from converter.discover.layout import BadInput, Discovery
 from converter.options import LabelOptions, MaskSemantics, SourceSpec
@@ -39,6 +40,10 @@ from readers.storage.url import storage_option_flags
 VOID_VALUES = (255, 65535)
 #: A void value is a "thin border" when at least this share of its pixels touches another value.
 THIN_SHARE = 0.5
+#: A void value never covers more than this share of all mask pixels (else it is a class) ...
+LARGE_SHARE = 0.4
+#: ... and, unless it is a thin border, at most this share.
+SMALL_SHARE = 0.1
 #: Masks of two levels with JPEG noise: binary when this share of pixels is at a level.
 BINARY_LEVEL_SHARE = 0.9
 #: ... where "at a level" means within this many grey levels of 0 or 255 (JPEG ringing).
@@ -76,14 +81,24 @@ def _merged(summaries) -> tuple[Counter, Counter, Counter]:
     return pixels, files, thin
 
 
-def _looks_binary(pixels: Counter, jpeg: bool) -> bool:
+def _looks_binary(pixels: Counter, jpeg: bool, summaries=()) -> bool:
     total = sum(pixels.values())
     if not total or not pixels:
         return False
-    if set(pixels) <= {0, 255} or set(pixels) <= {0, 1}:
-        return len(pixels) <= 2
+    if two_level(pixels, [s.values for s in summaries if s.values]):
+        return True
     near = sum(n for v, n in pixels.items() if v <= JPEG_LEVEL_SLACK or 255 - JPEG_LEVEL_SLACK <= v <= 255)
     return jpeg and max(pixels) <= 255 and near >= BINARY_LEVEL_SHARE * total
+
+
+def void_candidates(pixels: Counter, thin: Counter, summaries, no_table: bool) -> list[int]:
+    """Values that look like a void label: a thin border, or (no class table) a small share of
+    pixels. Never one of the two values of two-level masks, never a large share (issue 24)."""
+    total = sum(pixels.values()) or 1
+    if two_level(pixels, [s.values for s in summaries if s.values]) or len(pixels) <= 2:
+        return []
+    return [v for v in VOID_VALUES if pixels.get(v) and pixels[v] <= LARGE_SHARE * total and (
+        thin.get(v, 0) >= THIN_SHARE * pixels[v] or (no_table and pixels[v] <= SMALL_SHARE * total))]
 
 
 def resolve_for_scan(spec: SourceSpec, labels: LabelOptions, found: Discovery, summaries) -> dict[str, Any]:
@@ -94,13 +109,11 @@ def resolve_for_scan(spec: SourceSpec, labels: LabelOptions, found: Discovery, s
     notes: list[str] = []
     given = labels
     if labels.semantics is None and found.defaults.semantics is None and colour_table(spec, found) is None \
-            and _looks_binary(pixels, jpeg):
+            and _looks_binary(pixels, jpeg, summaries):
         labels = dataclasses.replace(labels, semantics=MaskSemantics.BINARY)
         flags += ["--mask-semantics", "binary"]
     semantics = labels.semantics or auto_semantics(spec, found)
-    # void values: a thin border always; regions only when no class table says what they are
-    candidates = [v for v in VOID_VALUES if pixels.get(v) and (
-        thin.get(v, 0) >= THIN_SHARE * pixels[v] or (given.num_classes is None and spec.classes is None))]
+    candidates = void_candidates(pixels, thin, summaries, given.num_classes is None and spec.classes is None)
     if semantics is MaskSemantics.INDEX and candidates and given.ignore_values is None \
             and not set(candidates) <= set(found.defaults.ignore_values) and given.label_map_file is None \
             and found.defaults.label_map is None:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from converter.discover.annotations.base import annotation_state
 from converter.discover.files import files_for
 from converter.discover.layout import SourceSample
 from converter.options import OnChange, OutputOptions, RunOptions
@@ -197,7 +198,8 @@ def _stats(batch: list[SourceSample]) -> np.ndarray:
     """(n, 4) int64: image size, mtime, mask size, mtime (-1, 0 without a mask); stat where discovery did not."""
     no_mask = (-1, 0)
     rows = [(s.image_stat or _stat_or_missing(s.image))
-            + (no_mask if s.mask is None else (s.mask_stat or _stat_or_missing(s.mask))) for s in batch]
+            + (s.annotation.stat if s.annotation is not None else no_mask if s.mask is None
+               else (s.mask_stat or _stat_or_missing(s.mask))) for s in batch]
     return np.array(rows, np.int64).reshape(len(batch), 4)
 
 
@@ -264,7 +266,8 @@ def _judge_suspects(sorting: _Sorting, table: FingerprintTable, root: str | None
         rows = table_samples(shard_table(root, shard)[np.array([r for r, _ in suspects], np.int64)])  # these only
         for (record, sample), old in zip(suspects, rows):
             img_state, img_fp = _compare(sample.image, sample.image_stat, old.image)
-            mask_state, mask_fp = _compare(sample.mask, sample.mask_stat, old.mask)
+            mask_state, mask_fp = (_compare(sample.mask, sample.mask_stat, old.mask) if sample.annotation is None
+                                   else annotation_state(sample.annotation, old.mask))
             if "changed" in (img_state, mask_state):
                 if run.on_change is OnChange.FAIL:
                     raise PlanError(

@@ -243,17 +243,33 @@ def _exif_transpose(src: SourceFile, im: Image.Image) -> Image.Image:
                           "re-save the file, or strip its EXIF data") from e
 
 
-def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = False) -> np.ndarray:
+def open_image(src: SourceFile, max_pixels: int) -> Image.Image:
+    """`src` opened and loaded by Pillow, with the checks every decode makes (one `DecodeError` per bad file)."""
+    return _open_pillow(src, max_pixels)
+
+
+def _refuse_reduction(src: SourceFile, what: str) -> DecodeError:
+    return DecodeError(src.path, "image_reduction",
+                       f"{what}: storing it as 8-bit RGB would lose precision, and the sources scan saw did not "
+                       "say so", "re-run convert (it stores 16-bit images as uint16), or accept the loss with "
+                       "--accept-reduction")
+
+
+def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = False,
+                 reduce_wide: bool = True) -> np.ndarray:
     """Decode to (H, W) uint8 greyscale or (H, W, 3) uint8 RGB.
 
     With `exif_transpose` (classification sources: photos) the EXIF orientation is
     applied first, as a viewer shows the image (JPEG, TIFF, WebP, and PNG with an eXIf
     chunk). 16-bit and 32-bit integer greyscale (I;16, I) keeps its top 8 bits (v >> 8
     of the 16-bit value, as libpng and `tf.io.decode_png(dtype=uint8)` do; Pillow's
-    own conversion would clip everything above 255 to white). Every other mode (CMYK,
+    own conversion would clip everything above 255 to white); with `reduce_wide=False`
+    such an image (and a 16-bit PNG, a float image) is refused instead (`image_reduction`). Every other mode (CMYK,
     P, RGBA, LA, 1, ...) becomes RGB through Pillow's `convert("RGB")`.
     """
     header = _png_header(src.data)
+    if not reduce_wide and header is not None and header[2] == 16:
+        raise _refuse_reduction(src, "a 16-bit PNG")
     # The fast path ignores a PNG's eXIf chunk: such a PNG goes through Pillow when orienting.
     if header is not None and not (exif_transpose and _PNG_EXIF_CHUNK in src.data):
         _check_png_limits(src, header, max_pixels)
@@ -265,6 +281,9 @@ def decode_image(src: SourceFile, max_pixels: int, *, exif_transpose: bool = Fal
         im = _exif_transpose(src, im)
     if im.mode == "L":
         return np.asarray(im)
+    if im.mode in _WIDE_GREY or im.mode == "F":
+        if not reduce_wide:
+            raise _refuse_reduction(src, f"a {im.mode} image (more than 8 bits per sample)")
     if im.mode in _WIDE_GREY:
         return (np.clip(np.asarray(im), 0, 0xFFFF).astype(np.uint32) >> 8).astype(np.uint8)
     if im.mode != "RGB":

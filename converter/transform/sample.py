@@ -11,20 +11,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from converter.discover.annotations.registry import rasterize
 from converter.discover.files import relative, use_storage_options
 from converter.discover.layout import SourceSample
 from converter.options import LabelOptions, MaskEncoding, MaskSemantics, OutputOptions, UnknownColor
-from converter.transform.decode import DecodeError, MaskArray, decode_image, decode_mask, read_source
-from converter.transform.resize import plan_geometry, resize_image
+from converter.transform.decode import DecodeError, MaskArray, decode_mask, read_source
+from converter.transform.kinds import ImageReader
+from converter.transform.resize import plan_geometry
 from converter.transform.semantics import UnknownColorError, make_semantics
 from readers.manifest import ClassInfo, SampleEntry
 from readers.tasks import task_kind
 
 
+def annotation_mask(annotation, height: int, width: int) -> MaskArray:
+    """A sample's annotations rasterized at its image's size, as an index mask (`DecodeError` when unusable)."""
+    values = rasterize(annotation, height, width)
+    return MaskArray(height, width, indices=values, path=annotation.where)
+
+
 @dataclass(frozen=True)
 class Transformed:
     entry: SampleEntry
-    image: np.ndarray  # (H, W, 3) uint8
+    image: np.ndarray  # (H, W, C) in the stored kind (`converter.imagekind`)
     mask: np.ndarray | None  # (H, W) class map, or (H, W, C) uint8 one-hot planes
     label: int | None
     class_pixels: np.ndarray  # (C,) int64
@@ -52,6 +60,7 @@ class SampleTransformer:
         self.base = source_base
         self.max_pixels = max_pixels
         self.kind = task_kind(options.task)
+        self.images = ImageReader(options.image_kind, max_pixels, exif_transpose=self.kind.exif_transpose)
         self.segmentation = self.kind.dense
         labels = options.labels if options.labels is not None else LabelOptions()
         self.semantics = make_semantics(labels, classes, options.color_tolerance) if self.segmentation else None
@@ -98,17 +107,22 @@ class SampleTransformer:
         img_src = read_source(sample.image, relative_key_path(sample.image, self.base), sample.image_stat)
         mask_src = (read_source(sample.mask, relative_key_path(sample.mask, self.base), sample.mask_stat)
                     if sample.mask else None)
-        image = decode_image(img_src, self.max_pixels, exif_transpose=self.kind.exif_transpose)
+        image = self.images.decode(img_src)
         geom = plan_geometry(image.shape[:2], opts.size, opts.fit)
-        out_image = resize_image(image, geom, opts.image_filter)
-        entry = SampleEntry(sample.key, img_src.fingerprint, mask_src.fingerprint if mask_src else None, sample.label)
+        out_image = self.images.resize(image, geom, opts.image_filter)
+        mask_fp = (mask_src.fingerprint if mask_src else None) if sample.annotation is None else \
+            sample.annotation.fingerprint(self.base)
+        entry = SampleEntry(sample.key, img_src.fingerprint, mask_fp, sample.label)
         if not self.segmentation:
             counts, _ = self.count_classes(None, sample.label)
             return Transformed(entry, out_image, None, sample.label, counts, 0)
 
-        if mask_src is None:
+        if sample.annotation is not None:  # annotation files: rasterized at the image's size
+            mask = annotation_mask(sample.annotation, image.shape[0], image.shape[1])
+        elif mask_src is None:
             raise DecodeError(sample.image, "missing_mask", "image without mask")
-        mask = decode_mask(mask_src, self.max_pixels, wide=self.wide_masks)
+        else:
+            mask = decode_mask(mask_src, self.max_pixels, wide=self.wide_masks)
         if (mask.height, mask.width) != image.shape[:2]:
             raise DecodeError(
                 sample.mask or "", "size_mismatch",
@@ -116,7 +130,7 @@ class SampleTransformer:
                 f"{image.shape[1]}x{image.shape[0]}",
                 "masks must have the same size as their images",
             )
-        class_map = self.mask_classes(mask, sample.mask or "", geom)
+        class_map = self.mask_classes(mask, sample.mask or mask.path, geom)
         class_pixels, ignore_pixels = self.count_classes(class_map, None)
         if opts.mask_encoding is MaskEncoding.ONEHOT:
             planes = np.arange(self.num_classes, dtype=class_map.dtype)

@@ -114,7 +114,7 @@ def generator_dataset(shards: Sequence[ShardRef], spec: RecordSpec, options: Pip
     if expander is not None:
         (x_shape, x_dtype), (y_shape, y_dtype) = expander.layout(0)
     else:
-        x_shape, x_dtype = (0, *spec.image_shape), np.dtype(np.uint8)
+        x_shape, x_dtype = (0, *spec.image_shape), spec.image_np_dtype.newbyteorder("=")
         y_shape, y_dtype = y_signature(spec)
     signature = (tf.TensorSpec((lead, *x_shape[1:]), tf.dtypes.as_dtype(x_dtype)),
                  tf.TensorSpec((lead, *y_shape[1:]), tf.dtypes.as_dtype(y_dtype)))
@@ -563,7 +563,7 @@ class BatchGenerator:
         bs, spec = self.options.batch_size, self.spec
         if self.expander is not None:
             return sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in self.expander.layout(bs))
-        image = int(np.prod(spec.image_shape))
+        image = spec.image_bytes
         if not spec.segmentation:
             return bs * (image + 8)
         return bs * (image + int(np.prod(spec.mask_shape)) * np.dtype(spec.mask_np_dtype).itemsize)

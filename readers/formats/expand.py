@@ -1,4 +1,5 @@
-"""The (x, y) expansion of compact batches, defined once: uint8 images -> float32/255,
+"""The (x, y) expansion of compact batches, defined once: uint8 images -> float32/255
+(uint16 images: /65535),
 class maps / labels -> one-hot float32 (an ignored or out-of-range index becomes an
 all-zero row), stored one-hot planes -> float32 or back to a class map.
 
@@ -58,10 +59,15 @@ def expand(images: Any, targets: Any, ops: Any, *, num_classes: int, stored_oneh
     return x, ops.one_hot(targets, num_classes, ignore_index)
 
 
+def _is_wide(x: Any) -> bool:
+    """Whether `x` holds 16-bit images (scaled by 1/65535 instead of 1/255)."""
+    return "uint16" in str(getattr(x, "dtype", ""))
+
+
 class _NumpyOps:
     @staticmethod
     def normalize(x: np.ndarray) -> np.ndarray:
-        return np.multiply(x, np.float32(1 / 255), dtype=np.float32)  # one pass
+        return np.multiply(x, WIDE_SCALE if _is_wide(x) else SCALE, dtype=np.float32)  # one pass
 
     @staticmethod
     def to_float(t: np.ndarray) -> np.ndarray:
@@ -92,7 +98,7 @@ class _TfOps:
     def normalize(x: "tf.Tensor") -> "tf.Tensor":
         import tensorflow as tf
 
-        return tf.cast(x, tf.float32) * (1.0 / 255.0)
+        return tf.cast(x, tf.float32) * (1.0 / 65535.0 if _is_wide(x) else 1.0 / 255.0)
 
     @staticmethod
     def to_float(t: "tf.Tensor") -> "tf.Tensor":
@@ -123,7 +129,7 @@ class _KerasOps:
     def normalize(x: Any) -> Any:
         from keras import ops
 
-        return ops.multiply(ops.cast(x, "float32"), 1.0 / 255.0)
+        return ops.multiply(ops.cast(x, "float32"), 1.0 / 65535.0 if _is_wide(x) else 1.0 / 255.0)
 
     @staticmethod
     def to_float(t: Any) -> Any:
@@ -196,6 +202,8 @@ def make_expand_tf(spec: RecordSpec, *, one_hot: bool, normalize: bool):
 STREAM_MIN_BYTES = 8 << 20
 #: float32(1 / 255): the image scale of every backend (`_NumpyOps.normalize`).
 SCALE = np.float32(1 / 255)
+#: float32(1 / 65535): the scale of uint16 images (`normalize=True` maps the dtype's range to [0, 1]).
+WIDE_SCALE = np.float32(1 / 65535)
 
 
 def fast_expand_available() -> bool:
@@ -233,7 +241,7 @@ class RecordExpander:
     def layout(self, n: int) -> tuple[tuple[tuple[int, ...], np.dtype], tuple[tuple[int, ...], np.dtype]]:
         """((x shape, x dtype), (y shape, y dtype)) of a batch of `n` records."""
         spec = self.spec
-        x = ((n, *spec.image_shape), np.dtype(np.float32 if self.normalize else np.uint8))
+        x = ((n, *spec.image_shape), np.dtype(np.float32) if self.normalize else spec.image_np_dtype.newbyteorder("="))
         if not spec.segmentation:
             return x, ((n, spec.num_classes), np.dtype(np.float32)) if self.one_hot else ((n,), np.dtype(np.int64))
         if self.one_hot:
@@ -259,6 +267,8 @@ class RecordExpander:
     def _fill_image(self, out: np.ndarray, image: Any, stream: bool) -> None:
         if not self.normalize:
             out[...] = image
+        elif self.spec.image_dtype != "uint8":  # the C loop reads uint8
+            np.multiply(image, WIDE_SCALE, out=out, dtype=np.float32)
         elif self.use_c:
             _warp.to_float(_contiguous(image), out, SCALE, stream)
         else:
@@ -295,5 +305,5 @@ def _contiguous(a: Any) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-__all__ = ["EXPAND_JIT", "KERAS", "NUMPY", "SCALE", "STREAM_MIN_BYTES", "TF", "RecordExpander", "expand", "expand_numpy", "expand_tf",
+__all__ = ["EXPAND_JIT", "KERAS", "NUMPY", "SCALE", "STREAM_MIN_BYTES", "TF", "WIDE_SCALE", "RecordExpander", "expand", "expand_numpy", "expand_tf",
            "fast_expand_available", "make_expand_tf"]

@@ -12,6 +12,7 @@ from readers.manifest import Manifest, ManifestError, ShardEntry
 from readers.tasks import TaskKind, task_kind
 
 MASK_DTYPES = ("uint8", "uint16")
+IMAGE_DTYPES = ("uint8", "uint16")
 MASK_ENCODINGS = ("class_map", "onehot")
 
 
@@ -21,7 +22,7 @@ class Record:
 
     Attributes:
         key: the source image path relative to SRC.
-        image: uint8 array of shape (H, W, 3).
+        image: array of shape (H, W, C), uint8 or uint16 (the manifest's image dtype and channels).
         mask: class map (H, W) uint8/uint16, or (H, W, C) uint8 planes when the manifest's
             mask encoding is "onehot"; None for classification.
         label: class index for classification, else None.
@@ -49,12 +50,16 @@ class RecordSpec:
     #: How images and masks are stored (`readers.formats.encoding`): raw bytes or encoded.
     image_codec: str = "raw"
     mask_codec: str = "raw"
+    #: The stored image dtype ("uint8" or "uint16") and band names (() when not named).
+    image_dtype: str = "uint8"
+    bands: tuple[str, ...] = ()
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, where: str = "manifest") -> "RecordSpec":
         h, w, c = manifest.image_shape
-        if str(manifest.image.get("dtype", "uint8")) != "uint8":
-            raise ManifestError(f"{where}: image dtype must be 'uint8'. Received: {manifest.image.get('dtype')!r}")
+        image_dtype = str(manifest.image.get("dtype", "uint8"))
+        if image_dtype not in IMAGE_DTYPES:
+            raise ManifestError(f"{where}: image dtype must be one of {IMAGE_DTYPES}. Received: {image_dtype!r}")
         if min(h, w, c) < 1:
             raise ManifestError(f"{where}: image height, width and channels must be >= 1. Received: {(h, w, c)}")
         mask = manifest.mask
@@ -80,7 +85,7 @@ class RecordSpec:
             dtype = encoding = ignore = None
         image_codec, mask_codec = _codecs(manifest, where)
         return cls(manifest.task, h, w, c, manifest.num_classes, dtype, encoding, ignore, manifest.compression,
-                   image_codec, mask_codec)
+                   image_codec, mask_codec, image_dtype, tuple(manifest.image.get("bands") or ()))
 
     @property
     def encoded(self) -> bool:
@@ -107,6 +112,21 @@ class RecordSpec:
         return (self.height, self.width)
 
     @property
+    def image_np_dtype(self) -> np.dtype:
+        """The stored image dtype (little-endian uint16 on disk)."""
+        return np.dtype("<u2") if self.image_dtype == "uint16" else np.dtype(np.uint8)
+
+    @property
+    def image_max(self) -> int:
+        """The largest value of the image dtype: `normalize=True` divides by it."""
+        return 65535 if self.image_dtype == "uint16" else 255
+
+    @property
+    def image_bytes(self) -> int:
+        """Bytes of one stored raw image."""
+        return self.height * self.width * self.channels * self.image_np_dtype.itemsize
+
+    @property
     def mask_np_dtype(self) -> np.dtype:
         return np.dtype("<u2") if self.mask_dtype == "uint16" else np.dtype(np.uint8)
 
@@ -120,8 +140,9 @@ def _codecs(manifest: Manifest, where: str) -> tuple[str, str]:
         mask = check_choice(str((manifest.mask or {}).get("codec", "raw")), MASK_CODECS, "mask codec")
     except ValueError as e:
         raise ManifestError(f"{where}: {e}") from e
-    if manifest.image_shape[2] != 3 and image != "raw":
-        raise ManifestError(f"{where}: encoded images have 3 channels. Received: {manifest.image_shape}")
+    if (manifest.image_shape[2] != 3 or manifest.image.get("dtype", "uint8") != "uint8") and image != "raw":
+        raise ManifestError(f"{where}: encoded images are 8-bit with 3 channels. Received: {manifest.image_shape} "
+                            f"{manifest.image.get('dtype', 'uint8')}")
     return image, mask
 
 
@@ -153,4 +174,4 @@ def y_signature(spec: RecordSpec, *, batched: bool = True) -> tuple[Any, ...]:
     return lead + spec.mask_shape, spec.mask_dtype or "uint8"
 
 
-__all__ = ["MASK_DTYPES", "MASK_ENCODINGS", "Record", "RecordSpec", "ShardRef", "y_signature"]
+__all__ = ["IMAGE_DTYPES", "MASK_DTYPES", "MASK_ENCODINGS", "Record", "RecordSpec", "ShardRef", "y_signature"]

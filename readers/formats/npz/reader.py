@@ -396,7 +396,7 @@ def member_limits(shard: ShardRef, spec: RecordSpec) -> dict[str, int]:
     key_chars = max((len(s.key) for s in samples), default=0) if samples else KEY_MAX_CHARS
     target = (spec.kind.npz_member,
               math.prod(spec.mask_shape) * spec.mask_np_dtype.itemsize if spec.segmentation else 8)
-    per_record = {NPZ_IMAGES: math.prod(spec.image_shape), target[0]: target[1], NPZ_KEYS: 4 * max(key_chars, 1)}
+    per_record = {NPZ_IMAGES: spec.image_bytes, target[0]: target[1], NPZ_KEYS: 4 * max(key_chars, 1)}
     return {name: n * size + NPY_HEADER_MAX_BYTES for name, size in per_record.items()}
 
 
@@ -468,7 +468,7 @@ def load_shard(shard: ShardRef, spec: RecordSpec, *, check_crc: "bool | str" = T
     images, targets, keys = arrays[NPZ_IMAGES], arrays[target_name], arrays[NPZ_KEYS]
     n = shard.records
     expected = {
-        NPZ_IMAGES: ((n, *spec.image_shape), np.dtype(np.uint8)),
+        NPZ_IMAGES: ((n, *spec.image_shape), spec.image_np_dtype),
         target_name: ((n, *spec.mask_shape), spec.mask_np_dtype) if spec.segmentation else ((n,), None),
     }
     for name, arr in ((NPZ_IMAGES, images), (target_name, targets)):
@@ -558,7 +558,7 @@ def count_npz_records(path: str, spec: RecordSpec) -> int:
     if spec.image_codec != "raw":
         return _count_encoded_npz(path, spec)
     target = spec.kind.npz_member
-    want = {NPZ_IMAGES: (spec.image_shape, np.dtype(np.uint8)), NPZ_KEYS: ((), None),
+    want = {NPZ_IMAGES: (spec.image_shape, spec.image_np_dtype), NPZ_KEYS: ((), None),
             target: ((spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else ((), None))}
     counts = {}
     with open_regular_file(path) as raw, zipfile.ZipFile(raw) as zf:
@@ -722,7 +722,7 @@ class RangedMembers:
             infos = {info.filename: info for info in zf.infolist()}
             limits = member_limits(shard, spec)
             n = shard.records
-            image = cls._member(source, infos, NPZ_IMAGES, path, limits, (n, *spec.image_shape), np.uint8)
+            image = cls._member(source, infos, NPZ_IMAGES, path, limits, (n, *spec.image_shape), spec.image_np_dtype)
             if image is None:
                 return None
             if spec.segmentation:

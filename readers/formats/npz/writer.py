@@ -90,7 +90,7 @@ class NpzEncoder(ShardEncoder):
             self._keys.append(sample.key)
             return
         if self._images is None:  # preallocate once: the shard's size is planned
-            self._images = np.empty((self.capacity,) + sample.image.shape, np.uint8)
+            self._images = np.empty((self.capacity,) + sample.image.shape, sample.image.dtype.newbyteorder("<"))
             if sample.mask is not None:
                 self._masks = np.empty((self.capacity,) + sample.mask.shape, sample.mask.dtype)
         if i >= self.capacity:

@@ -90,7 +90,8 @@ def record_from_features(features: Mapping[str, list], spec: RecordSpec, path: s
     if spec.image_codec != "raw":
         image: Any = bytes(one(FEATURE_IMAGE))  # stored bytes: decoded by `decode_stored`
     else:
-        image = _frombuffer(one(FEATURE_IMAGE), np.uint8, spec.image_shape, "image", path, index)
+        image = _frombuffer(one(FEATURE_IMAGE), spec.image_np_dtype, spec.image_shape, "image", path, index)
+        image = image.astype(image.dtype.newbyteorder("="), copy=False)
     if spec.segmentation:
         if spec.mask_codec != "raw":
             return Record(key, image, mask=bytes(one(FEATURE_MASK)), label=None)
@@ -344,7 +345,7 @@ def load_located(shard: ShardRef, spec: RecordSpec, *, read_into_batches: bool =
     if encoded or shard.source is not None:
         return load_mapped(shard, spec)
     path = shard.path
-    rows = ((spec.image_shape, np.uint8), (spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else None)
+    rows = ((spec.image_shape, spec.image_np_dtype), (spec.mask_shape, spec.mask_np_dtype) if spec.segmentation else None)
     with naming_shard(path):
         source = FileSource(path)
         st = source.stat
@@ -381,7 +382,7 @@ def _walk(mapped: Any, shard: ShardRef, spec: RecordSpec, check_crc: bool, verif
     buf = np.frombuffer(mapped, np.uint8)
     images: list[np.ndarray] = []
     targets: list[Any] = []
-    image_bytes = int(np.prod(spec.image_shape))
+    image_bytes = spec.image_bytes
     mask_dtype = spec.mask_np_dtype
     mask_bytes = int(np.prod(spec.mask_shape)) * mask_dtype.itemsize
     pos = index = 0
@@ -409,7 +410,8 @@ def _walk(mapped: Any, shard: ShardRef, spec: RecordSpec, check_crc: bool, verif
             if spec.image_codec != "raw":
                 images.append(_view_stored(buf, where, FEATURE_IMAGE, path, index))
             else:
-                images.append(_view(buf, where, FEATURE_IMAGE, image_bytes, np.uint8, spec.image_shape, path, index))
+                images.append(_view(buf, where, FEATURE_IMAGE, image_bytes, spec.image_np_dtype, spec.image_shape,
+                                    path, index))
             if spec.segmentation and spec.mask_codec != "raw":
                 targets.append(_view_stored(buf, where, FEATURE_MASK, path, index))
             elif spec.segmentation:
@@ -548,7 +550,8 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
         if spec.image_codec != "raw":  # the decoders give the batch the raw path gives
             images = tf.reshape(tf_decode_batch(parsed[FEATURE_IMAGE], spec, "image"), image_shape)
         else:
-            images = tf.reshape(tf.io.decode_raw(parsed[FEATURE_IMAGE], tf.uint8), image_shape)
+            image_dtype = tf.uint16 if spec.image_dtype == "uint16" else tf.uint8
+            images = tf.reshape(tf.io.decode_raw(parsed[FEATURE_IMAGE], image_dtype, little_endian=True), image_shape)
         if spec.segmentation and spec.mask_codec != "raw":
             targets = tf.reshape(tf_decode_batch(parsed[FEATURE_MASK], spec, "mask"), mask_shape)
         elif spec.segmentation:
@@ -571,7 +574,7 @@ def gzip_limit(shard: ShardRef, spec: RecordSpec) -> int:
     keys = shard.entry.keys
     key_bytes = max((len(k.encode("utf-8")) for k in keys), default=0) if keys else 16 << 10
     mask_bytes = int(np.prod(spec.mask_shape)) * spec.mask_np_dtype.itemsize if spec.segmentation else 0
-    return shard.records * (int(np.prod(spec.image_shape)) + mask_bytes + key_bytes + RECORD_OVERHEAD_BYTES)
+    return shard.records * (spec.image_bytes + mask_bytes + key_bytes + RECORD_OVERHEAD_BYTES)
 
 
 def gunzip_bounded(data: bytes, limit: int, path: str) -> bytes:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import IO
 
+import numpy as np
+
 from readers.formats.encoder import SampleArrays, ShardEncoder
 from readers.formats import (
     FEATURE_HEIGHT,
@@ -23,6 +25,13 @@ from readers.formats import (
 from readers.formats.tfrecord.wire import TFRecordWriter, encode_example
 
 
+def _little_endian(image):
+    """Stored bytes are little-endian (uint16 images); encoded bytes pass through."""
+    if isinstance(image, np.ndarray) and image.dtype.byteorder == ">":
+        return np.ascontiguousarray(image.astype(image.dtype.newbyteorder("<")))
+    return image
+
+
 class TFRecordEncoder(ShardEncoder):
     suffix = SUFFIXES[FileFormat.TFRECORD]
 
@@ -33,7 +42,7 @@ class TFRecordEncoder(ShardEncoder):
     def add(self, sample: SampleArrays) -> None:
         h, w = sample.size if sample.size is not None else sample.image.shape[:2]  # type: ignore[union-attr]
         features = {
-            FEATURE_IMAGE: memoryview(sample.image).cast("B"),
+            FEATURE_IMAGE: memoryview(_little_endian(sample.image)).cast("B"),
             FEATURE_HEIGHT: int(h),
             FEATURE_WIDTH: int(w),
             FEATURE_KEY: sample.key,

@@ -1,0 +1,242 @@
+"""Images beyond 8-bit RGB: 12/16-bit grey and 4/8-band TIFFs stored as they are and read
+back bit-exact against a reference computed here (Pillow / tifffile read + Pillow's
+`I;16` resize per band); every refusal with its message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import readers
+from converter.convert import BadInputError, convert
+from converter.imagekind import ImageKind
+from converter.options import LabelOptions, OutputOptions, RunOptions, SourceSpec
+from converter.transform.kinds import ImageKindError
+
+tifffile = pytest.importorskip("tifffile")
+
+ROOT = Path(__file__).resolve().parents[1]
+BILINEAR = Image.Resampling.BILINEAR
+
+
+def _texture(rng: np.random.Generator, h: int, w: int, top: int, phase: float) -> np.ndarray:
+    """Smooth waves plus noise over the full range 0..top (never 0..255 only)."""
+    yy, xx = np.mgrid[0:h, 0:w]
+    wave = 0.5 + 0.25 * np.sin(xx / 3.0 + phase) + 0.25 * np.cos(yy / 4.0 - phase)
+    noise = rng.integers(0, top // 8 + 1, (h, w))
+    return np.clip(wave * (top - top // 8) + noise, 0, top).astype(np.uint16)
+
+
+def _masks(folder: Path, names: list[str], images: list[np.ndarray]) -> None:
+    folder.mkdir(parents=True)
+    for name, img in zip(names, images):
+        plane = img if img.ndim == 2 else img[..., 0]
+        Image.fromarray((plane > np.median(plane)).astype(np.uint8)).save(folder / f"{name}.png")
+
+
+def _grey_dataset(root: Path, top: int, n: int = 5, seed: int = 0) -> list[np.ndarray]:
+    """`n` 16-bit grey PNGs using 0..top (shuffled names), binary masks beside them."""
+    rng = np.random.default_rng(seed)
+    (root / "images").mkdir(parents=True)
+    names = [f"slice_{i}" for i in rng.permutation(n)]
+    images = [_texture(rng, 30 + 2 * i, 41 + i, top, i) for i in range(n)]
+    for name, img in zip(names, images):
+        Image.fromarray(img).save(root / "images" / f"{name}.png")
+    _masks(root / "masks", names, images)
+    return images
+
+
+def _band_tiffs(root: Path, bands: int, **tiff_kw) -> dict[str, np.ndarray]:
+    """Multi-band uint16 TIFFs (H, W, bands) written by tifffile with `tiff_kw`; name -> array."""
+    rng = np.random.default_rng(bands)
+    (root / "images").mkdir(parents=True)
+    out = {}
+    for i in range(4):
+        arr = np.stack([_texture(rng, 48, 64, 65535, i + b) for b in range(bands)], axis=-1)
+        name = f"tile_{(i * 7) % 5}"
+        planar = tiff_kw.get("planarconfig") == "separate"  # bands first on disk
+        tifffile.imwrite(root / "images" / f"{name}.tif", np.moveaxis(arr, -1, 0) if planar else arr, **tiff_kw)
+        out[name] = arr
+    _masks(root / "masks", list(out), list(out.values()))
+    return out
+
+
+def _convert(src: Path, out: Path, size: tuple[int, int], **kw) -> None:
+    spec = SourceSpec(images=str(src / "images"), masks=str(src / "masks"))
+    options = OutputOptions(size=size, labels=LabelOptions(num_classes=2), **kw)
+    convert(spec, str(out), options, RunOptions(workers=1))
+
+
+def _resize_band(band: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """The documented resize: Pillow's `I;16` resampling of one band, whole source box."""
+    h, w = size
+    im = Image.fromarray(np.ascontiguousarray(band, np.uint16))  # mode I;16
+    return np.asarray(im.resize((w, h), BILINEAR, box=(0, 0, band.shape[1], band.shape[0]), reducing_gap=None))
+
+
+def _expected(arr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    arr = arr if arr.ndim == 3 else arr[..., None]
+    return np.stack([_resize_band(arr[..., c], size) for c in range(arr.shape[2])], axis=-1)
+
+
+def _by_key(out: Path) -> dict[str, np.ndarray]:
+    ds = readers.open(str(out))
+    return {Path(r.key).stem: r.image for r in ds.records("train")}
+
+
+@pytest.mark.parametrize("top", [4095, 65535], ids=["12bit", "16bit"])
+@pytest.mark.parametrize("fmt", ["tfrecord", "npz"])
+def test_grey_16bit_round_trip_is_exact(tmp_path: Path, top: int, fmt: str) -> None:
+    images = _grey_dataset(tmp_path / "src", top)
+    _convert(tmp_path / "src", tmp_path / "out", (24, 32), format=fmt)
+    manifest = json.loads((tmp_path / "out" / "imgshard.json").read_text())
+    assert (manifest["image"]["dtype"], manifest["image"]["channels"]) == ("uint16", 1)
+    got = _by_key(tmp_path / "out")
+    src = {p.stem: np.asarray(Image.open(p)) for p in (tmp_path / "src" / "images").iterdir()}
+    assert len(got) == len(images)
+    for name, image in got.items():
+        assert image.dtype == np.uint16 and image.shape == (24, 32, 1)
+        np.testing.assert_array_equal(image, _expected(src[name], (24, 32)))
+    assert max(int(i.max()) for i in got.values()) > 255  # the precision is there, not 8 bits of it
+
+
+def test_grey_12bit_unresized_keeps_every_level(tmp_path: Path) -> None:
+    images = _grey_dataset(tmp_path / "src", 4095, n=1)
+    h, w = images[0].shape
+    _convert(tmp_path / "src", tmp_path / "out", (h, w))
+    (image,) = _by_key(tmp_path / "out").values()
+    np.testing.assert_array_equal(image[..., 0], images[0])
+
+
+@pytest.mark.parametrize("bands,tiff_kw", [
+    (4, {"tile": (16, 16), "compression": "zlib", "photometric": "minisblack", "planarconfig": "contig"}),
+    (8, {"tile": (32, 32), "compression": "lzw", "photometric": "minisblack", "planarconfig": "separate"}),
+], ids=["4band-tiled-zlib", "8band-tiled-lzw-planar"])
+def test_multiband_tiff_round_trip_is_exact(tmp_path: Path, bands: int, tiff_kw: dict) -> None:
+    pytest.importorskip("imagecodecs")
+    arrays = _band_tiffs(tmp_path / "src", bands, **{k: v for k, v in tiff_kw.items() if k != "planarconfig"},
+                         planarconfig=tiff_kw["planarconfig"])
+    _convert(tmp_path / "src", tmp_path / "out", (20, 28), format="npz")
+    got = _by_key(tmp_path / "out")
+    for name, arr in arrays.items():
+        reread = tifffile.imread(tmp_path / "src" / "images" / f"{name}.tif")  # the reference reader
+        reread = np.moveaxis(reread, 0, -1) if reread.shape[0] == bands else reread
+        np.testing.assert_array_equal(reread, arr)
+        assert got[name].shape == (20, 28, bands)
+        np.testing.assert_array_equal(got[name], _expected(reread, (20, 28)))
+
+
+def test_tf_dataset_normalizes_by_the_dtype_range(tmp_path: Path) -> None:
+    _grey_dataset(tmp_path / "src", 65535, n=4)
+    _convert(tmp_path / "src", tmp_path / "out", (16, 16))
+    ds = readers.open(str(tmp_path / "out"))
+    stored = np.stack([r.image for r in ds.records("train")])
+    xs = np.concatenate([x.numpy() for x, _ in ds.tf_dataset("train", batch_size=2, shuffle=False)])
+    raw = np.concatenate([x.numpy() for x, _ in ds.tf_dataset("train", batch_size=2, shuffle=False,
+                                                              normalize=False, one_hot=False)])
+    assert raw.dtype == np.uint16 and xs.dtype == np.float32
+    np.testing.assert_array_equal(np.sort(raw.ravel()), np.sort(stored.ravel()))
+    np.testing.assert_allclose(np.sort(xs.ravel()), np.sort(stored.ravel() / 65535.0), atol=1e-6)
+
+
+def test_model_fit_on_16bit_grey_and_4band(tmp_path: Path) -> None:
+    keras = pytest.importorskip("keras")
+    _grey_dataset(tmp_path / "grey", 4095, n=4)
+    _band_tiffs(tmp_path / "bands", 4, tile=(16, 16), compression="zlib", photometric="minisblack",
+                planarconfig="contig")
+    for name, channels in (("grey", 1), ("bands", 4)):
+        _convert(tmp_path / name, tmp_path / f"out_{name}", (16, 16))
+        ds = readers.open(str(tmp_path / f"out_{name}"))
+        assert ds.image_shape == (16, 16, channels)
+        model = keras.Sequential([keras.Input((16, 16, channels)), keras.layers.Conv2D(2, 3, padding="same"),
+                                  keras.layers.Softmax()])
+        model.compile("sgd", "categorical_crossentropy")
+        history = model.fit(ds.tf_dataset("train", batch_size=2), epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"][0])
+
+
+# -- refusals ---------------------------------------------------------------------------------------
+
+
+def test_rgb_mode_on_16bit_is_refused_then_recorded_when_accepted(tmp_path: Path) -> None:
+    images = _grey_dataset(tmp_path / "src", 4095, n=2)
+    with pytest.raises(ImageKindError, match=r"16-bit -> 8-bit.*--accept-reduction"):
+        _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_kind=ImageKind(mode="rgb"))
+    h, w = images[0].shape
+    # the same size as the first image: its values are the top 8 bits, replicated to RGB
+    _convert(tmp_path / "src", tmp_path / "out", (h, w), image_kind=ImageKind(mode="rgb", accept_reduction=True))
+    manifest = json.loads((tmp_path / "out" / "imgshard.json").read_text())
+    assert manifest["image"]["dtype"] == "uint8" and manifest["image"]["channels"] == 3
+    assert manifest["image"]["reductions"] == ["16-bit -> 8-bit (the top 8 bits of each sample)"]
+    src = {p.stem: np.asarray(Image.open(p)) for p in (tmp_path / "src" / "images").iterdir()}
+    for name, image in _by_key(tmp_path / "out").items():
+        if image.shape[:2] == src[name].shape:
+            np.testing.assert_array_equal(image, np.repeat((src[name] >> 8).astype(np.uint8)[..., None], 3, 2))
+
+
+def test_grey_mode_on_multiband_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("imagecodecs")
+    _band_tiffs(tmp_path / "src", 4, compression="zlib", photometric="minisblack", planarconfig="contig")
+    with pytest.raises(ImageKindError, match=r"4 channels -> 1.*--accept-reduction"):
+        _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_kind=ImageKind(mode="grey"))
+
+
+@pytest.mark.parametrize("encoding", ["jpeg", "webp", "png"])
+def test_encoded_storage_is_refused_for_uint16(tmp_path: Path, encoding: str) -> None:
+    _grey_dataset(tmp_path / "src", 65535, n=2)
+    with pytest.raises(ImageKindError, match=rf"--image-encoding {encoding}.*uint16.*--image-encoding raw"):
+        _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_encoding=encoding)
+
+
+def test_float_images_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "src" / "images").mkdir(parents=True)
+    img = np.random.default_rng(0).random((12, 14)).astype(np.float32)
+    tifffile.imwrite(tmp_path / "src" / "images" / "a.tif", img)
+    _masks(tmp_path / "src" / "masks", ["a"], [img])
+    with pytest.raises(ImageKindError, match=r"a\.tif: a float image.*16-bit integers"):
+        _convert(tmp_path / "src", tmp_path / "out", (8, 8))
+
+
+def test_mixed_8_and_16_bit_is_refused(tmp_path: Path) -> None:
+    images = _grey_dataset(tmp_path / "src", 4095, n=2)
+    Image.fromarray((images[0] >> 4).astype(np.uint8)).save(tmp_path / "src" / "images" / "slice_0.png")
+    with pytest.raises(ImageKindError, match=r"mix 8-bit .*and 16-bit"):
+        _convert(tmp_path / "src", tmp_path / "out", (8, 8))
+
+
+def test_16bit_file_in_an_8bit_dataset_is_refused_not_reduced(tmp_path: Path) -> None:
+    """A 16-bit file the probe did not look at (one of 40) is refused by name in the worker."""
+    rng = np.random.default_rng(3)
+    (tmp_path / "src" / "images").mkdir(parents=True)
+    images, names = [], []
+    for i in range(40):
+        wide = i == 1  # sorted second: not among the files the probe spreads over
+        img = _texture(rng, 10, 12, 4095 if wide else 255, i)
+        img = img if wide else img.astype(np.uint8)
+        Image.fromarray(img).save(tmp_path / "src" / "images" / f"s{i:02d}.png")
+        images.append(img)
+        names.append(f"s{i:02d}")
+    _masks(tmp_path / "src" / "masks", names, images)
+    with pytest.raises(BadInputError) as err:
+        _convert(tmp_path / "src", tmp_path / "out", (8, 8))
+    assert any(b.kind == "image_reduction" and b.path.endswith("s01.png") for b in err.value.bad)
+    assert "--accept-reduction" in str(err.value)
+
+
+def test_cli_refusal_is_one_named_line(tmp_path: Path) -> None:
+    _grey_dataset(tmp_path / "src", 4095, n=2)
+    proc = subprocess.run(
+        [sys.executable, "-m", "converter.cli", "convert", "--images", str(tmp_path / "src" / "images"),
+         "--masks", str(tmp_path / "src" / "masks"), "--num-classes", "2", str(tmp_path / "out"), "--size", "8x8",
+         "--image-mode", "rgb", "-q"],
+        capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=120)
+    assert proc.returncode == 65, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "16-bit -> 8-bit" in proc.stderr and "--accept-reduction" in proc.stderr
