@@ -26,6 +26,7 @@ from converter.plan import fptable
 from converter.run.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
 from converter.plan.names import refuse_taken_names
+from converter.plan.scope import check_prune, check_spec, run_scope, sources_record
 from converter.plan.shards import Plan, PlanError, make_plan, refuse_damaged
 from converter.fsutil import remove_files
 from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now, write_report
@@ -265,10 +266,17 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
     else:
         old = _prepare_output(out_dir, options, run, classes)
     base_manifest = None if run.rebuild else old
+    scope = run_scope(found.scope) if task_kind(options.task).dense else None
+    if scope is not None:
+        check_spec(old, spec.spec_text, run.rebuild)
+        check_prune(base_manifest, scope, run.prune)
     next_index = {s: e.next_shard_index for s, e in old.splits.items()} if old is not None else {}
     plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index, root=out_dir,
-                     run_id=bucket.run_id if bucket is not None else None)
+                     run_id=bucket.run_id if bucket is not None else None,
+                     scope_splits=None if scope is None else {e["split"] for e in scope})
     refuse_taken_names(out_dir, old, [t.file for t in plan.tasks])  # never over a published shard
+    if scope is not None:
+        plan.sources = sources_record(base_manifest, scope, spec.spec_text, run.rebuild)
     if run.rebuild and old is not None:
         plan.drop_shards |= {s.file for _, s in old.iter_shards()}
     for key in plan.changed_kept:
@@ -281,7 +289,8 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
 
     result = ConvertResult(out_dir, old, plan, bad=list(found.bad))  # after the plan consumed the samples
     if task_kind(options.task).dense:
-        result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json()}
+        result.source = {"layout": found.layout, "why": found.why, "labels": options.labels.to_json(),
+                         "classes_from": found.defaults.classes_from}
     results = _write_shards(spec, out_dir, options, run, classes, old, result, on_progress, bucket)
     _collect(result, results)
     result.workers["helped_samples"] = sum(r.helped for r in results)  # converted by a worker that had no shard left
@@ -574,6 +583,7 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
         classes=classes,
         splits=split_entries,
         history=tuple(history[-HISTORY_LIMIT:]),
+        sources=plan.sources,
     )
 
 

@@ -98,7 +98,7 @@ class MaskSemantics(Choice):
 
 MAX_SIDE_PX = 65535
 #: Layouts `converter.discover.layouts` knows (`--layout NAME`).
-LAYOUT_NAMES = ("camvid", "voc", "cityscapes", "ade", "mmseg", "unet", "explicit", "classfolders")
+LAYOUT_NAMES = ("camvid", "voc", "cityscapes", "ade", "mmseg", "unet", "explicit", "classfolders", "content", "spec")
 #: Annotation formats (`converter.discover.annotations`), also `--layout NAME`.
 ANNOTATION_FORMATS = ("coco", "yolo", "labelme", "cvat", "instances", "rlecsv")
 LAYOUT_NAMES += ANNOTATION_FORMATS
@@ -318,6 +318,56 @@ class RunOptions:
         return self.workers or (os.cpu_count() or 1)
 
 
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9_.]+")
+
+
+def check_split_name(name: Any, argument: str = "--split") -> str:
+    """A split name: letters, digits, '_' and '.', not starting with '.'."""
+    if not isinstance(name, str) or not _SPLIT_NAME.fullmatch(name) or name.startswith("."):
+        raise ValueError(f"{argument} must be a plain split name such as train or val. Received: {name!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class SplitSource:
+    """One folder pair of a split: images below `images`, their masks below `masks`.
+
+    A name is ``<prefix><base><suffix>.<ext>`` on each side (`image_prefix`, `image_suffix`,
+    `mask_prefix`, `mask_suffix`; a suffix None: found from the names). `split_list`: a file
+    listing the bases this split keeps. `SourceSpec.sources` holds several (one run, several
+    splits: `--spec FILE` or repeated `--images/--masks/--split`; `converter.discover.spec_file`).
+    """
+
+    split: str
+    images: str
+    masks: str | None = None
+    image_prefix: str = ""
+    image_suffix: str | None = None
+    mask_prefix: str = ""
+    mask_suffix: str | None = None
+    split_list: str | None = None
+    recursive: bool = True  # False: only the files directly in each folder (no mirrored sub-folders)
+    skip_unpaired: bool = False  # images without a mask are skipped, not bad inputs (VOC's JPEGImages)
+
+    def __post_init__(self) -> None:
+        check_split_name(self.split, "split")
+        for name in ("recursive", "skip_unpaired"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} of split {self.split!r} must be true or false. "
+                                f"Received: {getattr(self, name)!r}")
+        for name in ("images", "masks", "split_list"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (str, os.PathLike)) or not os.fspath(value)):
+                raise ValueError(f"{name} of split {self.split!r} must be a folder path. Received: {value!r}")
+            if value is not None:
+                object.__setattr__(self, name, os.fspath(value))
+        for name in ("image_prefix", "image_suffix", "mask_prefix", "mask_suffix"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or "/" in value or os.sep in value):
+                raise ValueError(f"{name} of split {self.split!r} must be a name token without '/'. "
+                                 f"Received: {value!r}")
+
+
 @dataclass(frozen=True)
 class SourceSpec:
     """Where the sources are: a CamVid-style root, or explicit folders.
@@ -337,9 +387,18 @@ class SourceSpec:
     mask_suffix: str | None = None  # name = <stem><mask_suffix>.<ext>
     split_lists: tuple[tuple[str, str], ...] = ()  # (split name, list file): one stem per line
     storage_options: Any = ()  # fsspec options for s3:// / gs:// sources: frozen (key, value) pairs
+    #: Several folder pairs in one run (a source spec file, or repeated --images/--masks/--split);
+    #: their folders are relative to `root` when it is given.
+    sources: tuple[SplitSource, ...] = ()
+    #: The source spec this run follows, as canonical JSON (recorded in the manifest); None: none.
+    spec_text: str | None = None
+    spec_file: str | None = None  # the file it was read from, as given (scan's command repeats it)
     annotations: AnnotationOptions = AnnotationOptions()  # annotation files (COCO, YOLO, ...): rules
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", tuple(self.sources))
+        if not all(isinstance(s, SplitSource) for s in self.sources):
+            raise TypeError(f"sources must be SplitSource objects. Received: {self.sources!r}")
         self._normalise_locations()
         if self.layout is not None and self.layout not in LAYOUT_NAMES:
             raise ValueError(f"--layout must be one of {list(LAYOUT_NAMES)}. Received: {self.layout!r}")
@@ -351,7 +410,10 @@ class SourceSpec:
         if len({n for n, _ in lists}) != len(lists):
             raise ValueError(f"--split-list names a split twice. Received: {[n for n, _ in lists]}")
         object.__setattr__(self, "split_lists", lists)
-        if self.root is None and self.images is None:
+        if self.sources and self.images is not None:
+            raise ValueError(f"Give either folder pairs (a spec, repeated --images/--masks/--split) or one --images "
+                             f"folder, not both. Received: --images {self.images!r}")
+        if self.root is None and self.images is None and not self.sources:
             raise ValueError("Give a source folder SRC, or --images DIR (with --masks DIR and --classes CSV).")
         if self.root is not None and self.images is not None:
             raise ValueError(
@@ -359,8 +421,7 @@ class SourceSpec:
             )
         if self.masks is not None and self.images is None:
             raise ValueError(f"--masks needs --images. Received: --masks {self.masks!r} without --images")
-        if not re.fullmatch(r"[A-Za-z0-9_.]+", self.split) or self.split.startswith("."):
-            raise ValueError(f"--split must be a plain name such as train or val. Received: {self.split!r}")
+        check_split_name(self.split)
 
     def _normalise_locations(self) -> None:
         """file:// -> plain path; unknown URL schemes refused; storage options frozen (hashable)."""
@@ -386,6 +447,8 @@ class SourceSpec:
         """The folder keys are relative to (a URL without its trailing slash for object stores)."""
         from converter.discover.files import absolute
 
+        if self.root is None and self.sources:
+            return absolute(os.path.commonpath([absolute(s.images) for s in self.sources]))
         return absolute(self.root if self.root is not None else self.images)  # type: ignore[arg-type]
 
     @property
@@ -393,13 +456,18 @@ class SourceSpec:
         """Whether any source location is an object-store URL."""
         from readers.storage.url import is_remote
 
-        return any(is_remote(p) for p in (self.root, self.images, self.masks, self.classes) if p is not None)
+        return any(is_remote(p) for p in (self.root, self.images, self.masks, self.classes, *self._source_paths())
+                   if p is not None)
+
+    def _source_paths(self) -> list[str]:
+        return [p for s in self.sources for p in (s.images, s.masks, s.split_list) if p is not None]
 
     def use_storage(self) -> None:
         """Register the storage options for every bucket the sources name (`converter.discover.files`)."""
         from converter.discover.files import use_storage_options
 
-        for location in (self.root, self.images, self.masks, self.classes, *(f for _, f in self.split_lists)):
+        for location in (self.root, self.images, self.masks, self.classes, *(f for _, f in self.split_lists),
+                         *self._source_paths()):
             use_storage_options(location, self.storage_options)
 
 

@@ -224,6 +224,21 @@ def _validate_classes(classes: Any, path: str) -> None:
                   f"classes[{i}].color", path, "[r, g, b] with integers in [0, 255]", color)
 
 
+def _validate_sources(sources: Any, path: str) -> None:
+    """The optional record of what a dataset was converted from: its scope and spec."""
+    if sources is None:
+        return
+    _need_dict(sources, "sources", path)
+    scope = sources.get("scope", [])
+    _need(isinstance(scope, list), "sources.scope", path, "a list", scope)
+    for i, entry in enumerate(scope):
+        _need(isinstance(entry, dict) and isinstance(entry.get("split"), str)
+              and all(isinstance(entry.get(k), (str, type(None))) for k in ("images", "masks")),
+              f"sources.scope[{i}]", path, "an object with a split name and folder paths", entry)
+    _need(isinstance(sources.get("spec"), (str, type(None))), "sources.spec", path, "a string or null",
+          sources.get("spec"))
+
+
 def validate(d: Any, path: str = MANIFEST_NAME) -> None:
     """Check a parsed manifest document against the schema; raise `ManifestError` naming
     the manifest, the field, what was expected and what was received.
@@ -249,6 +264,7 @@ def validate(d: Any, path: str = MANIFEST_NAME) -> None:
         if name in d:
             _need_dict(d[name], name, path)
     _need(isinstance(d.get("history", []), list), "history", path, "a list", d.get("history"))
+    _validate_sources(d.get("sources"), path)
     _validate_classes(d["classes"], path)
     _need(d.get("mask") is None or isinstance(d["mask"], dict), "mask", path, "an object or null", d.get("mask"))
     _validate_image(d["image"], d.get("mask"), len(d["classes"]), path)
@@ -567,6 +583,9 @@ class Manifest:
     splits: Mapping[str, SplitEntry]
     history: tuple[Mapping[str, Any], ...] = ()
     version: int = MANIFEST_VERSION
+    #: What the dataset was converted from: {"scope": [{"split", "images", "masks"}...], "spec": text or
+    #: null} (`converter.plan.scope`); None in manifests written before it existed.
+    sources: Mapping[str, Any] | None = None
 
     # -- derived views -------------------------------------------------------------
     @property
@@ -607,7 +626,7 @@ class Manifest:
         if 0 < indexed < len(shards):
             raise ValueError(f"{indexed} of {len(shards)} shards have an index file: a manifest cannot mix "
                              "version-3 shards with inline samples. Migrate every shard first (converter.migrate).")
-        return {
+        out = {
             "imgshard_manifest": MANIFEST_VERSION if indexed == len(shards) else LEGACY_VERSION,
             "tool_version": self.tool_version,
             "task": self.task,
@@ -620,6 +639,9 @@ class Manifest:
             "splits": {k: self.splits[k].to_json() for k in sorted(self.splits)},
             "history": [dict(h) for h in self.history],
         }
+        if self.sources is not None:
+            out["sources"] = dict(self.sources)
+        return out
 
     def dumps(self) -> str:
         """Canonical text: sorted keys, so identical content gives identical bytes."""
@@ -649,6 +671,7 @@ class Manifest:
                 classes=tuple(ClassInfo.from_json(c) for c in d["classes"]),
                 splits=splits,
                 history=tuple(d.get("history", ())),
+                sources=dict(d["sources"]) if d.get("sources") is not None else None,
             )
         except ManifestError:
             raise

@@ -9,13 +9,15 @@ import shlex
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import readers
 from converter.cli import main as cli_main
-from converter.convert import convert
+from converter.convert import BadInputError, convert
+from converter.discover.classfolders import classification_layout, detect_task
 from converter.discover.annotations.base import AnnotationFileError
-from converter.discover.layouts import detect_layout
-from converter.options import AnnotationOptions, OnChange, OutputOptions, RunOptions, SourceSpec
+from converter.discover.layouts import LayoutError, detect_layout
+from converter.options import AnnotationOptions, OnChange, OutputOptions, RunOptions, SourceSpec, Task
 from tests import _annotations as A
 
 SIZE = (20, 26)  # (h, w): never a source size
@@ -173,3 +175,221 @@ def test_scan_counts_overlaps_and_reader_findings(tmp_path, capsys):
     assert ann["problems"]["crowd regions (ignored)"] == 6
     assert any("placeholder" in n for n in ann["notes"])
     assert ann["ignored_pixels"] == sum(int((m == A.IGNORE).sum()) for m in exp.expected.values())
+
+
+def test_yolo_detection_boxes_refused_by_name_never_taken_for_masks(tmp_path):
+    root = tmp_path / "boxes"
+    for i in range(2):
+        A.write_image(root / "train" / "images" / f"a{i}.jpg", 20, 20, A.rng_for(7, i))
+        (root / "train" / "labels").mkdir(parents=True, exist_ok=True)
+        (root / "train" / "labels" / f"a{i}.txt").write_text("0 0.5 0.5 0.2 0.3\n1 0.1 0.2 0.05 0.05\n")
+    with pytest.raises(AnnotationFileError, match="detection labels") as e:
+        convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert "labels" in str(e.value) and "segmentation" in str(e.value)
+
+
+def test_labelme_invalid_json_named_with_its_file(tmp_path):
+    exp = A.make_labelme(tmp_path / "src")
+    (exp.root / "IMG_0002.json").write_text('{"shapes": [{"label": "road", "points": [[1, 2], [3, ')
+    with pytest.raises(AnnotationFileError, match="invalid JSON") as e:
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert "IMG_0002.json" in str(e.value)
+
+
+def test_cvat_mask_rle_past_its_box_and_unknown_label_named(tmp_path):
+    exp = A.make_cvat(tmp_path / "src")
+    xml = (exp.root / "annotations.xml").read_text()
+    bad = xml.replace('<tag label="sky"', '<mask label="sky" rle="5, 9000" left="0" top="0" width="4" height="4" '
+                      'z_order="0"></mask><tag label="sky"', 1)
+    (exp.root / "annotations.xml").write_text(bad)
+    with pytest.raises(AnnotationFileError, match="past its 4x4 box") as e:
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert "annotations.xml" in str(e.value) and "image id 0" in str(e.value)
+    (exp.root / "annotations.xml").write_text(xml.replace('label="house"', 'label="castle"', 1))
+    with pytest.raises(AnnotationFileError, match="'castle'"):
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+
+
+def test_rle_csv_runs_past_the_image_are_a_bad_input_naming_csv_and_row(tmp_path):
+    exp = A.make_rlecsv(tmp_path / "src")
+    text = (exp.root / "train.csv").read_text().splitlines()
+    name = text[1].split(",")[0]
+    text.insert(2, f"{name},2,1 99999")
+    (exp.root / "train.csv").write_text("\n".join(text) + "\n")
+    with pytest.raises(BadInputError) as e:
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert "train.csv" in str(e.value) and "row 3" in str(e.value) and "past" in str(e.value)
+
+
+def test_labelme_cron_reconverts_only_the_image_whose_shape_changed(tmp_path):
+    exp = A.make_labelme(tmp_path / "src")
+    out = tmp_path / "out"
+    convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE), RunOptions(workers=1))
+    path = exp.root / "IMG_0001.json"
+    doc = json.loads(path.read_text())
+    doc["shapes"][0]["points"][0] = [1.0, 1.0]
+    path.write_text(json.dumps(doc))
+    (exp.root / "IMG_0003.json").write_text(json.dumps(json.loads((exp.root / "IMG_0003.json").read_text()), indent=4))
+    again = convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE),
+                    RunOptions(workers=1, on_change=OnChange.REPLACE))
+    assert (again.plan.new, again.plan.replaced, again.plan.unchanged) == (0, 1, 3)
+
+
+def test_cvat_coco_export_crowd_masks_kept_with_flag_and_scan_hints_it(tmp_path, capsys):
+    from pycocotools import mask as mu
+
+    root = tmp_path / "cvat_coco"
+    h, w = 24, 30
+    A.write_image(root / "images" / "f0.png", h, w, A.rng_for(9, 0))
+    blob = A._blob(A.rng_for(9, 1), h, w)
+    doc = {"licenses": [{"name": "", "id": 0, "url": ""}], "info": {"contributor": "", "description": ""},
+           "categories": [{"id": 1, "name": "cell", "supercategory": ""}],
+           "images": [{"id": 1, "width": w, "height": h, "file_name": "f0.png", "license": 0}],
+           "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 1, "area": 1.0, "bbox": [0, 0, 1, 1],
+                            "segmentation": {"size": [h, w], "counts": A.coco_counts(blob.flatten(order="F"))}}]}
+    (root / "annotations").mkdir(parents=True)
+    (root / "annotations" / "instances_default.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    cli_main(["scan", str(root), "--workers", "1", "--json"])
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    assert any("--keep-crowd" in h for h in verdict["hints"])
+    spec = SourceSpec(root=str(root), annotations=AnnotationOptions(keep_crowd=True))
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
+    record = next(readers.open(tmp_path / "out").records("train"))
+    np.testing.assert_array_equal(record.mask, mu.decode(mu.frPyObjects(doc["annotations"][0]["segmentation"], h, w)))
+
+
+def test_images_beside_annotation_files_and_one_class_folders_are_never_classification(tmp_path):
+    exp = A.make_rlecsv(tmp_path / "airbus", class_column=False)
+    assert detect_task(SourceSpec(root=str(exp.root))) is Task.SEGMENTATION
+    cvat = A.make_cvat(tmp_path / "cvat")
+    assert classification_layout(str(cvat.root)) is None
+    one = tmp_path / "one"
+    for i in range(3):
+        A.write_image(one / "cats" / f"{i}.png", 10, 10, A.rng_for(3, i))
+        A.write_image(one / "train" / "cats" / f"{i}.png", 10, 10, A.rng_for(4, i))
+    assert classification_layout(str(one)) is None
+    assert classification_layout(str(one / "train")) is None
+
+
+def test_preview_draws_rasterized_annotations(tmp_path):
+    from converter.inspect.preview import PreviewOptions, source_samples
+
+    exp = A.make_cvat(tmp_path / "src")
+    _, shown = source_samples(SourceSpec(root=str(exp.root)), PreviewOptions(n=4), 1 << 24)
+    assert len(shown) == 4
+    for p in shown:
+        np.testing.assert_array_equal(p.class_map, exp.expected[p.key], err_msg=p.key)
+    out = tmp_path / "sheet.png"
+    assert cli_main(["preview", str(exp.root), "-o", str(out), "-n", "2"]) == 0
+
+
+def test_image_listed_twice_is_a_named_error(tmp_path):
+    anns = [{"id": 1, "image_id": 1, "category_id": 1, "segmentation": [[0, 0, 5, 0, 5, 5]]}]
+    images = [{"id": 1, "file_name": "a.png", "height": 10, "width": 12},
+              {"id": 2, "file_name": "a.png", "height": 10, "width": 12}]
+    root = _coco_file(tmp_path, anns, images=images)
+    with pytest.raises(AnnotationFileError, match="listed twice") as e:
+        convert(SourceSpec(root=root), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert "ann.json#1" in str(e.value) and "ann.json#2" in str(e.value)
+
+
+def test_scan_reports_polygons_outside_and_with_too_few_points(tmp_path, capsys):
+    anns = [{"id": 1, "image_id": 1, "category_id": 1, "segmentation": [[-3, 0, 5, 0, 5, 5]]},
+            {"id": 2, "image_id": 1, "category_id": 1, "segmentation": [[1, 1, 4, 4]]},
+            {"id": 3, "image_id": 1, "category_id": 1, "segmentation": [[0, 0, 12, 0, 12, 10]]}]
+    root = _coco_file(tmp_path, anns)
+    cli_main(["scan", root, "--workers", "1", "--json"])
+    problems = json.loads(capsys.readouterr().out)["annotations"]["problems"]
+    assert problems == {"polygons reaching outside the image (clipped)": 1,
+                        "polygons with fewer than 3 points (dropped)": 1}
+
+
+def test_shards_are_byte_identical_whatever_the_worker_count(tmp_path):
+    exp = A.make_labelme(tmp_path / "src")
+    for workers in (1, 2):
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / f"w{workers}"), OutputOptions(size=SIZE),
+                RunOptions(workers=workers))
+    shards = sorted(p.name for p in (tmp_path / "w1").iterdir() if p.suffix in (".tfrecord", ".npz"))
+    assert shards and shards == sorted(p.name for p in (tmp_path / "w2").iterdir()
+                                       if p.suffix in (".tfrecord", ".npz"))
+    for name in shards:
+        assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes(), name
+
+
+def test_unet_split_folders_with_images_and_masks_are_not_instance_folders(tmp_path):
+    root = tmp_path / "unet"
+    for split in ("train", "val"):
+        for i in range(3):
+            A.write_image(root / split / "images" / f"{i}.png", 10, 10, A.rng_for(6, i))
+            A.write_image(root / split / "masks" / f"{i}.png", 10, 10, A.rng_for(8, i))
+    assert detect_layout(str(root)).layout.name == "unet"
+
+
+def test_coco_reexport_that_renumbers_ids_and_reorders_images_changes_nothing(tmp_path):
+    exp = A.make_coco(tmp_path / "src", splits=("train",), per_split=4)
+    out = tmp_path / "out"
+    convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE), RunOptions(workers=1))
+    path = exp.root / "train" / "_annotations.coco.json"
+    doc = json.loads(path.read_text())
+    new_id = {im["id"]: 1000 + k for k, im in enumerate(doc["images"])}
+    for k, a in enumerate(doc["annotations"]):
+        a["id"], a["image_id"] = 5000 + k, new_id[a["image_id"]]
+    for im in doc["images"]:
+        im["id"] = new_id[im["id"]]
+    doc["images"].reverse()
+    path.write_text(json.dumps(doc, indent=2))
+    again = convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE),
+                    RunOptions(workers=1, on_change=OnChange.REPLACE))
+    assert again.plan.nothing_to_do and again.plan.unchanged == 4
+
+
+def test_dsb_labels_csv_and_instance_folders_agree_and_both_are_offered(tmp_path):
+    exp = A.make_instances(tmp_path / "dsb")
+    rows = ["ImageId,EncodedPixels"]
+    for key, image in exp.images.items():
+        ident = key.split("/")[1]
+        for m in sorted((image.parent.parent / "masks").glob("*.png")):
+            rows.append(f"{ident},{A.kaggle_rle(np.asarray(Image.open(m)) > 0)}")
+    (exp.root / "stage1_train_labels.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(LayoutError, match="--layout instances") as e:
+        detect_layout(str(exp.root))
+    assert "--layout rlecsv" in str(e.value)
+    masks = {}
+    for layout in ("instances", "rlecsv"):
+        convert(SourceSpec(root=str(exp.root), layout=layout), str(tmp_path / layout), OutputOptions(size=SIZE),
+                RunOptions(workers=1))
+        masks[layout] = {r.key.split("/")[-1].split(".")[0]: r.mask for r in readers.open(tmp_path / layout).records("train")}
+    assert masks["instances"].keys() == masks["rlecsv"].keys() and len(masks["rlecsv"]) == 3
+    for key, image in exp.images.items():
+        ident = key.split("/")[1]
+        ref = A.reference(image, exp.expected[key], SIZE)[1]
+        np.testing.assert_array_equal(masks["rlecsv"][ident], ref)
+        np.testing.assert_array_equal(masks["instances"][ident], ref)
+
+
+@pytest.mark.parametrize("rule", ["tool", "first", "ignore"])
+def test_overlap_rules_on_two_overlapping_shapes(tmp_path, rule):
+    root = tmp_path / "lm"
+    h, w = 30, 40
+    A.write_image(root / "a.png", h, w, A.rng_for(11, 0))
+    a = [[2.0, 3.0], [30.0, 4.0], [25.0, 26.0], [4.0, 22.0]]
+    b = [[15.0, 10.0], [38.0, 12.0], [36.0, 29.0], [14.0, 27.0]]
+    c = [[16.0, 12.0], [20.0, 12.0], [20.0, 16.0], [16.0, 16.0]]  # inside b, same class: no clash
+    shapes = [{"label": "x", "points": a, "shape_type": "polygon"}, {"label": "y", "points": b, "shape_type": "polygon"},
+              {"label": "y", "points": c, "shape_type": "polygon"}]
+    (root / "a.json").write_text(json.dumps({"shapes": shapes, "imagePath": "a.png", "imageHeight": h,
+                                             "imageWidth": w}))
+    ma, mb, mc = (A.labelme_shape_to_mask((h, w), p, "polygon") for p in (a, b, c))
+    expected = np.zeros((h, w), np.int64)
+    if rule == "tool":
+        expected[ma], expected[mb | mc] = 1, 2
+    elif rule == "first":
+        expected[mb | mc], expected[ma] = 2, 1
+    else:
+        expected[ma], expected[mb | mc] = 1, 2
+        expected[ma & (mb | mc)] = A.IGNORE
+    assert (ma & mb).any() and (mb & mc).any()
+    spec = SourceSpec(root=str(root), annotations=AnnotationOptions(overlap=rule))
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
+    np.testing.assert_array_equal(next(readers.open(tmp_path / "out").records("train")).mask, expected)

@@ -243,19 +243,20 @@ def test_real_pascal_voc_keeps_the_voc_classes_and_says_why(tmp_path):
 
 def _salt(root) -> list[tuple[str, np.ndarray]]:
     """Regression 4, shaped like the salt set: images/ + masks/, some masks 8-bit all zero, the
-    others 16-bit 0/65535."""
+    others 16-bit 0/65535. (At SRC, not below train/: a train/ holding images/ + masks/ is now
+    read as the instance-mask folders layout, `<id>/images/` + `<id>/masks/`.)"""
     out = []
     for i in range(6):
         rng = np.random.default_rng([4, i])
-        (root / "train" / "images").mkdir(parents=True, exist_ok=True)
-        (root / "train" / "masks").mkdir(parents=True, exist_ok=True)
-        Image.fromarray(synth.textured_image(32, 32, rng)).save(root / "train" / "images" / f"{i:04x}.png")
+        (root / "images").mkdir(parents=True, exist_ok=True)
+        (root / "masks").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(32, 32, rng)).save(root / "images" / f"{i:04x}.png")
         if i % 3 == 0:
             values = np.zeros((32, 32), np.uint8)
-            Image.fromarray(values, "L").save(root / "train" / "masks" / f"{i:04x}.png")
+            Image.fromarray(values, "L").save(root / "masks" / f"{i:04x}.png")
         else:
             values = np.where(synth.random_mask(32, 32, 2, rng) > 0, 65535, 0).astype(np.uint16)
-            Image.fromarray(values).save(root / "train" / "masks" / f"{i:04x}.png")
+            Image.fromarray(values).save(root / "masks" / f"{i:04x}.png")
         out.append((f"train/{i:04x}.png", values.astype(np.int64)))
     return out
 
@@ -263,7 +264,7 @@ def _salt(root) -> list[tuple[str, np.ndarray]]:
 def test_binary_masks_mixed_8bit_zero_and_16bit_65535_keep_their_foreground(tmp_path):
     root = tmp_path / "salt"
     masks = _salt(root)
-    assert Image.open(root / "train" / "masks" / "0001.png").mode.startswith("I")
+    assert Image.open(root / "masks" / "0001.png").mode.startswith("I")
     r = _scan(root)
     assert r.verdict["flags"] == ["--mask-semantics", "binary"], r.verdict
     assert "--ignore-index" not in r.verdict["command"]
@@ -355,3 +356,148 @@ def test_scan_preview_draws_source_masks_under_the_chosen_reading(tmp_path, caps
     # mask column: the mask column's pixel count of Animal green is the legend swatch alone
     green = int(np.all(sheet == (0, 128, 0), axis=1).sum())
     assert green <= 16 * 16 + 64
+
+
+def test_ignoring_a_level_of_two_level_masks_is_reported_and_refused(tmp_path):
+    root = tmp_path / "salt"
+    masks = _salt(root)
+    r = _scan(root, ignore_values=(65535,))
+    [check] = [c for c in r.labels["readings"] if c["check"] == "ignored level"]
+    assert check["pixels"] == sum(int((v == 65535).sum()) for _, v in masks) > 0
+    assert r.verdict["status"] == "needs_flags"
+    assert any("--mask-semantics binary without --ignore-index 65535" in p for p in r.verdict["problems"])
+    from converter.discover.labels import ReadingConflict
+    for labels in (LabelOptions(ignore_values=(65535,), num_classes=2),
+                   LabelOptions(semantics="binary", ignore_values=(65535,))):
+        with pytest.raises(ReadingConflict, match="one of the two levels"):
+            convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=SIZE, labels=labels),
+                    RunOptions(workers=1))
+
+
+@pytest.mark.parametrize("layout", ["unet", "ade", "voc"])
+def test_binary_masks_take_the_names_of_a_two_name_file_beside_them(tmp_path, layout):
+    root = tmp_path / layout
+    pairs = _two_level_layout(layout, root, 255)
+    (root / "classes.txt").write_text("land\nwater\n")
+    r = _scan(root)
+    assert r.labels["semantics"] == "binary" and "classes.txt" in r.labels["classes_from"]
+    assert [c["name"] for c in r.classes_table] == ["land", "water"]
+    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    data = readers.open(tmp_path / "out")
+    assert [n for n, _ in data.classes] == ["land", "water"]
+    stored = _stored(tmp_path / "out")
+    for key, path in pairs:
+        values = np.asarray(Image.open(path)).astype(np.int64)
+        np.testing.assert_array_equal(stored[key], _nearest((values > 0).astype(np.int64)), err_msg=key)
+
+
+def _colour_layout(layout: str, root, write_mask) -> tuple[SourceSpec, list[tuple[str, object]]]:
+    """A dataset in `layout` whose masks `write_mask(path, i)` writes; class_dict.csv at SRC (explicit: --classes)."""
+    folders = {"camvid": ("train", "train_labels", "train"), "voc": ("JPEGImages", "SegmentationClass", "train"),
+               "unet": ("images", "masks", "train"), "mmseg": ("img_dir/train", "ann_dir/train", "train"),
+               "explicit": ("imgs", "gts", "train")}
+    img, ann, split = folders[layout]
+    pairs = []
+    for i in range(3):
+        (root / img).mkdir(parents=True, exist_ok=True)
+        (root / ann).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(24, 32, np.random.default_rng([5, i]))).save(root / img / f"s{i}.png")
+        write_mask(root / ann / f"s{i}.png", i)
+        pairs.append((f"{split}/s{i}.png", root / ann / f"s{i}.png"))
+    if layout == "explicit":
+        return SourceSpec(images=str(root / img), masks=str(root / ann), classes=str(root / "class_dict.csv")), pairs
+    return SourceSpec(root=str(root)), pairs
+
+
+@pytest.mark.parametrize("kind", ["palette", "rgb"])
+@pytest.mark.parametrize("layout", ["camvid", "voc", "unet", "mmseg", "explicit"])
+def test_shuffled_palettes_and_tables_convert_to_the_tables_class_map_in_every_layout(tmp_path, layout, kind):
+    rng = np.random.default_rng([len(layout), len(kind)])
+    k = 5
+    colours = sorted({tuple(int(x) for x in rng.integers(0, 256, 3)) for _ in range(k)})
+    table = [(f"t{j}", c) for j, c in enumerate(colours)]
+    table = [table[j] for j in rng.permutation(len(table))]
+    palette = [tuple(int(x) for x in rng.integers(0, 256, 3)) for _ in range(20)]
+    slots = rng.permutation(20)[:len(table)]
+    for (_, c), s in zip(table, slots):
+        palette[s] = c
+
+    def write(path, i):
+        idx = np.asarray(slots)[synth.random_mask(24, 32, len(table), np.random.default_rng([6, i]))]
+        if kind == "palette":
+            _p_png(path, idx, palette)
+        else:
+            Image.fromarray(np.asarray(palette, np.uint8)[idx], "RGB").save(path)
+
+    root = tmp_path / layout
+    spec, pairs = _colour_layout(layout, root, write)
+    _class_dict(root / "class_dict.csv", table)
+    r = scan(spec, ScanOptions(workers=1))
+    assert r.labels["semantics"] == "colour" and r.verdict["status"] in ("ok", "warnings"), r.verdict
+    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    stored = _stored(tmp_path / "out")
+    for key, path in pairs:
+        np.testing.assert_array_equal(stored[key], _by_colour(path, table), err_msg=key)
+
+
+def test_label_map_reading_is_cross_checked_against_raw_ids(tmp_path):
+    ds = L.make_cityscapes(tmp_path / "cityscapes")
+    r = _scan(ds.root)
+    [check] = [c for c in r.labels["readings"] if c["check"] == "label map"]
+    expected = 0
+    for p in ds.pairs:  # 8 masks or fewer: every one is sampled
+        v = np.asarray(Image.open(p.mask)).astype(np.int64)
+        expected += int((np.vectorize(ds.expected)(v) != v).sum())
+    assert check["sampled"] == len(ds.pairs) and check["pixels"] == expected > 0
+    assert check["settled_by"] == "the cityscapes layout's label map"
+    assert r.labels["classes_from"].startswith("the Cityscapes label ids")
+
+
+def test_images_and_annotations_without_ade20k_names_keep_zero_as_a_class(tmp_path):
+    root = tmp_path / "anno"
+    values = {}
+    for i in range(3):
+        rng = np.random.default_rng([8, i])
+        (root / "images" / "train").mkdir(parents=True, exist_ok=True)
+        (root / "annotations" / "train").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(24, 32, rng)).save(root / "images" / "train" / f"road_{i}.png")
+        values[f"train/road_{i}.png"] = synth.random_mask(24, 32, 4, rng)
+        Image.fromarray(values[f"train/road_{i}.png"], "L").save(root / "annotations" / "train" / f"road_{i}.png")
+    r = _scan(root)
+    assert r.labels["layout"] == "ade" and not r.labels["resolved"]["reduce_zero_label"]
+    assert "not ADE20K" in r.labels["classes_from"]
+    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    stored = _stored(tmp_path / "out")
+    for key, v in values.items():
+        np.testing.assert_array_equal(stored[key], _nearest(v.astype(np.int64)), err_msg=key)
+
+
+def test_classes_flag_with_labelme_labels_txt_does_not_count_ignore_as_a_class(tmp_path):
+    ds = L.make_labelme(tmp_path / "labelme")
+    labels_txt = tmp_path / "labels.txt"
+    labels_txt.write_text("__ignore__\n_background_\ncat\ndog\nperson\n")  # labelme's own input file
+    spec = SourceSpec(root=str(ds.root), classes=str(labels_txt))
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    data = readers.open(tmp_path / "out")
+    assert [n for n, _ in data.classes] == ["_background_", "cat", "dog", "person"]
+    stored = _stored(tmp_path / "out")
+    for p in ds.pairs:
+        v = np.asarray(Image.open(p.mask)).astype(np.int64)
+        np.testing.assert_array_equal(stored[p.key], np.vectorize(ds.expected)(_nearest(v)), err_msg=p.key)
+
+
+def test_palette_colours_missing_from_the_table_with_indices_beyond_it_are_unknown_colours(tmp_path):
+    """Indices beyond the table's rows cannot be class ids: the colour reading stands, and its
+    colours the table does not name are reported (and ignored only on request) as unknown colours."""
+    root = tmp_path / "pal"
+    table = [("sky", (10, 20, 30)), ("road", (40, 50, 60))]
+    palette = [(10, 20, 30), (1, 2, 3), (3, 2, 1), (40, 50, 60), (99, 99, 99)]
+    maps = [np.asarray([0, 3, 4])[synth.random_mask(24, 32, 3, np.random.default_rng(i))] for i in range(3)]
+    _camvid_palette(root, table, palette, maps, by_hand=True)
+    r = _scan(root)
+    [check] = r.labels["readings"]
+    assert check["settled_by"].startswith("palette indices up to 4 are beyond the 2 rows")
+    assert [u.color for u in r.unknown_colors] == [(99, 99, 99)]
+    assert r.unknown_colors[0].pixels == sum(int((m == 4).sum()) for m in maps)
+    assert r.verdict["flags"] == ["--unknown-color", "ignore"]
+    assert not any("no rule settles" in p for p in r.verdict["problems"])

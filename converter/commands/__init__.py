@@ -6,11 +6,13 @@ the progress bar."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from converter.commands.storage_args import add_storage_option_argument, storage_options
 from converter.discover.classfolders import detect_task
-from converter.options import LAYOUT_NAMES, AnnotationOptions, LabelOptions, MaskSemantics, Overlap, SourceSpec, Task
+from converter.options import (LAYOUT_NAMES, AnnotationOptions, LabelOptions, MaskSemantics, Overlap, SourceSpec,
+                              SplitSource, Task)
 
 
 def progress_bar(total: int, unit: str, desc: str):
@@ -24,9 +26,14 @@ def progress_bar(total: int, unit: str, desc: str):
 def add_source_arguments(p: argparse.ArgumentParser) -> None:
     """Source selection shared by `convert`, `scan` and `preview`."""
     p.add_argument("src", nargs="?", help="source folder (CamVid layout: train/, train_labels/, class_dict.csv)")
-    p.add_argument("--images", help="explicit images folder (instead of SRC)")
-    p.add_argument("--masks", help="explicit masks folder (with --images)")
-    p.add_argument("--split", default="train", help="split name for --images/--masks (default: train)")
+    p.add_argument("--images", action=Repeated, help="explicit images folder (instead of SRC); repeat "
+                   "--images/--masks/--split for several splits in one run")
+    p.add_argument("--masks", action=Repeated, help="explicit masks folder (with --images)")
+    p.add_argument("--split", action=Repeated, default="train",
+                   help="split name for --images/--masks (default: train)")
+    p.add_argument("--spec", metavar="FILE", default=None,
+                   help="a source spec (JSON, or TOML) written by `imgshard scan SRC --write-spec FILE`: exactly "
+                        "these folder pairs, splits and mask meaning (docs/LAYOUTS.md)")
     p.add_argument("--classes", help="class table: class_dict.csv (name,r,g,b; colour masks), or for index masks a "
                    "names file (line i = class i) or an id,name CSV (default: SRC/class_dict.csv, or the layout's)")
     p.add_argument("--layout", choices=LAYOUT_NAMES, default=None,
@@ -54,6 +61,14 @@ def add_annotation_arguments(p: argparse.ArgumentParser) -> None:
                    help="RLE CSV without a ClassId column: the class name of its runs (default: foreground)")
 
 
+class Repeated(argparse.Action):
+    """A flag that may be repeated: the last value in `dest` (as a plain flag), all of them in `dest_all`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest + "_all", [*(getattr(namespace, self.dest + "_all", None) or []), values])
+
+
 def add_label_arguments(p: argparse.ArgumentParser) -> None:
     """How mask pixels become classes (segmentation), shared by convert, scan and preview."""
     p.add_argument("--mask-semantics", choices=MaskSemantics.values(), default=None,
@@ -73,10 +88,15 @@ def add_label_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def label_options(args: argparse.Namespace) -> LabelOptions:
-    return LabelOptions(semantics=args.mask_semantics, ignore_values=tuple(args.ignore_index) if args.ignore_index
-                        is not None else None, reduce_zero_label=args.reduce_zero_label,
-                        label_map_file=args.label_map, num_classes=args.num_classes,
-                        binary_threshold=args.binary_threshold)
+    given = LabelOptions(semantics=args.mask_semantics, ignore_values=tuple(args.ignore_index) if args.ignore_index
+                         is not None else None, reduce_zero_label=args.reduce_zero_label,
+                         label_map_file=args.label_map, num_classes=args.num_classes,
+                         binary_threshold=args.binary_threshold)
+    if getattr(args, "spec", None) is None:
+        return given
+    from converter.discover.spec_file import load_spec, merge_labels
+
+    return merge_labels(given, load_spec(args.spec).labels)
 
 
 def _split_lists(values: list[str]) -> tuple[tuple[str, str], ...]:
@@ -111,6 +131,10 @@ def resolve_task(args: argparse.Namespace, spec: SourceSpec) -> Task:
 
 
 def source_spec(args: argparse.Namespace, split: str | None = None) -> SourceSpec:
+    if getattr(args, "spec", None) is not None:
+        return _from_spec_file(args)
+    if len(getattr(args, "images_all", None) or []) > 1:
+        return _repeated_pairs(args)
     return SourceSpec(root=args.src, images=args.images, masks=args.masks, split=split or args.split,
                       classes=args.classes,
                       layout=getattr(args, "layout", None), image_suffix=getattr(args, "image_suffix", None),
@@ -122,3 +146,29 @@ def source_spec(args: argparse.Namespace, split: str | None = None) -> SourceSpe
 def annotation_options(args: argparse.Namespace) -> AnnotationOptions:
     return AnnotationOptions(getattr(args, "overlap", Overlap.TOOL.value), getattr(args, "keep_crowd", False),
                              getattr(args, "rle_class", None))
+
+
+def _from_spec_file(args: argparse.Namespace) -> SourceSpec:
+    from converter.discover.spec_file import load_spec
+
+    given = [flag for flag, value in (("SRC", args.src), ("--images", args.images), ("--masks", args.masks),
+                                      ("--layout", getattr(args, "layout", None))) if value is not None]
+    if given:
+        raise ValueError(f"--spec {args.spec} names the sources; drop {', '.join(given)}. "
+                         f"Received: --spec with {', '.join(given)}")
+    return dataclasses.replace(load_spec(args.spec, storage_options(args)).source,
+                               annotations=annotation_options(args))
+
+
+def _repeated_pairs(args: argparse.Namespace) -> SourceSpec:
+    """Repeated --images/--masks/--split: one folder pair per --images, in order."""
+    images, masks = args.images_all, getattr(args, "masks_all", None) or []
+    splits = getattr(args, "split_all", None) or []
+    if not (len(images) == len(masks) == len(splits)):
+        raise ValueError("Repeat --images, --masks and --split together, one of each per folder pair. Received: "
+                         f"{len(images)} --images, {len(masks)} --masks, {len(splits)} --split")
+    pairs = tuple(SplitSource(sp, i, m, image_suffix=getattr(args, "image_suffix", None),
+                              mask_suffix=getattr(args, "mask_suffix", None)) for i, m, sp in zip(images, masks, splits))
+    return SourceSpec(root=args.src, sources=pairs, classes=args.classes,
+                      split_lists=_split_lists(getattr(args, "split_list", [])), storage_options=storage_options(args),
+                      annotations=annotation_options(args))

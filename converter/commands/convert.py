@@ -98,8 +98,8 @@ def main(args: argparse.Namespace) -> int:
 def _main(args: argparse.Namespace) -> int:
     from converter.convert import convert
 
-    if args.images is not None and args.out is None and args.out_opt is None:
-        args.src, args.out = None, args.src  # `convert --images I --masks M OUT`: the one positional is OUT
+    if (args.images is not None or args.spec is not None) and args.out is None and args.out_opt is None:
+        args.src, args.out = None, args.src  # `convert --images I --masks M OUT`, `--spec F OUT`: the one positional is OUT
     out = args.out_opt or args.out
     if out is None:
         raise ValueError("Give the output folder: imgshard convert SRC OUT --size HxW (or -o OUT).")
@@ -159,6 +159,8 @@ def summary(result, seconds: float) -> str:
     if result.source:
         labels = LabelOptions.from_json(result.source["labels"]).summary()
         lines.append(f"Layout {result.source['layout']} ({result.source['why']}); masks: {labels}")
+        if result.source.get("classes_from") and result.source["labels"].get("semantics") != "colour":
+            lines.append(f"Classes from: {result.source['classes_from']}")
     if not result.written and not plan.drop_shards:
         lines.append(f"Nothing new: {plan.unchanged} sample(s) already converted in {result.out_dir}; no shard changed.")
         if plan.refreshed and result.published:

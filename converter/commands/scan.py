@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="judge mask colours as convert --color-tolerance N would (default 0: exact)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="as convert: larger images are bad")
     p.add_argument("--workers", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument("--write-spec", metavar="FILE", default=None,
+                   help="write what scan found as a source spec (JSON): folder pairs, splits, name tokens, mask "
+                        "meaning; `imgshard convert --spec FILE OUT` then converts exactly that (docs/LAYOUTS.md)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--preview", metavar="FILE", default=None,
                    help="also draw a few source masks under the reading scan chose, with a class legend (PNG)")
@@ -84,6 +87,15 @@ def _main(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    spec_line = None
+    if args.write_spec is not None:
+        if not task_kind(task).dense:
+            raise ValueError(f"--write-spec applies to segmentation sources (image + mask folders). Received: task "
+                             f"{task.value}")
+        from converter.inspect.scan_spec import write_scan_spec
+
+        spec_line = write_scan_spec(report, args.write_spec)
+        report.verdict["spec_command"] = spec_line
     if args.preview is not None:
         _preview(report, args.preview, quiet=args.quiet or args.json)
     if args.json:
@@ -92,4 +104,6 @@ def _main(args: argparse.Namespace) -> int:
         print("\n".join(format_verdict(report)))
     else:
         print(format_report(report))
+    if spec_line is not None and not args.json:
+        print(f"Spec written to {args.write_spec}; convert exactly it with: {spec_line}")
     return 0 if report.verdict["convert_ok_without_flags"] else EX_DATAERR

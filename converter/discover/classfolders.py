@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 
+from converter.discover.content import ContentTie, find_by_content
 from converter.discover.files import absolute, exists, file_names, is_dir, is_file, source_scope
 from converter.discover.layout import (
     IMAGE_EXTENSIONS,
@@ -117,6 +118,8 @@ def detect_task(spec: SourceSpec) -> Task:
     class_dict.csv. Everything else is segmentation (whose discovery then explains
     what it expected).
     """
+    if spec.sources:
+        return Task.SEGMENTATION
     if spec.images is not None:
         return Task.SEGMENTATION if spec.masks is not None else Task.CLASSIFICATION
     if spec.layout is not None:
@@ -125,7 +128,18 @@ def detect_task(spec: SourceSpec) -> Task:
         return Task.SEGMENTATION
     spec.use_storage()
     with source_scope():
-        return Task.CLASSIFICATION if classification_layout(absolute(spec.root)) else Task.SEGMENTATION  # type: ignore[arg-type]
+        root = absolute(spec.root)  # type: ignore[arg-type]
+        if not classification_layout(root):
+            return Task.SEGMENTATION
+        return Task.SEGMENTATION if _pairs_by_content(root) else Task.CLASSIFICATION
+
+
+def _pairs_by_content(root: str) -> bool:
+    """Whether image and mask folders pair by content (`converter.discover.content`), however named."""
+    try:
+        return find_by_content(root) is not None
+    except ContentTie:
+        return True  # segmentation: its discovery names the choices
 
 
 def val_hash_fraction(key: str) -> float:

@@ -52,6 +52,12 @@ def spread(items: list, n: int = PEEK_MASKS) -> list:
     return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
 
 
+def sample_masks(samples, n: int = PEEK_MASKS) -> list[str]:
+    """Mask paths of up to `n` samples spread over `samples` (indexed, never listed whole)."""
+    picked = [samples[i] for i in spread(range(len(samples)), n)]
+    return [s.mask for s in picked if s.mask]
+
+
 def peek_mask(path: str) -> MaskArray | None:
     """`path` decoded as convert decodes an index mask (16-bit values kept); None if unreadable."""
     try:
@@ -182,5 +188,6 @@ def voc_defaults(root: str, base: str, mask_dir: str) -> LayoutDefaults:
                           "no names file beside the data)")
 
 
-__all__ = ["PEEK_MASKS", "folder_pair_defaults", "is_palette", "mask_names", "names_defaults", "palette_conflict", "palette_order",
-           "pascal_voc_evidence", "peek_mask", "peek_values", "spread", "two_level", "voc_defaults"]
+__all__ = ["PEEK_MASKS", "folder_pair_defaults", "is_palette", "mask_names", "names_defaults", "palette_conflict",
+           "palette_order", "pascal_voc_evidence", "peek_mask", "peek_values", "sample_masks", "spread", "two_level",
+           "voc_defaults"]

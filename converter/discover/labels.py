@@ -22,10 +22,11 @@ from converter.discover.labelmaps import (
     cityscapes_map,
     index_classes,
     is_colour_table,
+    is_id_name_csv,
     load_index_names,
     load_label_map,
 )
-from converter.discover.evidence import is_palette, palette_conflict
+from converter.discover.evidence import is_palette, palette_conflict, peek_values, sample_masks, two_level
 from converter.discover.layout import Discovery
 from converter.discover.names_files import read_names
 from converter.options import DEFAULT_MAX_PIXELS, LabelOptions, MaskSemantics, SourceSpec
@@ -69,13 +70,13 @@ def first_mask(found: Discovery) -> MaskArray | None:
 
 
 def auto_semantics(spec: SourceSpec, found: Discovery) -> MaskSemantics:
-    """Semantics when the options do not say: palette masks with a colour table by colour (the
-    table names colours, not palette positions); else the layout's; else colour with a colour
+    """Semantics when the options do not say: palette or colour masks with a colour table by colour
+    (the table names colours, not palette positions); else the layout's; else colour with a colour
     table, index without one."""
     table = colour_table(spec, found)
     first = first_mask(found) if table is not None or found.defaults.semantics is None else None
-    if table is not None and first is not None and is_palette(first):
-        return MaskSemantics.COLOUR
+    if table is not None and first is not None and (is_palette(first) or is_colour_mask(first)):
+        return MaskSemantics.COLOUR  # the table names colours, whatever the layout's default
     if found.defaults.semantics is not None:
         return found.defaults.semantics
     if table is None:  # colour masks still need their class_dict.csv (named in the error)
@@ -87,12 +88,30 @@ def check_readings(spec: SourceSpec, given: LabelOptions | None, found: Discover
     """Convert's refusal of a disagreement no rule settles: palette masks read by colour (not
     asked for) whose used colours the colour table does not name, while every index used is a
     row of it, raise `ReadingConflict` naming the flag that chooses (scan reports it instead)."""
+    _check_ignored_levels(found, resolved)
     table = colour_table(spec, found)
     if (given and given.semantics) or resolved.semantics is not MaskSemantics.COLOUR or table is None:
         return
     first = first_mask(found)
     if first is not None and is_palette(first):
         _check_palette(first, load_class_table(table), table)
+
+
+def _check_ignored_levels(found: Discovery, resolved: LabelOptions) -> None:
+    """Refuse ignore values that are a level of two-level masks (the foreground would become ignore)."""
+    ignore = set(resolved.ignore_values or ())
+    if resolved.semantics is MaskSemantics.COLOUR or not ignore:
+        return
+    values = peek_values(sample_masks(found.samples))
+    if values is None or not two_level(values):
+        return
+    hit = sorted(ignore & (values - {0}))
+    if hit:
+        raise ReadingConflict(
+            f"--ignore-index {hit[0]} is one of the two levels of these masks (values {sorted(values)} in the "
+            f"masks sampled): the foreground would become ignore, a whole class lost. Masks of two levels are "
+            f"binary: give --mask-semantics binary without --ignore-index {hit[0]}. Received: ignore values "
+            f"{sorted(ignore)}")
 
 
 def _check_palette(mask: MaskArray, classes: tuple[ClassInfo, ...], table: str) -> None:
@@ -122,12 +141,18 @@ def _label_map(labels: LabelOptions, found: Discovery, reduce: bool):
     return pairs, names, None
 
 
+def _names_of(path: str) -> list[str]:
+    """--classes FILE of index masks: an ``id,name`` CSV, else a names file (labelme's ``__ignore__``
+    is not a class; a data.yaml gives its ``names:``)."""
+    return load_index_names(path) if is_id_name_csv(path) else list(read_names(path).names)
+
+
 def _index_names(spec: SourceSpec, labels: LabelOptions, found: Discovery, pairs) -> list[str]:
     table = colour_table(spec, found)
     if table is not None:  # index masks with a class_dict.csv (VOC palettes): row i is class i
         return [c.name for c in load_class_table(table)]
     if spec.classes is not None:
-        return load_index_names(spec.classes)
+        return _names_of(spec.classes)
     if found.defaults.names_file is not None:
         return list(read_names(found.defaults.names_file).names)
     if found.defaults.class_names is not None:

@@ -93,6 +93,10 @@ class Discovery:
     defaults: LayoutDefaults = LayoutDefaults()
     suffixes: tuple[str, str] | None = None  # (image, mask) name suffixes found from the names
     unpaired_images: int = 0  # images with no mask that are not errors (VOC's JPEGImages)
+    #: (split, images folder, masks folder) of every folder pair listed (`converter.plan.scope`)
+    scope: tuple[tuple[str, str, str], ...] = ()
+    #: every folder pair as a source spec names it (`converter.options.SplitSource`; `scan --write-spec`)
+    sources: tuple = ()
 
 
 def _is_image_name(name: str) -> bool:

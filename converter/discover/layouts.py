@@ -22,24 +22,28 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 
 from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS
+from converter.discover.content import ContentTie, find_by_content
 from converter.discover.evidence import folder_pair_defaults, names_defaults, voc_defaults
-from converter.discover.files import absolute, file_names, is_dir, is_file, source_scope, subfolders
+from converter.discover.files import absolute, file_names, is_dir, is_file, relative, source_scope, subfolders
 from converter.discover.names_files import find_names_file
 from converter.discover.layout import (
+    IMAGE_EXTENSIONS,
     LABELS_SUFFIX,
     WELL_KNOWN_SPLITS,
     BadInput,
     Discovery,
     LayoutDefaults,
+    SourceLayoutError,
     list_images,
 )
 from converter.discover.pairing import (Pairing, check_masks_folder, infer_suffixes, name_stem, pair_by_name,
                                         read_split_list)
 from converter.discover.samplelist import SampleBlock, SampleList
-from converter.options import MaskSemantics, SourceSpec
+from converter.options import MaskSemantics, SourceSpec, SplitSource
 
 #: Folder names that hold masks, at any depth ("never guess classification next to these").
 MASK_DIR_NAMES = frozenset({"label", "labels", "mask", "masks", "ann_dir", "annotations", "annotation", "gt", "gts",
@@ -100,6 +104,8 @@ class Listing:
     bad: list[BadInput] = field(default_factory=list)
     suffixes: tuple[str, str] | None = None  # (image, mask) suffixes inferred from the names
     unpaired_images: int = 0
+    found_suffixes: set = field(default_factory=set)  # suffixes found per folder pair (DRIVE: per split)
+    sources: list[SplitSource] = field(default_factory=list)  # each folder pair as a spec names it
 
     def add(self, p: Pairing) -> None:
         self.samples.append(p.samples)
@@ -107,13 +113,15 @@ class Listing:
         self.unpaired_images += p.unpaired_images
 
 
-def _suffixes(spec: SourceSpec, images_dir: str, masks_dir: str
+def _suffixes(spec: SourceSpec, images_dir: str, masks_dir: str,
+              listed: tuple[list[str], list[str]] | None = None
               ) -> tuple[str | None, str | None, bool, tuple[list[str], list[str]] | None]:
     """(image suffix, mask suffix, inferred?, the folders' listings when taken) for a folder
     pair: given ones, else found from names (each folder listed once, for this and the pairing)."""
     if spec.image_suffix is not None or spec.mask_suffix is not None:
-        return spec.image_suffix or "", spec.mask_suffix if spec.mask_suffix is not None else "", False, None
-    listed = list_images(images_dir), list_images(masks_dir) if is_dir(masks_dir) else []
+        return spec.image_suffix or "", spec.mask_suffix if spec.mask_suffix is not None else "", False, listed
+    if listed is None:
+        listed = list_images(images_dir), list_images(masks_dir) if is_dir(masks_dir) else []
     found = infer_suffixes([name_stem(r) for r in listed[0][:200]],
                            [name_stem(r) for r in listed[1]])
     if found is None:
@@ -125,11 +133,16 @@ def _pair_split(listing: Listing, spec: SourceSpec, images_dir: str, masks_dir: 
                 key_prefix: str, **kw) -> set[str]:
     """Pair one folder pair into `listing`; the bases that had an image."""
     isuf, msuf, inferred, listed = _suffixes(spec, images_dir, masks_dir)
-    if inferred:
-        listing.suffixes = (isuf or "", msuf or "")
+    if spec.image_suffix is None and spec.mask_suffix is None:  # found from the names, per folder pair
+        found = (isuf or "", msuf or "") if inferred else ("", "")
+        listing.found_suffixes.add(found)
+        one = len(listing.found_suffixes) == 1 and found != ("", "")
+        listing.suffixes = found if one else None  # differing per folder pair: no one flag says it
     p = pair_by_name(images_dir, masks_dir, split, key_prefix, image_suffix=isuf, mask_suffix=msuf, listed=listed, **kw)
     del listed
     listing.add(p)
+    listing.sources.append(SplitSource(split, images_dir, masks_dir, image_suffix=isuf, mask_suffix=msuf,
+                                       split_list=kw.get("list_file"), skip_unpaired=bool(kw.get("masks_drive"))))
     return p.images_found
 
 
@@ -340,7 +353,63 @@ class Explicit(Layout):
         return _with_split_lists({spec.split: (images, masks)}, spec, dict(spec.split_lists))
 
 
-LAYOUTS: dict[str, Layout] = {lay.name: lay for lay in (CamVid(), Voc(), Cityscapes(), Ade(), Mmseg(), Unet(), Explicit())}
+def _direct_images(folder: str) -> list[str]:
+    return [n for n in file_names(folder) if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS]
+
+
+def sources_listing(sources: tuple[SplitSource, ...], base: str) -> Listing:
+    """The pairs of explicit folder pairs (a spec, repeated --images/--masks/--split, pairing by
+    content): keys ``<split>/<name>``, or ``<split>/<images folder>/<name>`` when a split has several."""
+    per_split = Counter(s.split for s in sources)
+    out = Listing(list(dict.fromkeys(s.split for s in sources)))
+    for s in sources:
+        images, masks = absolute(s.images), absolute(s.masks or s.images)
+        key_prefix = f"{s.split}/" if per_split[s.split] == 1 else f"{s.split}/{relative(images, base)}/"
+        if not is_dir(images):
+            raise FileNotFoundError(f"images folder of split {s.split!r} not found: {images}")
+        if s.masks is None or not is_dir(masks):
+            raise FileNotFoundError(f"masks folder of split {s.split!r} not found: {s.masks}")
+        listed = (_direct_images(images), _direct_images(masks)) if not s.recursive else None
+        isuf, msuf = s.image_suffix, s.mask_suffix
+        if isuf is None and msuf is None and not (s.image_prefix or s.mask_prefix):
+            isuf, msuf, _, listed = _suffixes(SourceSpec(root=base), images, masks, listed)
+        only = set(read_split_list(s.split_list)) if s.split_list else None
+        p = pair_by_name(images, masks, s.split, key_prefix, image_suffix=isuf, mask_suffix=msuf, listed=listed,
+                         image_prefix=s.image_prefix, mask_prefix=s.mask_prefix, only=only, list_file=s.split_list,
+                         masks_drive=s.skip_unpaired)
+        out.add(p)
+        out.sources.append(s)
+    return out
+
+
+class Sources(Layout):
+    """Folder pairs named one by one: ``--spec FILE`` or repeated ``--images/--masks/--split``."""
+
+    name = "spec"
+
+    def detect(self, root: str) -> str | None:
+        return None
+
+    def pairs(self, root: str, spec: SourceSpec) -> Listing:
+        return sources_listing(spec.sources, spec.base)
+
+
+class Content(Layout):
+    """Image and mask folders found by what pairs (`converter.discover.content`)."""
+
+    name = "content"
+
+    def detect(self, root: str) -> str | None:
+        found = find_by_content(root)
+        return found.why if found is not None else None
+
+    def pairs(self, root: str, spec: SourceSpec) -> Listing:
+        found = find_by_content(root)
+        return sources_listing(found.sources if found is not None else (), root)
+
+
+LAYOUTS: dict[str, Layout] = {lay.name: lay for lay in (CamVid(), Voc(), Cityscapes(), Ade(), Mmseg(), Unet(), Explicit(),
+                                                        Content(), Sources())}
 LAYOUTS.update(ANNOTATION_LAYOUTS)  # type: ignore[arg-type]  # annotation files: asked first, by content
 #: Asked first; `unet` (any image folder + mask folder) only when none of these matches.
 _SPECIFIC = ("camvid", "voc", "cityscapes", "ade", "mmseg")
@@ -400,11 +469,58 @@ def discover(spec: SourceSpec) -> Discovery:
         return _discover(spec)
 
 
-def _discover(spec: SourceSpec) -> Discovery:
-    if spec.root is not None:
-        root = absolute(spec.root)
+def _weak(listing: Listing) -> bool:
+    """A name-detected layout whose pairing content detection may beat: no pair, or images or masks left alone."""
+    return not any(len(b) for b in listing.samples) or any(b.reason in ("image without mask", "mask without image")
+                                                           for b in listing.bad)
+
+
+def _paired(listing: Listing | None) -> int:
+    return 0 if listing is None else sum(len(b) for b in listing.samples)
+
+
+def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
+    """The layout and its pairs: a name-detected layout is a strong hint, kept unless it pairs
+    nothing or leaves files alone and pairing by content pairs more (`converter.discover.content`)."""
+    named = spec.image_suffix is not None or spec.mask_suffix is not None or spec.split_lists
+    if spec.layout is not None or named:  # forced, or names given: no second guess
         det = detect_layout(root, spec.layout)
+        return det, det.layout.pairs(root, spec)
+    error: Exception | None = None
+    det, listing = None, None
+    try:
+        det = detect_layout(root)  # several layouts by name: that error stands (--layout picks one)
         listing = det.layout.pairs(root, spec)
+    except (LayoutNotFound, SourceLayoutError) as e:
+        error = e
+    annotations = det is not None and det.layout.name in ANNOTATION_LAYOUTS  # annotation files: their own content
+    if not annotations and (listing is None or _weak(listing)):
+        try:
+            found = find_by_content(root)
+        except ContentTie:
+            if listing is not None and _paired(listing):
+                return det, listing  # type: ignore[return-value]
+            raise
+        if found is not None and (found.paired > _paired(listing) or found.paired == _paired(listing)):
+            by_content = sources_listing(found.sources, root)
+            if listing is None or (_paired(by_content), -len(by_content.bad)) > (_paired(listing), -len(listing.bad)):
+                return Detected(LAYOUTS["content"], found.why), by_content
+    if error is not None:
+        raise error
+    return det, listing  # type: ignore[return-value]
+
+
+def _discover(spec: SourceSpec) -> Discovery:
+    if spec.sources:
+        det = Detected(LAYOUTS["spec"], "folder pairs: " + ", ".join(
+            f"{s.split}: {s.images} + {s.masks}" for s in spec.sources), True)
+        listing = det.layout.pairs(spec.base, spec)
+        meaning = spec.layout if spec.layout in _SPECIFIC + ("unet",) else None  # a spec's "layout": its mask meaning
+        defaults = LAYOUTS[meaning].defaults(absolute(spec.root)) if meaning and spec.root else LayoutDefaults()
+        csv_path = spec.classes
+    elif spec.root is not None:
+        root = absolute(spec.root)
+        det, listing = detect_and_pair(root, spec)
         defaults = _with_names_file(det.layout.defaults(root), root)
         csv_path = spec.classes or (os.path.join(root, "class_dict.csv")
                                     if is_file(os.path.join(root, "class_dict.csv")) or det.layout.name == "camvid"
@@ -425,18 +541,32 @@ def _discover(spec: SourceSpec) -> Discovery:
     for block in listing.samples:  # one stat per file, kept for the planner
         block.check(bad)
     return Discovery(SampleList(listing.samples), tuple(bad), tuple(listing.splits), csv_path, layout=det.layout.name,
-                     why=det.why, defaults=defaults, suffixes=listing.suffixes, unpaired_images=listing.unpaired_images)
+                     why=det.why, defaults=defaults, suffixes=listing.suffixes, unpaired_images=listing.unpaired_images,
+                     scope=_scope(listing), sources=tuple(getattr(listing, "sources", ())))
+
+
+def _scope(listing) -> tuple[tuple[str, str, str], ...]:
+    """(split, images folder, masks folder) per folder pair; annotation files: their splits (`converter.plan.scope`)."""
+    out = []
+    for b in listing.samples:
+        if isinstance(b, SampleBlock):
+            out.append((b.split, b.image_base, b.mask_base))
+        else:
+            out += [(split, "", "") for split in sorted({s.split for s in b})]
+    return tuple(out)
 
 
 def _with_names_file(defaults: LayoutDefaults, root: str) -> LayoutDefaults:
     """A layout's defaults, with the classes of a names file beside the data when the layout
     brings none of its own (issue 24)."""
-    if defaults.names_file or defaults.class_names or defaults.label_map or defaults.semantics is MaskSemantics.BINARY:
+    if defaults.names_file or defaults.class_names or defaults.label_map:
         return defaults
     path = find_names_file(root)
     if path is None:
         return defaults
     found = names_defaults(path, None)
+    if defaults.semantics is MaskSemantics.BINARY:  # binary masks take the names of a two-name file
+        return dataclasses.replace(defaults, names_file=path)
     return dataclasses.replace(defaults, names_file=path, classes_from=found.classes_from)
 
 
@@ -444,4 +574,6 @@ def _expected(name: str) -> str:
     return {"camvid": "Expected SRC/train/ + SRC/train_labels/.", "voc": "Expected JPEGImages/ + SegmentationClass/.",
             "cityscapes": "Expected leftImg8bit/ + gtFine/.", "ade": "Expected images/ + annotations/.",
             "mmseg": "Expected img_dir/ + ann_dir/.", "unet": "Expected image/ + label/ or images/ + masks/.",
+            "content": "Expected a folder of images and a folder of masks whose names pair.",
+            "spec": "Give the folder pairs with --spec FILE or repeated --images/--masks/--split.",
             }.get(name, "")

@@ -41,9 +41,12 @@ def name_stem(rel: str) -> str:
     return os.path.splitext(rel)[0]
 
 
-def _split_name(rel: str, suffix: str | None) -> tuple[str, str] | None:
-    """('<dir>/<base>', rel) with the suffix removed; None when the name lacks the suffix."""
+def _split_name(rel: str, suffix: str | None, prefix: str = "") -> tuple[str, str] | None:
+    """('<dir>/<base>', rel) with the suffix (and prefix) removed; None when the name lacks them."""
     stem = name_stem(rel)
+    if prefix:
+        base = _base_of(stem, suffix or "", prefix)
+        return None if base is None else (base, rel)
     if suffix:
         if not stem.endswith(suffix):
             return None
@@ -51,7 +54,13 @@ def _split_name(rel: str, suffix: str | None) -> tuple[str, str] | None:
     return stem, rel
 
 
-def _base_of(stem: str, suffix: str) -> str | None:
+def _base_of(stem: str, suffix: str, prefix: str = "") -> str | None:
+    """`stem` without its file-name `prefix` and `suffix`; None when it lacks them or nothing is left."""
+    if prefix:
+        d, sep, name = stem.rpartition("/")
+        if not name.startswith(prefix) or len(name) <= len(prefix) + len(suffix or ""):
+            return None
+        stem = d + sep + name[len(prefix):]
     return stem[: len(stem) - len(suffix)] if suffix and stem.endswith(suffix) else (stem if not suffix else None)
 
 
@@ -103,7 +112,8 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
                  image_suffix: str | None = None, mask_suffix: str | None = None,
                  only: set[str] | None = None, list_file: str | None = None,
                  masks_drive: bool = False, report_missing: bool = True,
-                 listed: tuple[list[str], list[str]] | None = None) -> Pairing:
+                 listed: tuple[list[str], list[str]] | None = None,
+                 image_prefix: str = "", mask_prefix: str = "") -> Pairing:
     """Pair every image below `images_dir` with its mask below `masks_dir` (see the module docstring).
 
     `only`: bases ('<dir>/<base>') to keep (a split list; a listed name without an image
@@ -116,7 +126,7 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
     out = Pairing(SampleBlock(split, key_prefix, images_dir, masks_dir, []))
     images = {}
     for rel in image_list:
-        split_ = _split_name(rel, image_suffix)
+        split_ = _split_name(rel, image_suffix, image_prefix)
         if split_ is not None:
             images.setdefault(split_[0], split_[1])
     check_masks_folder(masks_dir, images_dir, len(images))
@@ -126,8 +136,8 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
         mask_list = list_images(masks_dir) if is_dir(masks_dir) else []
     for rel in mask_list:  # one pass: the first mask of a base, but "<stem>_L" (CamVid) wins over "<stem>"
         stem = name_stem(rel)
-        if mask_suffix is not None:
-            base = _base_of(stem, mask_suffix)
+        if mask_suffix is not None or mask_prefix:
+            base = _base_of(stem, mask_suffix or "", mask_prefix)
             if base is not None:
                 masks.setdefault(base, rel)
             continue
@@ -153,7 +163,8 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
                 out.unpaired_images += 1
                 continue
             key, image_path = f"{key_prefix}{rel}", os.path.join(images_dir, rel)
-            expect = f"{base}{mask_suffix if mask_suffix is not None else '_L'}.png"
+            d, sep, name = base.rpartition("/")
+            expect = f"{d}{sep}{mask_prefix}{name}{mask_suffix if mask_suffix is not None else '_L'}.png"
             out.bad.append(BadInput(image_path, "image without mask",
                                     f"expected {os.path.join(masks_dir, expect)}"
                                     + ("" if mask_suffix is not None else f" or {base}.png") + f" in {masks_dir}",
@@ -167,7 +178,7 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
         reported: set[str] = set()
         for base in sorted(masks):
             rel = masks[base]
-            if base in images or rel in reported or _mask_used(rel, masks, images, mask_suffix):
+            if base in images or rel in reported or _mask_used(rel, masks, images, mask_suffix, mask_prefix):
                 continue
             out.bad.append(BadInput(os.path.join(masks_dir, rel), "mask without image",
                                     f"add the image to {images_dir} or remove the mask", None, "missing_image"))
@@ -175,12 +186,13 @@ def pair_by_name(images_dir: str, masks_dir: str, split: str, key_prefix: str, *
     return out
 
 
-def _mask_used(rel: str, masks: dict[str, str], images: dict[str, str], mask_suffix: str | None) -> bool:
+def _mask_used(rel: str, masks: dict[str, str], images: dict[str, str], mask_suffix: str | None,
+               mask_prefix: str = "") -> bool:
     """Whether an image took the mask `rel`: one of the bases its name gives (the names
     `pair_by_name` files it under) has an image and maps to it. No set of the used masks."""
     stem = name_stem(rel)
-    if mask_suffix is not None:
-        base = _base_of(stem, mask_suffix)
+    if mask_suffix is not None or mask_prefix:
+        base = _base_of(stem, mask_suffix or "", mask_prefix)
         bases = [] if base is None else [base]
     else:
         bases = [stem] + [stem[: -len(s)] for s in MASK_SUFFIXES if s and stem.endswith(s)]

@@ -378,6 +378,7 @@ def source_samples(spec: Any, options: PreviewOptions, max_pixels: int, labels: 
     from converter.discover.layouts import discover
     from converter.transform.colormap import AMBIGUOUS
     from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
+    from converter.transform.sample import annotation_mask
     from converter.transform.semantics import make_semantics
 
     found = discover(spec)
@@ -391,8 +392,9 @@ def source_samples(spec: Any, options: PreviewOptions, max_pixels: int, labels: 
     for s in chosen:
         try:
             image = decode_image(read_source(s.image, s.key), max_pixels)
-            mask = decode_mask(read_source(s.mask, s.key), max_pixels,  # type: ignore[arg-type]
-                               wide=resolved.semantics is not resolved.semantics.COLOUR)
+            mask = (annotation_mask(s.annotation, *image.shape[:2]) if s.annotation is not None else
+                    decode_mask(read_source(s.mask, s.key), max_pixels,  # type: ignore[arg-type]
+                                wide=resolved.semantics is not resolved.semantics.COLOUR))
         except DecodeError as e:
             out.append(PreviewSample(s.key, None, error=f"[{e.kind}] {e.reason}"))
             continue

@@ -431,6 +431,14 @@ def _label_problems(r: ScanReport, problems: list[str], flags: list[str], unknow
     return label_flags
 
 
+def _evidence(r: ScanReport, total: int) -> dict[str, Any]:
+    """What the verdict rests on: the layout and why, the pairs per split, the bad inputs by kind."""
+    found = r.found
+    return {"layout": getattr(found, "layout", None), "why": getattr(found, "why", None), "pairs": total,
+            "splits": dict(r.splits), "bad_counts": dict(sorted(Counter(b.kind for b in r.bad).items())),
+            "unpaired_images": getattr(found, "unpaired_images", 0)}
+
+
 def _verdict(r: ScanReport) -> dict[str, Any]:
     problems: list[str] = []
     warnings: list[str] = []
@@ -502,7 +510,10 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         "status": status,
         "convert_ok_without_flags": status in ("ok", "warnings"),
         "flags": label_flags + flags,
-        "command": " ".join(shlex.quote(a) for a in command),
+        # nothing would convert: no command to follow (a script would get a failing convert)
+        "command": None if status == "no_data" else " ".join(shlex.quote(a) for a in command),
+        "reason": problems[0] if problems else ("warnings" if warnings else "ok"),
+        "evidence": _evidence(r, total),
         "problems": problems,
         "warnings": warnings,
         "hints": hints,

@@ -136,6 +136,9 @@ def _verdict(spec: SourceSpec, found: Discovery, bad: list[BadInput], ok: list, 
         flags += ["--rle-class", a.rle_class]
     cmd = ["imgshard", "convert", *source_positional(spec), "OUT", "--size", size, *source_args(spec, found), *flags]
     warnings = [f"{n} {what}" for what, n in sorted(problems.items())]
+    if problems.get("crowd regions (ignored)"):
+        hint = ((hint + "; ") if hint else "") + ("crowd regions go to the ignore index; if they are objects (CVAT's "
+                                                  "COCO 1.0 export writes masks as iscrowd RLE), add --keep-crowd")
     status = "no_data" if not ok else ("needs_flags" if bad else ("warnings" if warnings else "ok"))
     return {"status": status, "convert_ok_without_flags": bool(ok) and not bad,
             "problems": [f"{len(bad)} bad input(s): convert refuses to publish unless --max-bad {len(bad)}"] if bad

@@ -270,7 +270,11 @@ def suggest_size(sizes_wxh: dict[str, int]) -> tuple[str, str | None]:
 
 
 def source_positional(spec: SourceSpec) -> list[str]:
-    """SRC, or --images/--masks/--split (what comes before OUT)."""
+    """SRC, --spec FILE, or --images/--masks/--split (repeated per folder pair; what comes before OUT)."""
+    if spec.spec_file is not None:
+        return ["--spec", spec.spec_file]
+    if spec.sources:
+        return [a for s in spec.sources for a in ("--images", s.images, "--masks", s.masks or "", "--split", s.split)]
     if spec.root is not None:
         return [spec.root]
     return ["--images", spec.images or "", "--masks", spec.masks or "", "--split", spec.split]
@@ -282,10 +286,10 @@ def source_args(spec: SourceSpec, found: Discovery | None) -> list[str]:
     args: list[str] = []
     if spec.classes is not None:
         args += ["--classes", spec.classes]
-    if spec.layout is not None:
+    if spec.layout is not None and spec.spec_file is None:
         args += ["--layout", spec.layout]
     suffixes = (spec.image_suffix, spec.mask_suffix)
-    if suffixes == (None, None) and found is not None and found.suffixes:
+    if suffixes == (None, None) and found is not None and found.suffixes and spec.spec_file is None:
         suffixes = found.suffixes
     if suffixes[0]:
         args += ["--image-suffix", suffixes[0]]

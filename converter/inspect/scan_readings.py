@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from converter.discover.evidence import is_palette, palette_order, peek_mask, spread, two_level
+from converter.discover.evidence import is_palette, palette_order, peek_mask, sample_masks, spread, two_level
 from converter.discover.classes import load_class_table
 from converter.discover.labels import colour_table
 from converter.discover.layout import Discovery
@@ -44,8 +44,14 @@ def classes_from(spec: SourceSpec, found: Discovery, resolved: LabelOptions, cla
     if "--num-classes" in flags or (resolved.num_classes is not None and found.defaults.names_file is None):
         base = found.defaults.classes_from or "the mask values present, class_0.. (no names file beside the data)"
         return f"{base}; K = max value + 1 = {len(classes)} (names: --classes names.txt, line i = class i)"
-    if resolved.semantics is MaskSemantics.BINARY and not found.defaults.classes_from:
-        return "masks of two levels: background and foreground"
+    if resolved.semantics is MaskSemantics.BINARY:
+        names = [c.name for c in classes]
+        named = f"; names from {os.path.basename(found.defaults.names_file or '')}" \
+            if names != ["background", "foreground"] else ""
+        text = found.defaults.classes_from
+        if found.defaults.semantics is MaskSemantics.BINARY and text:
+            return text + (named if named and named[len("; names from "):] not in text else "")
+        return "masks of two levels: " + (f"names {names}{named}" if named else "background and foreground")
     if table is not None and resolved.semantics is MaskSemantics.INDEX:
         return f"the rows of {os.path.basename(table)} by position (--mask-semantics index)"
     return found.defaults.classes_from or f"{len(classes)} classes"
@@ -64,6 +70,7 @@ def _palette_check(masks, table: tuple[ClassInfo, ...], table_path: str, resolve
     chosen = "colour" if resolved.semantics is MaskSemantics.COLOUR else "palette index"
     c = _check("palette", chosen, "palette index" if chosen == "colour" else "colour")
     cmap = ColorMap(table, 0)
+    top = max(int(m.indices.max()) for m in palettes)
     for m in palettes:
         by_colour = cmap.lookup(m, stats=False)[0].astype(np.int64)
         differ = int(np.count_nonzero(by_colour != m.indices))
@@ -78,6 +85,8 @@ def _palette_check(masks, table: tuple[ClassInfo, ...], table_path: str, resolve
         c["settled_by"] = f"--mask-semantics {given.semantics.value} (given)"
     elif chosen == "colour" and not c["unknown_pixels"]:
         c["settled_by"] = f"{name} names colours, not palette positions"
+    elif chosen == "colour" and top >= len(table):  # unknown colours: the usual unknown-colour report
+        c["settled_by"] = f"palette indices up to {top} are beyond the {len(table)} rows of {name}: not class ids"
     return c
 
 
@@ -98,6 +107,24 @@ def _binary_check(masks, pixels, summaries, resolved: LabelOptions, given: Label
         c["settled_by"] = f"--mask-semantics {given.semantics.value} (given)"
     elif chosen == "binary" or not c["pixels"]:
         c["settled_by"] = "masks of two levels are binary (0 background, the other level foreground)"
+    return c
+
+
+def _ignored_level_check(masks, pixels, summaries, resolved: LabelOptions) -> dict[str, Any] | None:
+    """Ignore values that are a level of two-level masks: a class turned into ignore (never settled)."""
+    per_file = [s.values for s in summaries if getattr(s, "values", None)]
+    hit = sorted(set(resolved.ignore_values or ()) & (set(pixels or ()) - {0}))
+    if resolved.semantics is MaskSemantics.COLOUR or not hit or not two_level(pixels, per_file):
+        return None
+    c = _check("ignored level", f"ignore {hit[0]}", "binary")
+    for m in masks:
+        if m.indices is None:
+            continue
+        differ = int(np.count_nonzero(np.isin(m.indices, hit)))
+        c["sampled"] += 1
+        c["pixels"] += differ
+        c["files"] += differ > 0
+    c["flag"] = f"--mask-semantics binary without --ignore-index {hit[0]}"
     return c
 
 
@@ -122,7 +149,7 @@ def _label_map_check(masks, resolved: LabelOptions, classes, found: Discovery, g
 def readings_section(spec: SourceSpec, found: Discovery, resolved: LabelOptions, classes, given: LabelOptions,
                      flags: list[str], pixels=None, summaries=()) -> dict[str, Any]:
     """{'classes_from', 'readings', 'notes'} for the report's labels section."""
-    paths = spread([s.mask for s in found.samples if s.mask][:100_000], CHECK_MASKS)
+    paths = sample_masks(found.samples, CHECK_MASKS)
     masks = [m for m in (peek_mask(p) for p in paths) if m is not None]
     table_path = colour_table(spec, found)
     checks = []
@@ -130,6 +157,7 @@ def readings_section(spec: SourceSpec, found: Discovery, resolved: LabelOptions,
         checks.append(_palette_check(masks, load_class_table(table_path), table_path, resolved, given))
     checks.append(_binary_check(masks, pixels, summaries, resolved, given))
     checks.append(_label_map_check(masks, resolved, classes, found, given))
+    checks.append(_ignored_level_check(masks, pixels, summaries, resolved))
     checks = [c for c in checks if c is not None]
     notes = []
     for c in checks:
@@ -156,7 +184,10 @@ def reading_problems(sec: dict[str, Any]) -> list[str]:
     """The verdict's problems: readings that disagree with no rule to settle them."""
     out = []
     for c in sec.get("readings", []):
-        if c["pixels"] and not c["settled_by"]:
+        if c["check"] == "ignored level" and c["pixels"]:
+            out.append(f"{c['chosen']} turns a level of two-level masks into ignore ({c['pixels']} px in "
+                       f"{c['files']} sampled mask(s)): a whole class would be lost; use {c['flag']}")
+        elif c["pixels"] and not c["settled_by"]:
             flag = "--mask-semantics index" if c["check"] == "palette" else "--mask-semantics binary"
             out.append(f"the {c['chosen']} and {c['other']} readings differ on {c['pixels']} px in {c['files']} "
                        f"sampled mask(s) ({c['unknown_pixels']} px of colours the table does not name) and no rule "

@@ -101,6 +101,7 @@ class Plan:
     changed_kept: list[str] = field(default_factory=list)
     deleted_kept: list[str] = field(default_factory=list)
     next_index: dict[str, int] = field(default_factory=dict)  # per split, after this run
+    sources: dict | None = None  # the manifest's record of scope and spec after this run (`converter.plan.scope`)
 
     @property
     def nothing_to_do(self) -> bool:
@@ -287,10 +288,14 @@ def _judge_suspects(sorting: _Sorting, table: FingerprintTable, root: str | None
 
 
 def _deleted(table: FingerprintTable, seen: np.ndarray, root: str | None, run: RunOptions,
-             plan: Plan) -> dict[str, set[int]]:
-    """Records whose source is gone: pruned (shard file -> record indices) or kept (warned)."""
+             plan: Plan, scope_splits: set[str] | None = None) -> dict[str, set[int]]:
+    """Records whose source is gone: pruned (shard file -> record indices) or kept (warned).
+    `scope_splits`: the splits the run looked at (None: all); records of other splits are not judged."""
     prune_in: dict[str, set[int]] = {}
     gone = np.flatnonzero(~seen)
+    if scope_splits is not None and len(gone):
+        inside = np.array([split in scope_splits for split, _ in table.shards] or [False], bool)
+        gone = gone[inside[table.shard[gone]]]
     deleted: list[str] = []
     by_shard: dict[int, list[int]] = {}
     for row in gone:
@@ -309,7 +314,7 @@ def _deleted(table: FingerprintTable, seen: np.ndarray, root: str | None, run: R
 
 def make_plan(samples: Iterable[SourceSample], manifest: Manifest | None, options: OutputOptions,
               run: RunOptions, num_classes: int, next_index: dict[str, int] | None = None, *,
-              root: str | None = None, run_id: str | None = None) -> Plan:
+              root: str | None = None, run_id: str | None = None, scope_splits: set[str] | None = None) -> Plan:
     """Plan the shards of this run. `manifest` is the published one (None: first run or --rebuild);
     `root` is its folder (for the index files of a version-3 manifest); `run_id` goes into the
     new shards' names (`shard_name`; outputs in a bucket). `samples` may be a
@@ -328,7 +333,7 @@ def make_plan(samples: Iterable[SourceSample], manifest: Manifest | None, option
     sorting, seen = _sort_samples(samples, table, plan)
     replace_in: dict[str, dict[int, SourceSample]] = {}  # shard file -> record index -> new source
     _judge_suspects(sorting, table, root, run, plan, replace_in)
-    prune_in = _deleted(table, seen, root, run, plan)
+    prune_in = _deleted(table, seen, root, run, plan, scope_splits)
     del seen
 
     # Rewrites: one new shard per affected old shard, same record order.

@@ -19,6 +19,8 @@ import numpy as np
 import xxhash
 
 from converter.discover.files import files_for, relative
+from readers.files import open_regular_file
+from readers.storage.url import is_remote
 from converter.options import Overlap
 from converter.transform.decode import DecodeError
 from readers.manifest import SourceFingerprint
@@ -100,6 +102,17 @@ def read_annotation_file(path: str) -> bytes:
                                   "check its permissions") from e
 
 
+def head_bytes(path: str, size: int) -> bytes:
+    """The first `size` bytes of a file (detection peeks; b"" when unreadable). An object: one GET."""
+    try:
+        if is_remote(path):
+            return files_for(path).read(path)[0][:size]
+        with open_regular_file(path) as f:
+            return f.read(size)
+    except OSError:
+        return b""
+
+
 def load_json(path: str, data: bytes | None = None) -> Any:
     """A parsed JSON annotation file; invalid JSON (or NaN / Infinity) is a named error."""
     data = read_annotation_file(path) if data is None else data
@@ -127,6 +140,12 @@ def coordinates(values: Any, path: str, where: str, limit: float = MAX_COORDINAT
             raise AnnotationFileError(path, f"coordinate {v} is not finite or beyond {limit:g} pixels",
                                       "fix or remove the annotation", where)
     return out
+
+
+def outside_ok(xy: list[float], size: tuple[int, int]) -> bool:
+    """Whether flat x, y coordinates stay within a (height, width) image (its border included)."""
+    h, w = size
+    return min(xy[0::2]) >= 0 and max(xy[0::2]) <= w and min(xy[1::2]) >= 0 and max(xy[1::2]) <= h
 
 
 def ignore_value(num_classes: int) -> int:
@@ -176,6 +195,6 @@ def check_size(doc: dict, height: int, width: int, where: str) -> None:
 
 Rasterizer = Callable[[dict, int, int, str], Iterable[tuple[np.ndarray, int]]]
 
-__all__ = ["MAX_ANNOTATION_FILE_BYTES", "Annotation", "AnnotationFileError", "Canvas", "annotation_state",
-           "canonical", "check_size", "coordinates", "ignore_value", "load_json", "paint_all",
+__all__ = ["MAX_ANNOTATION_FILE_BYTES", "Annotation", "AnnotationFileError", "Canvas", "annotation_state", "head_bytes",
+           "canonical", "check_size", "coordinates", "ignore_value", "load_json", "outside_ok", "paint_all",
            "read_annotation_file"]

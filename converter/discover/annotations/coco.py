@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from converter.discover.annotations.base import AnnotationFileError, coordinates, load_json, read_annotation_file
+from converter.discover.annotations.base import (AnnotationFileError, coordinates, load_json, outside_ok,
+                                                  read_annotation_file)
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_name
-from converter.discover.files import file_names, is_file, join, subfolders
+from converter.discover.files import file_names, files_for, is_file, join, subfolders
 from converter.discover.layout import BadInput
 from converter.options import AnnotationOptions
 from converter.transform.decode import DecodeError
@@ -24,13 +25,24 @@ from converter.transform.decode import DecodeError
 _KEYS = (b'"images"', b'"annotations"', b'"categories"')
 
 
+_SEEN: dict[tuple[str, int, int], bool] = {}  # (path, size, stamp) -> is COCO: detection asks more than once
+
+
 def is_coco(path: str) -> bool:
     """Whether `path` holds a COCO JSON (its three keys; files above the size limit say so later)."""
     try:
-        data = read_annotation_file(path)
-    except AnnotationFileError as e:
-        return "above the limit" in e.reason
-    return all(k in data for k in _KEYS)
+        key = (path, *files_for(path).stat(path))
+    except OSError:
+        return False
+    if key not in _SEEN:
+        try:
+            data = read_annotation_file(path)
+            _SEEN[key] = all(k in data for k in _KEYS)
+        except AnnotationFileError as e:
+            _SEEN[key] = "above the limit" in e.reason
+        if len(_SEEN) > 256:
+            _SEEN.pop(next(iter(_SEEN)))
+    return _SEEN[key]
 
 
 def coco_files(root: str) -> list[str]:
@@ -91,8 +103,7 @@ def _check_segmentation(seg: Any, path: str, where: str, size: tuple[int, int], 
             if len(xy) < 6 or len(xy) % 2:
                 out.problems["polygons with fewer than 3 points (dropped)"] += 1
                 continue
-            h, w = size
-            if min(xy[0::2]) < 0 or max(xy[0::2]) > w or min(xy[1::2]) < 0 or max(xy[1::2]) > h:
+            if not outside_ok(xy, size):
                 out.problems["polygons reaching outside the image (clipped)"] += 1
             polys.append(xy)
         return polys or None
@@ -232,11 +243,11 @@ class Coco(Reader):
         if crowd:
             out.problems["crowd regions (" + ("kept as their class" if options.keep_crowd else "ignored") + ")"] += 1
         out.shapes[names[class_of[a["category_id"]]]] += 1
-        per_image[a["image_id"]].append({"id": a.get("id"), "seg": seg, "v": value})
+        per_image[a["image_id"]].append({"seg": seg, "v": value})  # no id: a re-export that renumbers changes nothing
 
     def shapes(self, doc: dict, height: int, width: int, where: str):
         mask = pycocotools_mask()
-        for s in doc["shapes"]:
+        for n, s in enumerate(doc["shapes"]):
             seg = s["seg"]
             try:
                 if isinstance(seg, list):
@@ -247,7 +258,7 @@ class Coco(Reader):
                     rle = {"size": seg["size"], "counts": seg["counts"].encode("ascii")}
                 yield mask.decode(rle).astype(bool), int(s["v"])
             except (ValueError, TypeError) as e:
-                raise DecodeError(where, "bad_annotation", f"annotation id {s.get('id')}: {e}",
+                raise DecodeError(where, "bad_annotation", f"annotation {n + 1} of this image: {e}",
                                   "fix or remove the annotation") from e
 
 

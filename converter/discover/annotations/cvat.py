@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from converter.discover.annotations.base import AnnotationFileError, coordinates, read_annotation_file
+from converter.discover.annotations.base import AnnotationFileError, coordinates, outside_ok, read_annotation_file
 from converter.discover.annotations.coco import pycocotools_mask
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_name
 from converter.discover.files import file_names, is_file, join
@@ -94,6 +94,9 @@ class Cvat(Reader):
             subset = im.get("subset") or "default"
             split = "train" if subset.lower() == "default" else split_name(subset)
             shapes = self._shapes(im, path, where, value, out)
+            outside = sum(1 for s in shapes if "xy" in s and not outside_ok(s["xy"], (h, w)))
+            if outside:
+                out.problems["shapes reaching outside the image (clipped)"] += outside
             image = self._image(root, os.path.dirname(path), name, subset)
             if image is None:
                 out.bad.append(BadInput(join(root, "images", name), f"listed in {path} ({where}) but not found",

@@ -16,7 +16,7 @@ import numpy as np
 
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample
 from converter.discover.files import files_for, is_dir, join, subfolders
-from converter.discover.layout import BadInput, list_images
+from converter.discover.layout import WELL_KNOWN_SPLITS, BadInput, list_images
 from converter.options import AnnotationOptions
 from converter.transform.decode import DecodeError
 
@@ -25,7 +25,12 @@ _PEEK = 5
 
 
 def _is_sample(folder: str) -> bool:
-    return is_dir(join(folder, "images")) and is_dir(join(folder, "masks"))
+    """A DSB sample folder: ``images/`` with its one image, beside ``masks/`` (a U-Net split folder,
+    ``train/images`` + ``train/masks``, has many images and is not one)."""
+    if not (is_dir(join(folder, "images")) and is_dir(join(folder, "masks"))):
+        return False
+    return len(list_images(join(folder, "images"))) == 1 and os.path.basename(folder.rstrip("/")).lower() not in \
+        WELL_KNOWN_SPLITS
 
 
 def sample_parents(root: str) -> list[tuple[str, str]]:

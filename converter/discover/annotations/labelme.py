@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from converter.discover.annotations.base import AnnotationFileError, coordinates, load_json
+from converter.discover.annotations.base import AnnotationFileError, coordinates, head_bytes, load_json, outside_ok
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_folders
 from converter.discover.files import file_names, is_file, join
 from converter.discover.names_files import NamesFileError, read_names
@@ -29,11 +29,7 @@ IGNORE_LABEL, BACKGROUND_LABEL = "__ignore__", "_background_"
 
 
 def _is_labelme(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError:
-        return False
+    head = head_bytes(path, 1 << 16)
     return b'"shapes"' in head and (b'"imagePath"' in head or b'"imageHeight"' in head)
 
 
@@ -126,6 +122,8 @@ class LabelMe(Reader):
         for split, folder, image, path, size, shapes in rows:
             doc = {"ignore": out.ignore, "overlap": options.overlap.value, "size": size, "shapes": []}
             for s in shapes:
+                if size is not None and not outside_ok(s["xy"], size):
+                    out.problems["shapes reaching outside the image (clipped)"] += 1
                 if s["label"] not in table:
                     raise AnnotationFileError(path, f"label {s['label']!r} is not in labels.txt",
                                               "add it to labels.txt (or fix the label)", f"shape {s['n']}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from converter.discover.annotations.base import AnnotationFileError
 from converter.discover.annotations.listing import AnnotationBlock, AnnotationSet, Reader
 from converter.discover.annotations.registry import READERS
 from converter.discover.layout import BadInput, LayoutDefaults
@@ -46,12 +47,23 @@ class AnnotationLayout:
 
     def pairs(self, root: str, spec: SourceSpec) -> AnnotationListing:
         found = self.read(root, spec.annotations)
+        _refuse_duplicate_keys(found)
         return AnnotationListing(list(found.splits), [AnnotationBlock(list(found.samples))], list(found.bad),
                                  None, found.unpaired_images)
 
     def defaults(self, root: str) -> LayoutDefaults:
         found = self.last(root)
         return LayoutDefaults(MaskSemantics.INDEX, (found.ignore,), False, None, found.class_names)
+
+
+def _refuse_duplicate_keys(found: AnnotationSet) -> None:
+    """Two samples with one key (an image listed twice) would overwrite each other: a named error."""
+    seen: dict[str, str] = {}
+    for s in found.samples:
+        other = seen.setdefault(s.key, s.annotation.where)
+        if other != s.annotation.where:
+            raise AnnotationFileError(s.annotation.source, f"the image {s.key} is listed twice ({other} and "
+                                      f"{s.annotation.where})", "list each image once")
 
 
 ANNOTATION_LAYOUTS: dict[str, AnnotationLayout] = {name: AnnotationLayout(r) for name, r in READERS.items()}

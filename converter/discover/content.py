@@ -1,0 +1,324 @@
+"""Pairing by content: image and mask folders found from what pairs, not from folder names.
+
+Every folder under SRC that holds image files directly is a candidate, on either side.
+For each (image folder, mask folder) candidate the name tokens that make stems match are
+inferred (`infer_tokens`: a suffix, e.g. ``21_training`` / ``21_manual1``, or a prefix,
+e.g. ``red_patch_7`` / ``gt_patch_7``; a token never cuts a run of digits or letters, so
+``3`` never pairs with ``13``), and the pair scores the number of images it pairs. The
+assignment takes the best pairs first, one mask folder per image folder, a folder on one
+side only. Never chosen as mask folders: JPEG overlays (``*Visualization/``, ``*overlay*``),
+per-class sub-folders of a mask folder that pairs as well. Which side holds the masks:
+folder names, name tokens (``mask``, ``gt``, ``label``...), then the files (JPEG or RGB
+is the image side). Splits come from folder names at any depth (``train``, ``training``,
+``train_images``, ``images_train``, ``images_x_train``; none: ``train``). Two choices that
+pair equally well stop with `ContentTie`, listing the flags that pick one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+from dataclasses import dataclass
+
+from converter.discover.files import file_names, join, subfolders
+from converter.discover.layout import IMAGE_EXTENSIONS
+from converter.options import SplitSource
+
+SEPARATORS = "_-. "
+SPLIT_WORDS = frozenset({"train", "training", "val", "valid", "validation", "test", "testing", "trainval", "dev"})
+OVERLAY_WORDS = ("visualization", "visualisation", "overlay")
+MASK_WORDS = ("mask", "label", "gt", "manual", "seg", "annot", "trimap", "groundtruth", "ground_truth", "ann")
+IMAGE_WORDS = ("image", "img", "jpegimages", "input", "rgb", "photo", "leftimg8bit")
+JPEG = frozenset({".jpg", ".jpeg", ".jfif"})
+#: Folders looked at, and how deep (a class-folder tree has thousands).
+MAX_FOLDERS = 300
+MAX_DEPTH = 5
+#: Image names per folder whose neighbours vote for the tokens.
+VOTERS = 60
+
+
+class ContentTie(ValueError):
+    """Two assignments pair equally well: the message lists the flags that pick one (exit 65)."""
+
+    exit_code = 65
+
+
+@dataclass(frozen=True)
+class Folder:
+    rel: str  # relative to SRC, '/'-separated ('' for SRC itself)
+    path: str
+    stems: tuple[str, ...]  # image file names without extension, sorted
+    jpeg_share: float  # share of JPEG files
+    split: str | None  # the split its path names
+
+
+@dataclass(frozen=True)
+class Tokens:
+    image_prefix: str = ""
+    image_suffix: str = ""
+    mask_prefix: str = ""
+    mask_suffix: str = ""
+
+    def describe(self) -> str:
+        return (f"{self.image_prefix or ''}<name>{self.image_suffix or ''} ~ "
+                f"{self.mask_prefix or ''}<name>{self.mask_suffix or ''}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    images: Folder
+    masks: Folder
+    tokens: Tokens
+    paired: int
+
+
+@dataclass(frozen=True)
+class ContentResult:
+    sources: tuple[SplitSource, ...]
+    chosen: tuple[Candidate, ...]
+    paired: int
+    why: str
+
+
+def split_of(rel: str) -> str | None:
+    """The split a folder path names (any depth; ``train_images``, ``images_x_train`` too)."""
+    for part in rel.split("/"):
+        words = [w for w in re.split(r"[_\-. ]+", part.lower()) if w]
+        for w in words:
+            if w in SPLIT_WORDS:
+                return w
+    return None
+
+
+def image_folders(root: str) -> list[Folder]:
+    """Folders under `root` (itself included) that hold image files directly, breadth first."""
+    out: list[Folder] = []
+    level, seen = [""], 0
+    for _ in range(MAX_DEPTH + 1):
+        nxt = []
+        for rel in level:
+            path = join(root, rel) if rel else root
+            names = [n for n in file_names(path) if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS]
+            if names:
+                jpeg = sum(os.path.splitext(n)[1].lower() in JPEG for n in names) / len(names)
+                stems = tuple(sorted({os.path.splitext(n)[0] for n in names}))
+                out.append(Folder(rel, path, stems, jpeg, split_of(rel)))
+            seen += 1
+            if seen >= MAX_FOLDERS:
+                return out
+            nxt += [f"{rel}/{d}" if rel else d for d in subfolders(path)]
+        level = nxt
+        if not level:
+            break
+    return out
+
+
+def _cut_ok(x: str, k: int) -> bool:
+    """Whether cutting `x` at `k` keeps runs of digits and of letters whole."""
+    if k <= 0 or k >= len(x):
+        return True
+    a, b = x[k - 1], x[k]
+    return not (a.isalnum() and b.isalnum()) or a.isdigit() != b.isdigit()
+
+
+def _suffix_tokens(s: str, m: str) -> Tokens | None:
+    k = len(os.path.commonprefix([s, m]))
+    while k > 0 and not (_cut_ok(s, k) and _cut_ok(m, k)):
+        k -= 1
+    while k > 0 and s[k - 1] in SEPARATORS:
+        k -= 1
+    return Tokens(image_suffix=s[k:], mask_suffix=m[k:]) if k > 0 else None
+
+
+def _prefix_tokens(s: str, m: str) -> Tokens | None:
+    c = len(os.path.commonprefix([s[::-1], m[::-1]]))
+    while c > 0 and not (_cut_ok(s, len(s) - c) and _cut_ok(m, len(m) - c)):
+        c -= 1
+    while c > 0 and s[len(s) - c] in SEPARATORS:
+        c -= 1
+    return Tokens(image_prefix=s[:len(s) - c], mask_prefix=m[:len(m) - c]) if c > 0 else None
+
+
+def bases(stems: tuple[str, ...] | list[str], prefix: str, suffix: str) -> set[str]:
+    """The names left once `prefix` and `suffix` are cut (names lacking them, or with nothing left, dropped)."""
+    out = set()
+    for s in stems:
+        if s.startswith(prefix) and s.endswith(suffix) and len(s) > len(prefix) + len(suffix):
+            out.add(s[len(prefix):len(s) - len(suffix)])
+    return out
+
+
+def infer_tokens(image_stems: tuple[str, ...], mask_stems: tuple[str, ...]) -> tuple[Tokens, int]:
+    """The tokens that pair the most image names with mask names, and how many they pair."""
+    if not image_stems or not mask_stems:
+        return Tokens(), 0
+    masks = sorted(mask_stems)
+    reversed_masks = sorted(m[::-1] for m in mask_stems)
+    step = max(1, len(image_stems) // VOTERS)
+    votes: dict[Tokens, int] = {Tokens(): 0}
+    for s in image_stems[::step]:
+        i = bisect.bisect_left(masks, s)
+        near = masks[max(0, i - 2):i + 3]
+        j = bisect.bisect_left(reversed_masks, s[::-1])
+        near_rev = [r[::-1] for r in reversed_masks[max(0, j - 2):j + 3]]
+        found = [_suffix_tokens(s, m) for m in near] + [_prefix_tokens(s, m) for m in near_rev]
+        for t in {t for t in found if t is not None}:
+            votes[t] = votes.get(t, 0) + 1
+    best, best_n = Tokens(), -1
+    for t in sorted(votes, key=lambda t: (-votes[t], t.image_prefix, t.image_suffix, t.mask_prefix, t.mask_suffix))[:8]:
+        n = len(bases(image_stems, t.image_prefix, t.image_suffix) & bases(mask_stems, t.mask_prefix, t.mask_suffix))
+        if n > best_n:
+            best, best_n = t, n
+    return best, max(best_n, 0)
+
+
+def _mask_likeness(folder: Folder, prefix: str, suffix: str) -> int:
+    """How much a folder looks like the mask side: its path's names, its name tokens, its files."""
+    score = 0
+    parts = [p.lower() for p in folder.rel.split("/") if p]
+    last = parts[-1] if parts else ""
+    if any(w in last for w in MASK_WORDS):
+        score += 3
+    elif any(any(w in p for w in MASK_WORDS) for p in parts[:-1]):
+        score += 1
+    if any(w in last for w in IMAGE_WORDS):
+        score -= 3
+    token = (prefix + suffix).lower()
+    if any(w in token for w in MASK_WORDS):
+        score += 2
+    if any(w in token for w in IMAGE_WORDS):
+        score -= 2
+    if folder.jpeg_share > 0.5:
+        score -= 1
+    return score
+
+
+def _peek_mask_like(folder: Folder) -> int:
+    """1 when the folder's first image decodes as one channel (or a palette), -1 as colour, 0 unknown."""
+    from PIL import Image
+
+    for name in file_names(folder.path):
+        if os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
+            try:
+                with Image.open(join(folder.path, name)) as im:
+                    return 1 if im.mode in ("1", "L", "P", "I", "I;16", "I;16B", "I;16L") else -1
+            except (OSError, ValueError):
+                return 0
+    return 0
+
+
+def _never_masks(folder: Folder) -> bool:
+    """JPEG overlays; folders whose name says nothing of masks and whose files are JPEG or colour
+    (class folders, photos: a mask folder by content holds one-channel or palette images)."""
+    name = folder.rel.lower()
+    if any(w in name for w in OVERLAY_WORDS):
+        return True
+    if any(w in name.rsplit("/", 1)[-1] for w in MASK_WORDS):
+        return False
+    return folder.jpeg_share > 0.5 or _peek_mask_like(folder) <= 0
+
+
+def _class_named(folder: Folder, prefix: str) -> bool:
+    """Names that start with their folder's name (``bird/bird_0001``): class folders, not images and masks."""
+    last = folder.rel.rsplit("/", 1)[-1].lower()
+    return bool(prefix) and bool(last) and prefix.lower().strip(SEPARATORS) == last
+
+
+def _named_masks(folder: Folder) -> bool:
+    """A folder whose name, or a parent's, says masks (``1st_manual``, ``gt``, ``masks/FV``) and whose own
+    name says nothing of images: never the image side."""
+    parts = [p.lower() for p in folder.rel.split("/") if p]
+    if not parts or any(w in parts[-1] for w in IMAGE_WORDS):
+        return False
+    return any(any(w in p for w in MASK_WORDS) for p in parts)
+
+
+def candidates(folders: list[Folder]) -> list[Candidate]:
+    """Every (image folder, mask folder) that pairs at least one image, oriented by `_mask_likeness`."""
+    out = []
+    for i, a in enumerate(folders):
+        for b in folders[i + 1:]:
+            if a.split is not None and b.split is not None and a.split != b.split:
+                continue
+            tokens, n = infer_tokens(a.stems, b.stems)
+            if n == 0 or (_class_named(a, tokens.image_prefix) and _class_named(b, tokens.mask_prefix)):
+                continue
+            like_b = _mask_likeness(b, tokens.mask_prefix, tokens.mask_suffix)
+            like_a = _mask_likeness(a, tokens.image_prefix, tokens.image_suffix)
+            if like_a == like_b:
+                like_a, like_b = _peek_mask_like(a), _peek_mask_like(b)
+            flipped = Tokens(tokens.mask_prefix, tokens.mask_suffix, tokens.image_prefix, tokens.image_suffix)
+            if like_b >= like_a and not _never_masks(b) and not _named_masks(a):
+                out.append(Candidate(a, b, tokens, n))
+            if like_a >= like_b and not _never_masks(a) and not _named_masks(b):
+                out.append(Candidate(b, a, flipped, n))
+    return out
+
+
+def _class_subfolder(c: Candidate, cands: list[Candidate]) -> bool:
+    """A mask folder below another mask folder of the same image folder that pairs at least as well."""
+    return any(o.images == c.images and o.masks != c.masks and c.masks.rel.startswith(o.masks.rel + "/")
+               and o.paired >= c.paired for o in cands)
+
+
+def _rank(c: Candidate) -> tuple:
+    return (-c.paired, c.masks.jpeg_share, -_mask_likeness(c.masks, c.tokens.mask_prefix, c.tokens.mask_suffix),
+            c.images.rel, c.masks.rel)
+
+
+def choose(cands: list[Candidate], root: str) -> list[Candidate]:
+    """The assignment: best pairs first, one mask folder per image folder, each folder on one side."""
+    cands = [c for c in cands if not _class_subfolder(c, cands)]
+    cands.sort(key=_rank)
+    chosen: list[Candidate] = []
+    used_images: set[str] = set()
+    used_masks: set[str] = set()
+    for c in cands:
+        if c.images.rel in used_images or c.images.rel in used_masks or c.masks.rel in used_images:
+            continue
+        if c.masks.rel in used_masks:
+            continue
+        rivals = [o for o in cands if o is not c and _rank(o)[:3] == _rank(c)[:3]
+                  and (o.images == c.images or o.masks == c.masks)
+                  and o.images.rel not in used_masks | used_images and o.masks.rel not in used_images | used_masks]
+        if rivals:
+            raise ContentTie(_tie_message(root, [c, *rivals]))
+        chosen.append(c)
+        used_images.add(c.images.rel)
+        used_masks.add(c.masks.rel)
+    return chosen
+
+
+def _tie_message(root: str, tied: list[Candidate]) -> str:
+    lines = [f"{root}: {len(tied)} folder pairings pair equally well ({tied[0].paired} image(s) each); "
+             "choose one with its flags (repeat --images/--masks/--split for several splits), or edit the spec "
+             "that `imgshard scan SRC --write-spec FILE` writes:"]
+    for c in tied:
+        lines.append(f"  --images {c.images.path} --masks {c.masks.path} --split {c.images.split or 'train'}"
+                     f"   ({c.tokens.describe()})")
+    return "\n".join(lines)
+
+
+def to_sources(chosen: list[Candidate]) -> tuple[SplitSource, ...]:
+    """The chosen pairs as `SplitSource`s (exact tokens, no recursion), sorted by split then folder."""
+    out = []
+    for c in sorted(chosen, key=lambda c: (c.images.split or "train", c.images.rel)):
+        t = c.tokens
+        out.append(SplitSource(c.images.split or "train", c.images.path, c.masks.path, t.image_prefix, t.image_suffix,
+                               t.mask_prefix, t.mask_suffix, recursive=False))
+    return tuple(out)
+
+
+def find_by_content(root: str) -> ContentResult | None:
+    """The folder pairs of `root` found by content (see the module docstring); None: nothing pairs."""
+    chosen = choose(candidates(image_folders(root)), root)
+    if not chosen:
+        return None
+    why = "pairing by content: " + ", ".join(
+        f"{c.images.rel or '.'}/ + {c.masks.rel or '.'}/ ({c.paired} pairs, {c.tokens.describe()})"
+        for c in sorted(chosen, key=lambda c: c.images.rel))
+    return ContentResult(to_sources(chosen), tuple(chosen), sum(c.paired for c in chosen), why)
+
+
+__all__ = ["ContentResult", "ContentTie", "Tokens", "find_by_content", "infer_tokens", "split_of"]
