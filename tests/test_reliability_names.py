@@ -34,8 +34,9 @@ def _damage(out: Path, change) -> None:
 
 
 def _digests(out: Path) -> dict[str, str]:
+    """Shard and index files (the lock file holds the last run's pid; the manifest was damaged on purpose)."""
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir()) if p.is_file()
-            and p.name != MANIFEST_NAME}
+            and p.name != MANIFEST_NAME and not p.name.startswith(".")}
 
 
 def _lower_next_index(doc: dict) -> None:
