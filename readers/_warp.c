@@ -1,39 +1,54 @@
 /*
  * The host implementation of `readers.augment` for a whole batch: one pass per sample
- * from the stored uint8 image and mask to the final training tensors
+ * from the stored image and mask to the final training tensors
  * (readers/augment_host.py is the Python side; docs/AUGMENT.md the conventions).
  *
- * Per sample, with the parameter row of `readers.augment.draw_params` (19 float32):
+ * Images: uint8 or uint16, 1 to 16 channels (the colour jitter needs 3). Per sample, with
+ * the parameter row of `readers.augment.draw_params` (19 float32):
  *
  *   geometry  output pixel (x, y) (integer indices) comes from source position
- *               sx = a00 x + a01 y + t0,  sy = a10 x + a11 y + t1        (double)
+ *               sx = a00 x + a01 y + t0,  sy = a10 x + a11 y + t1
  *             where source pixel centres sit at integers. It is *inside* when the nearest
  *             source pixel exists: -0.5 < sx < W - 0.5 and -0.5 < sy < H - 0.5.
- *             image: bilinear, x0 = floor(sx), fx = sx - x0, the two taps x0, x0 + 1
- *                    clamped to [0, W - 1] (edge replicated), rows blended first;
+ *             Coordinates are fixed point with 32 fraction bits (int64), stepped along the
+ *             output row: X(x) = round(2^32 (a01 y + t0)) + x round(2^32 a00) (same for Y).
+ *             For parameters that are float32 (as draw_params gives them) of magnitude
+ *             >= 2^-9 this is exactly the real coordinate, and so exactly what a float64
+ *             reference computes (its products and sums are exact too); otherwise within
+ *             2^-24 of a pixel over a 512-pixel row.
+ *             image: bilinear, x0 = floor(sx), fx = the top 24 fraction bits, the two taps
+ *                    x0, x0 + 1 clamped to [0, W - 1] (edge replicated), rows blended first:
+ *                    left = p00 + (p10 - p00) fy, right = p01 + (p11 - p01) fy,
+ *                    v = left + (right - left) fx  (float32, no fused multiply-add);
  *             mask:  nearest, floor(sx + 0.5) clamped, from the same (sx, sy), so image
  *                    and mask padding cover exactly the same pixels.
  *             Axis-aligned maps (a01 = a10 = 0: scale, flips, crop, 180 degrees) take a
  *             separable path: taps and weights per column once, per row the two source
  *             rows blended over the columns that the row reads, then one gather-and-blend
- *             per output value. Same arithmetic as the general path.
- *   colour    out = clip(c M x + M (delta + (1 - c) mean), 0, 255) per pixel (M: the 3x3
- *             colour matrix, c: the contrast factor, mean: per-channel mean of the resampled
- *             image over the inside pixels, needing a first pass over the sample);
- *             outside pixels get `fill`.
- *   output    float32 x / 255 (`normalize`), or uint8 rounded half to even (as tf.round);
- *             mask: class map or planes in the stored dtype (outside: `mask_fill` for a
- *             class map, all-zero planes), or, for a class map, float32 one-hot planes
- *             (1 at the class when class < classes and class != ignore; outside pixels
- *             are class `mask_fill`).
+ *             per output value. General maps (rotation, shear) compute the taps of each
+ *             output row from the stepped coordinates and gather the four taps (AVX2
+ *             gathers for 3-channel uint8 where the CPU has AVX2, chosen at run time; plain
+ *             C otherwise). Same coordinates and the same arithmetic in every path, so they
+ *             give the same bits where more than one applies (tests/test_warp.py forces the
+ *             general path on axis-aligned maps with `general=True`), except for the
+ *             contrast mean, which the separable path sums in another order (within a level).
+ *   colour    (3 channels) out = clip(c M x + M (s delta + (1 - c) mean), 0, max) per pixel
+ *             (M: the 3x3 colour matrix, c: the contrast factor, s: max / 255, mean:
+ *             per-channel mean of the resampled image over the inside pixels, needing a
+ *             first pass over the sample); outside pixels get `fill`.
+ *   output    float32 x / max (`normalize`; max = 255 or 65535), or the image's dtype
+ *             rounded half to even (as tf.round); mask: class map or planes in the stored
+ *             dtype (outside: `mask_fill` for a class map, all-zero planes), or, for a class
+ *             map, float32 one-hot planes (1 at the class when class < classes and class !=
+ *             ignore; outside pixels are class `mask_fill`).
  *
- * warp(images, params, out_images, batch, height, width, out_height, out_width,
- *      fill_r, fill_g, fill_b, normalize, photometric, contrast,
- *      masks, out_masks, mask_itemsize, mask_planes, mask_fill, one_hot_classes, ignore, zeroed=False,
- *      stream=False)
- *   images:    uint8 (batch, height, width, 3), C-contiguous
+ * warp(images, params, out_images, batch, height, width, out_height, out_width, fill,
+ *      normalize, photometric, contrast, masks, out_masks, mask_itemsize, mask_planes, mask_fill,
+ *      one_hot_classes, ignore, zeroed=False, stream=False, channels=3, itemsize=1, general=False)
+ *   images:    (batch, height, width, channels) of itemsize (1: uint8, 2: uint16) bytes, C-contiguous
  *   params:    float32 (batch, 19)
- *   out_images: writable, (batch, out_height, out_width, 3) float32 or uint8
+ *   out_images: writable, (batch, out_height, out_width, channels) float32 or the images' dtype
+ *   fill:      float32 (channels,): the padding value per channel, in the images' scale
  *   masks:     None, or (batch, height, width, mask_planes) of mask_itemsize (1 or 2) bytes
  *   out_masks: None, or writable: the masks' layout at the output size, or float32
  *              (..., one_hot_classes) when one_hot_classes > 0 (mask_planes must be 1)
@@ -43,8 +58,9 @@
  *              see `readers.formats.expand.STREAM_MIN_BYTES`); same values
  *   zeroed:    out_masks is known to be all zeros (fresh calloc pages): one-hot output then
  *              writes only the ones instead of clearing every plane first
- * Sizes are checked against the buffers (ValueError naming the argument). Plain C (the
- * compiler vectorises the row blends); the GIL is released while pixels are written.
+ *   general:   every sample through the general path (tests: same bits as the separable one)
+ * Sizes are checked against the buffers (ValueError naming the argument); the GIL is
+ * released while pixels are written.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -56,6 +72,7 @@
 #include <unistd.h>
 
 #define NPARAMS 19
+#define MAX_CHANNELS 16
 
 typedef struct {
     const uint8_t *images;
@@ -63,8 +80,10 @@ typedef struct {
     void *out_images;
     Py_ssize_t batch;
     int height, width, out_height, out_width;
-    float fill[3];
-    int normalize, photometric, contrast;
+    int channels, itemsize; /* image: 1..16 channels of 1 (uint8) or 2 (uint16) bytes */
+    float maxval;           /* 255 or 65535 */
+    float fill[MAX_CHANNELS];
+    int normalize, photometric, contrast, general;
     const uint8_t *masks;
     void *out_masks;
     int mask_itemsize, mask_planes, mask_fill, classes, ignore;
@@ -76,6 +95,9 @@ typedef struct {
 /* `bytes` of `src` (a row built in cache) to `dst` with non-temporal stores where the CPU has
  * AVX2 (defined with the expand kernels below). */
 static void stream_row(const float *src, void *dst, size_t bytes);
+static int have_avx2(void);
+/* use_simd(False) turns the hand-written AVX2 kernels off (the tests compare both ways). */
+static int simd_off = 0;
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(IMGSHARD_PLAIN_C)
 /* AVX2 and baseline clones of the row loops, picked at load time (no FMA: the results are the
@@ -85,13 +107,27 @@ static void stream_row(const float *src, void *dst, size_t bytes);
 #define HOT
 #endif
 
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(IMGSHARD_PLAIN_C)
+#define WARP_AVX2 1
+#include <immintrin.h>
+#else
+#define WARP_AVX2 0
+#endif
+
+/* The taps of one output row (general path), or the columns of a sample (separable path). */
+typedef struct {
+    int32_t *i00, *i01, *i10, *i11; /* pixel index of the taps: (row a, col a), (a, b), (b, a), (b, b) */
+    float *fx, *fy;
+    int32_t *near;  /* pixel index of the nearest source pixel (the mask's) */
+    uint8_t *valid; /* inside: the nearest source pixel exists */
+} Taps;
+
 /* Per-batch scratch. */
 typedef struct {
-    float *rgb;        /* affine path: rows * out_width * 3 (all rows when contrast needs the mean) */
-    uint8_t *valid;    /* affine path: rows * out_width */
-    float *vrow;       /* separable: width * 3, two source rows blended */
-    float *planes;     /* separable: 3 * out_width, one output row, planar r | g | b */
-    float *colacc;     /* separable: width * 3, row-weighted column sums (contrast mean) */
+    Taps t;
+    float *planes;     /* one output row, planar: channels x out_width */
+    float *vrow;       /* separable: width * channels, two source rows blended */
+    float *colacc;     /* separable: width * channels, row-weighted column sums (contrast mean) */
     float *rw, *cw;    /* separable: height row weights, width column weights */
     int *xa, *xb, *xn; /* separable: out_width bilinear taps and nearest column */
     float *fx;
@@ -100,81 +136,405 @@ typedef struct {
 
 static inline int clampi(long v, int hi) { return v < 0 ? 0 : (v > hi ? hi : (int)v); }
 
-/* floor() for the coordinates (|v| far below 2^63), without a libm call on baseline x86-64. */
-static inline double floor_fast(double v) {
-    double t = (double)(long)v;
-    return t > v ? t - 1.0 : t;
+/* Fixed point with 32 fraction bits, rounded to nearest; coordinates beyond +-2^30 pixels (and
+ * NaN) are pinned there: far outside any image, so only the padding changes. */
+static inline int64_t to_fixed(double v) {
+    const double lim = 1073741824.0;
+    if (!(v > -lim)) v = -lim;
+    if (v > lim) v = lim;
+    double t = v * 4294967296.0;
+    int64_t i = (int64_t)t; /* toward zero; t - i is exact */
+    double r = t - (double)i;
+    return r >= 0.5 ? i + 1 : (r <= -0.5 ? i - 1 : i);
 }
 
-/* Round half to even (as rintf / tf.round) for 0 <= v <= 255: adding 1.5 * 2^23 leaves no
+#define FIX_HALF ((int64_t)1 << 31)
+#define FRAC_TO_FLOAT (1.0f / 16777216.0f)
+
+/* The fraction of a fixed-point coordinate as float32: its top 24 bits (exact in float32). */
+static inline float frac24(int64_t v) { return (float)((uint32_t)v >> 8) * FRAC_TO_FLOAT; }
+
+/* Round half to even (as rintf / tf.round) for 0 <= v < 2^22: adding 1.5 * 2^23 leaves no
  * fraction bits in float32, so the FPU's default rounding mode rounds. */
-static inline uint8_t round_u8(float v) {
+static inline int round_int(float v) {
     const float big = 12582912.0f;
-    return (uint8_t)(int)((v + big) - big);
+    return (int)((v + big) - big);
 }
 
-/* The colour transform: m = c M, v = M (delta + (1 - c) mean). */
-static void colour_params(const float *p, const double *mean, float *m, float *v) {
-    const float c = p[18], delta = p[17];
+/* One output row's stepped coordinates: X(x) = x0 + x dx, Y(x) = y0 + x dy. */
+typedef struct {
+    int64_t x0, y0, dx, dy;
+} RowMap;
+
+static RowMap row_map(const float *p, int y) {
+    RowMap m;
+    m.x0 = to_fixed((double)p[1] * y + (double)p[2]);
+    m.y0 = to_fixed((double)p[4] * y + (double)p[5]);
+    m.dx = to_fixed((double)p[0]);
+    m.dy = to_fixed((double)p[3]);
+    return m;
+}
+
+/* The taps of output pixels [from, w) of one row of the general path; returns the number of
+ * inside pixels among them. */
+HOT static int row_taps(const RowMap *m, int W, int H, int from, int w, const Taps *t) {
+    int inside = 0;
+    for (int x = from; x < w; x++) {
+        const int64_t X = m->x0 + (int64_t)x * m->dx, Y = m->y0 + (int64_t)x * m->dy;
+        const int64_t NX = X + FIX_HALF, NY = Y + FIX_HALF;
+        const int xi = (int)(X >> 32), yi = (int)(Y >> 32), nx = (int)(NX >> 32), ny = (int)(NY >> 32);
+        const int in = NX > 0 && NY > 0 && nx < W && ny < H;
+        const int xa = xi < 0 ? 0 : (xi > W - 1 ? W - 1 : xi), xb = xi + 1 < 0 ? 0 : (xi + 1 > W - 1 ? W - 1 : xi + 1);
+        const int ya = yi < 0 ? 0 : (yi > H - 1 ? H - 1 : yi), yb = yi + 1 < 0 ? 0 : (yi + 1 > H - 1 ? H - 1 : yi + 1);
+        const int cx = nx < 0 ? 0 : (nx > W - 1 ? W - 1 : nx), cy = ny < 0 ? 0 : (ny > H - 1 ? H - 1 : ny);
+        t->i00[x] = ya * W + xa;
+        t->i01[x] = ya * W + xb;
+        t->i10[x] = yb * W + xa;
+        t->i11[x] = yb * W + xb;
+        t->fx[x] = frac24(X);
+        t->fy[x] = frac24(Y);
+        t->near[x] = cy * W + cx;
+        t->valid[x] = (uint8_t)in;
+        inside += in;
+    }
+    return inside;
+}
+
+/* Bilinear values of `count` pixels from their taps, planar (plane k at planes + k * stride). */
+#define INTERP_GENERIC(NAME, T)                                                                            \
+    HOT static void NAME(const T *src, int C, const Taps *t, int from, int count, float *planes, int stride) { \
+        for (int x = from; x < count; x++) {                                                               \
+            const T *q00 = src + (size_t)t->i00[x] * C, *q01 = src + (size_t)t->i01[x] * C;                \
+            const T *q10 = src + (size_t)t->i10[x] * C, *q11 = src + (size_t)t->i11[x] * C;                \
+            const float fx = t->fx[x], fy = t->fy[x];                                                      \
+            for (int k = 0; k < C; k++) {                                                                  \
+                float p00 = q00[k], p10 = q10[k], p01 = q01[k], p11 = q11[k];                              \
+                float left = p00 + (p10 - p00) * fy, right = p01 + (p11 - p01) * fy;                       \
+                planes[(size_t)k * stride + x] = left + (right - left) * fx;                               \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+INTERP_GENERIC(interp_u8, uint8_t)
+INTERP_GENERIC(interp_u16, uint16_t)
+
+#if WARP_AVX2
+/* 3-channel uint8, 8 output pixels at a time: the stepped coordinates as 32-bit integer and
+ * fraction halves (added with carry), the taps, and each tap one 32-bit gather (r, g, b and
+ * the next byte). `last` is the index of the buffer's last pixel (its gather would read one
+ * byte past the end: those lanes read one byte earlier and shift), or -1. */
+__attribute__((target("avx2"))) static inline __m256i gather_rgb(const uint8_t *src, __m256i idx, __m256i last) {
+    const __m256i edge = _mm256_cmpeq_epi32(idx, last); /* -1 where idx is the last pixel */
+    const __m256i off = _mm256_add_epi32(_mm256_add_epi32(idx, _mm256_add_epi32(idx, idx)), edge);
+    const __m256i g = _mm256_i32gather_epi32((const int *)src, off, 1);
+    return _mm256_srlv_epi32(g, _mm256_and_si256(edge, _mm256_set1_epi32(8)));
+}
+
+__attribute__((target("avx2"))) static inline __m256 channel(__m256i g, int k) {
+    return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(g, 8 * k), _mm256_set1_epi32(0xFF)));
+}
+
+/* One axis of 8 lanes of fixed-point coordinates: integer part `hi`, fraction `lo`. */
+typedef struct {
+    __m256i hi, lo, dhi, dlo;
+} Lanes;
+
+__attribute__((target("avx2"))) static Lanes lanes_at(int64_t start, int64_t step) {
+    int32_t hi[8], lo[8];
+    for (int l = 0; l < 8; l++) {
+        const int64_t v = start + l * step;
+        hi[l] = (int32_t)(v >> 32);
+        lo[l] = (int32_t)(uint32_t)v;
+    }
+    const int64_t jump = 8 * step;
+    Lanes a = {_mm256_loadu_si256((const __m256i *)hi), _mm256_loadu_si256((const __m256i *)lo),
+               _mm256_set1_epi32((int32_t)(jump >> 32)), _mm256_set1_epi32((int32_t)(uint32_t)jump)};
+    return a;
+}
+
+__attribute__((target("avx2"))) static inline void lanes_step(Lanes *a) {
+    const __m256i sign = _mm256_set1_epi32(INT32_MIN);
+    const __m256i lo = _mm256_add_epi32(a->lo, a->dlo);
+    const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(a->lo, sign), _mm256_xor_si256(lo, sign));
+    a->hi = _mm256_sub_epi32(_mm256_add_epi32(a->hi, a->dhi), carry);
+    a->lo = lo;
+}
+
+/* Nearest index floor(s + 0.5) of the lanes, and whether it lies in [0, size) with s > -0.5. */
+__attribute__((target("avx2"))) static inline __m256i nearest(const Lanes *a, int size, __m256i *in) {
+    const __m256i sign = _mm256_set1_epi32(INT32_MIN);
+    const __m256i n = _mm256_add_epi32(a->hi, _mm256_srli_epi32(a->lo, 31));
+    const __m256i exact = _mm256_and_si256(_mm256_cmpeq_epi32(n, _mm256_setzero_si256()),
+                                           _mm256_cmpeq_epi32(a->lo, sign));
+    *in = _mm256_andnot_si256(exact, _mm256_and_si256(_mm256_cmpgt_epi32(n, _mm256_set1_epi32(-1)),
+                                                      _mm256_cmpgt_epi32(_mm256_set1_epi32(size), n)));
+    return n;
+}
+
+__attribute__((target("avx2"))) static inline __m256i clamp8(__m256i v, __m256i hi) {
+    return _mm256_min_epi32(_mm256_max_epi32(v, _mm256_setzero_si256()), hi);
+}
+
+__attribute__((target("avx2"))) static inline __m256 frac8(__m256i lo) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 8)), _mm256_set1_ps(FRAC_TO_FLOAT));
+}
+
+/* Output pixels [0, done) of a row of the general path, 3-channel uint8: planes, the mask's
+ * nearest index and validity. Returns done (a multiple of 8); *inside counts the inside ones. */
+__attribute__((target("avx2"))) static int row_rgb8_avx2(const uint8_t *src, const RowMap *m, int W, int H, int w,
+                                                         int last, float *planes, const Taps *t, int *inside) {
+    Lanes X = lanes_at(m->x0, m->dx), Y = lanes_at(m->y0, m->dy);
+    const __m256i lastv = _mm256_set1_epi32(last), one = _mm256_set1_epi32(1);
+    const __m256i wmax = _mm256_set1_epi32(W - 1), hmax = _mm256_set1_epi32(H - 1), width = _mm256_set1_epi32(W);
+    int x = 0, count = 0;
+    for (; x + 8 <= w; x += 8, lanes_step(&X), lanes_step(&Y)) {
+        __m256i inx, iny;
+        const __m256i nx = nearest(&X, W, &inx), ny = nearest(&Y, H, &iny);
+        const __m256i in = _mm256_and_si256(inx, iny);
+        _mm256_storeu_si256((__m256i *)(t->near + x),
+                            _mm256_add_epi32(_mm256_mullo_epi32(clamp8(ny, hmax), width), clamp8(nx, wmax)));
+        const int bits = _mm256_movemask_ps(_mm256_castsi256_ps(in));
+        for (int l = 0; l < 8; l++) t->valid[x + l] = (uint8_t)((bits >> l) & 1);
+        count += __builtin_popcount((unsigned)bits);
+        const __m256i xa = clamp8(X.hi, wmax), xb = clamp8(_mm256_add_epi32(X.hi, one), wmax);
+        const __m256i ra = _mm256_mullo_epi32(clamp8(Y.hi, hmax), width);
+        const __m256i rb = _mm256_mullo_epi32(clamp8(_mm256_add_epi32(Y.hi, one), hmax), width);
+        const __m256i g00 = gather_rgb(src, _mm256_add_epi32(ra, xa), lastv);
+        const __m256i g01 = gather_rgb(src, _mm256_add_epi32(ra, xb), lastv);
+        const __m256i g10 = gather_rgb(src, _mm256_add_epi32(rb, xa), lastv);
+        const __m256i g11 = gather_rgb(src, _mm256_add_epi32(rb, xb), lastv);
+        const __m256 fx = frac8(X.lo), fy = frac8(Y.lo);
+        for (int k = 0; k < 3; k++) {
+            const __m256 p00 = channel(g00, k), p01 = channel(g01, k), p10 = channel(g10, k), p11 = channel(g11, k);
+            const __m256 left = _mm256_add_ps(p00, _mm256_mul_ps(_mm256_sub_ps(p10, p00), fy));
+            const __m256 right = _mm256_add_ps(p01, _mm256_mul_ps(_mm256_sub_ps(p11, p01), fy));
+            _mm256_storeu_ps(planes + (size_t)k * w + x,
+                             _mm256_add_ps(left, _mm256_mul_ps(_mm256_sub_ps(right, left), fx)));
+        }
+    }
+    *inside = count;
+    return x;
+}
+
+/* Rounded, clamped uint8 r, g, b interleaved, 8 pixels at a time while 2 more follow (the
+ * second 16-byte store runs 4 bytes past the block). Returns the pixels done. */
+__attribute__((target("avx2"))) static int store_u8_3_avx2(const float *r, const float *g, const float *b, int count,
+                                                           uint8_t *o) {
+    const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f);
+    const __m256i pick = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
+                                          0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+    int x = 0;
+    for (; x + 10 <= count; x += 8) {
+        const __m256i R = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(r + x), zero), top));
+        const __m256i G = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(g + x), zero), top));
+        const __m256i B = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(b + x), zero), top));
+        __m256i v = _mm256_or_si256(R, _mm256_or_si256(_mm256_slli_epi32(G, 8), _mm256_slli_epi32(B, 16)));
+        v = _mm256_shuffle_epi8(v, pick);
+        _mm_storeu_si128((__m128i *)(o + 3 * (size_t)x), _mm256_castsi256_si128(v));
+        _mm_storeu_si128((__m128i *)(o + 3 * (size_t)x + 12), _mm256_extracti128_si256(v, 1));
+    }
+    return x;
+}
+#endif
+
+/* Whether every coordinate of the row keeps its integer part within 32 bits (the AVX2 lanes
+ * hold it so); hostile parameters take the plain path. */
+static int row_fits(const RowMap *m, int w) {
+    const int64_t lim = (int64_t)1 << 61;
+    const int64_t ends[4] = {m->x0, m->x0 + (int64_t)(w - 1) * m->dx, m->y0, m->y0 + (int64_t)(w - 1) * m->dy};
+    for (int k = 0; k < 4; k++)
+        if (ends[k] >= lim || ends[k] <= -lim) return 0;
+    return 1;
+}
+
+/* The taps and image row of the general path into `t` and `planes`; returns the number of
+ * inside pixels. */
+static int image_row(const Job *job, const uint8_t *src, int last, const RowMap *rm, const Taps *t, float *planes) {
+    const int W = job->width, H = job->height, w = job->out_width, C = job->channels;
+    int done = 0, inside = 0;
+#if WARP_AVX2
+    if (C == 3 && job->itemsize == 1 && have_avx2() && row_fits(rm, w))
+        done = row_rgb8_avx2(src, rm, W, H, w, last, planes, t, &inside);
+#else
+    (void)last;
+#endif
+    if (done == w) return inside;
+    inside += row_taps(rm, W, H, done, w, t);
+    if (job->itemsize == 1)
+        interp_u8(src, C, t, done, w, planes, w);
+    else
+        interp_u16((const uint16_t *)src, C, t, done, w, planes, w);
+    return inside;
+}
+
+/* The colour transform: m = c M, v = M (s delta + (1 - c) mean), s = max / 255. */
+static void colour_params(const Job *job, const float *p, const double *mean, float *m, float *v) {
+    const float c = p[18], delta = p[17] * (job->maxval / 255.0f);
     float off[3];
     for (int k = 0; k < 9; k++) m[k] = p[8 + k] * c;
     for (int k = 0; k < 3; k++) off[k] = mean ? delta + (1.0f - c) * (float)mean[k] : delta;
     for (int k = 0; k < 3; k++) v[k] = p[8 + 3 * k] * off[0] + p[8 + 3 * k + 1] * off[1] + p[8 + 3 * k + 2] * off[2];
 }
 
-/* Colour, fill and output conversion of `count` pixels held planar (r, g, b); valid: NULL
- * for all inside. `out` is the row's first value (float32 or uint8, interleaved). */
-HOT static void finish_planar(const Job *job, float *r, float *g, float *b, const uint8_t *valid, int count,
-                              const float *m, const float *v, void *out) {
-    if (job->photometric) {
-        for (int x = 0; x < count; x++) {
-            float o0 = m[0] * r[x] + m[1] * g[x] + m[2] * b[x] + v[0];
-            float o1 = m[3] * r[x] + m[4] * g[x] + m[5] * b[x] + v[1];
-            float o2 = m[6] * r[x] + m[7] * g[x] + m[8] * b[x] + v[2];
-            r[x] = o0 < 0.0f ? 0.0f : (o0 > 255.0f ? 255.0f : o0);
-            g[x] = o1 < 0.0f ? 0.0f : (o1 > 255.0f ? 255.0f : o1);
-            b[x] = o2 < 0.0f ? 0.0f : (o2 > 255.0f ? 255.0f : o2);
+HOT static void colour_planes(float *r, float *g, float *b, int count, const float *m, const float *v, float top) {
+    for (int x = 0; x < count; x++) {
+        float o0 = m[0] * r[x] + m[1] * g[x] + m[2] * b[x] + v[0];
+        float o1 = m[3] * r[x] + m[4] * g[x] + m[5] * b[x] + v[1];
+        float o2 = m[6] * r[x] + m[7] * g[x] + m[8] * b[x] + v[2];
+        r[x] = o0 < 0.0f ? 0.0f : (o0 > top ? top : o0);
+        g[x] = o1 < 0.0f ? 0.0f : (o1 > top ? top : o1);
+        b[x] = o2 < 0.0f ? 0.0f : (o2 > top ? top : o2);
+    }
+}
+
+HOT static void fill_plane(float *plane, const uint8_t *valid, int count, float fill) {
+    for (int x = 0; x < count; x++) plane[x] = valid[x] ? plane[x] : fill;
+}
+
+HOT static void store_float3(const float *r, const float *g, const float *b, int count, float scale, float *o) {
+    for (int x = 0; x < count; x++) {
+        o[3 * x] = r[x] * scale;
+        o[3 * x + 1] = g[x] * scale;
+        o[3 * x + 2] = b[x] * scale;
+    }
+}
+
+HOT static void store_u8_3(const float *r, const float *g, const float *b, int count, uint8_t *o) {
+    for (int x = 0; x < count; x++) {
+        o[3 * x] = (uint8_t)round_int(r[x] < 0.0f ? 0.0f : (r[x] > 255.0f ? 255.0f : r[x]));
+        o[3 * x + 1] = (uint8_t)round_int(g[x] < 0.0f ? 0.0f : (g[x] > 255.0f ? 255.0f : g[x]));
+        o[3 * x + 2] = (uint8_t)round_int(b[x] < 0.0f ? 0.0f : (b[x] > 255.0f ? 255.0f : b[x]));
+    }
+}
+
+/* Any channel count and dtype: interleave the planes into the output row. */
+static void store_generic(const Job *job, const float *planes, int count, void *out) {
+    const int C = job->channels;
+    const float top = job->maxval, scale = 1.0f / job->maxval;
+    for (int k = 0; k < C; k++) {
+        const float *pl = planes + (size_t)k * count;
+        if (job->normalize) {
+            float *o = (float *)out + k;
+            for (int x = 0; x < count; x++) o[(size_t)x * C] = pl[x] * scale;
+        } else if (job->itemsize == 1) {
+            uint8_t *o = (uint8_t *)out + k;
+            for (int x = 0; x < count; x++)
+                o[(size_t)x * C] = (uint8_t)round_int(pl[x] < 0.0f ? 0.0f : (pl[x] > top ? top : pl[x]));
+        } else {
+            uint16_t *o = (uint16_t *)out + k;
+            for (int x = 0; x < count; x++)
+                o[(size_t)x * C] = (uint16_t)round_int(pl[x] < 0.0f ? 0.0f : (pl[x] > top ? top : pl[x]));
         }
     }
-    if (valid) {
-        for (int x = 0; x < count; x++) {
-            r[x] = valid[x] ? r[x] : job->fill[0];
-            g[x] = valid[x] ? g[x] : job->fill[1];
-            b[x] = valid[x] ? b[x] : job->fill[2];
+}
+
+/* Colour, fill and output conversion of one row held planar (channels x count); valid: NULL
+ * for all inside; m, v: the colour transform (photometric, 3 channels). `out` is the row's
+ * first value (float32 or the image dtype, interleaved). */
+static void finish_row(const Job *job, float *planes, const uint8_t *valid, int count, const float *m,
+                       const float *v, void *out) {
+    const int C = job->channels;
+    if (job->photometric) colour_planes(planes, planes + count, planes + 2 * (size_t)count, count, m, v, job->maxval);
+    if (valid)
+        for (int k = 0; k < C; k++) fill_plane(planes + (size_t)k * count, valid, count, job->fill[k]);
+    if (C == 3 && job->itemsize == 1) {
+        const float *r = planes, *g = r + count, *b = g + count;
+        if (!job->normalize) {
+            int done = 0;
+#if WARP_AVX2
+            if (have_avx2()) done = store_u8_3_avx2(r, g, b, count, (uint8_t *)out);
+#endif
+            store_u8_3(r + done, g + done, b + done, count - done, (uint8_t *)out + 3 * (size_t)done);
+        } else if (job->stream) {
+            store_float3(r, g, b, count, 1.0f / 255.0f, job->stage);
+            stream_row(job->stage, out, sizeof(float) * 3 * (size_t)count);
+        } else {
+            store_float3(r, g, b, count, 1.0f / 255.0f, (float *)out);
         }
+        return;
     }
-    if (job->normalize) {
-        float *o = job->stream ? job->stage : (float *)out;
-        const float scale = 1.0f / 255.0f;
-        for (int x = 0; x < count; x++) {
-            o[3 * x] = r[x] * scale;
-            o[3 * x + 1] = g[x] * scale;
-            o[3 * x + 2] = b[x] * scale;
-        }
-        if (job->stream) stream_row(o, out, sizeof(float) * 3 * (size_t)count);
+    if (job->normalize && job->stream) {
+        store_generic(job, planes, count, job->stage);
+        stream_row(job->stage, out, sizeof(float) * C * (size_t)count);
     } else {
-        uint8_t *o = (uint8_t *)out;
-        for (int x = 0; x < count; x++) {
-            o[3 * x] = round_u8(r[x] < 0.0f ? 0.0f : (r[x] > 255.0f ? 255.0f : r[x]));
-            o[3 * x + 1] = round_u8(g[x] < 0.0f ? 0.0f : (g[x] > 255.0f ? 255.0f : g[x]));
-            o[3 * x + 2] = round_u8(b[x] < 0.0f ? 0.0f : (b[x] > 255.0f ? 255.0f : b[x]));
+        store_generic(job, planes, count, out);
+    }
+}
+
+/* A row wholly outside the source: the fill, no colour. */
+static void fill_row(const Job *job, float *planes, int count, void *out) {
+    for (int k = 0; k < job->channels; k++)
+        for (int x = 0; x < count; x++) planes[(size_t)k * count + x] = job->fill[k];
+    Job plain = *job;
+    plain.photometric = 0;
+    finish_row(&plain, planes, NULL, count, NULL, NULL, out);
+}
+
+static inline int mask_value(const Job *job, const uint8_t *src, size_t index) {
+    return job->mask_itemsize == 1 ? src[index] : ((const uint16_t *)src)[index];
+}
+
+/* One output row of the mask: the nearest source pixel of each output pixel (`near`), or the
+ * padding where it is outside (`valid`). */
+static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, const uint8_t *valid) {
+    const int w = job->out_width, K = job->mask_planes, C = job->classes;
+    const size_t plane = (size_t)job->height * job->width * K;
+    const uint8_t *src = job->masks + (size_t)n * plane * job->mask_itemsize;
+    const size_t row = ((size_t)n * job->out_height + y) * (size_t)w;
+    if (C > 0) {
+        float *hot = (float *)job->out_masks + row * (size_t)C;
+        const int staged = job->stream && job->mask_itemsize == 1;
+        float *o = staged ? job->stage : hot;
+        if (staged || !job->zeroed) memset(o, 0, sizeof(float) * (size_t)w * C);
+        for (int x = 0; x < w; x++) {
+            int cls = valid[x] ? mask_value(job, src, near[x]) : job->mask_fill;
+            if (cls < C && cls != job->ignore) o[(size_t)x * C + cls] = 1.0f;
+        }
+        if (staged) stream_row(o, hot, sizeof(float) * (size_t)w * C);
+        return;
+    }
+    if (K == 1 && job->mask_itemsize == 1) {
+        uint8_t *o = (uint8_t *)job->out_masks + row;
+        for (int x = 0; x < w; x++) o[x] = valid[x] ? src[near[x]] : (uint8_t)job->mask_fill;
+        return;
+    }
+    for (int x = 0; x < w; x++) {
+        const int in = valid[x];
+        if (K == 1) {
+            const int cls = in ? mask_value(job, src, near[x]) : job->mask_fill;
+            ((uint16_t *)job->out_masks)[row + x] = (uint16_t)cls;
+            continue;
+        }
+        for (int k = 0; k < K; k++) {
+            const int val = in ? mask_value(job, src, (size_t)near[x] * K + k) : 0;
+            if (job->mask_itemsize == 1)
+                ((uint8_t *)job->out_masks)[(row + x) * K + k] = (uint8_t)val;
+            else
+                ((uint16_t *)job->out_masks)[(row + x) * K + k] = (uint16_t)val;
         }
     }
 }
 
-HOT static void blend_rows(const uint8_t *top, const uint8_t *bot, float fy, float *out, int count) {
-    for (int k = 0; k < count; k++) {
-        float a = (float)top[k];
-        out[k] = a + ((float)bot[k] - a) * fy;
+/* ---- the separable (axis-aligned) path ---- */
+
+#define BLEND_ROWS(NAME, T)                                                                    \
+    HOT static void NAME(const T *top, const T *bot, float fy, float *out, int count) {      \
+        for (int k = 0; k < count; k++) {                                                     \
+            float a = (float)top[k];                                                          \
+            out[k] = a + ((float)bot[k] - a) * fy;                                            \
+        }                                                                                     \
     }
-}
+BLEND_ROWS(blend_rows_u8, uint8_t)
+BLEND_ROWS(blend_rows_u16, uint16_t)
 
-HOT static void axpy_row(const uint8_t *src, float weight, float *acc, int count) {
-    for (int k = 0; k < count; k++) acc[k] += weight * (float)src[k];
-}
+#define AXPY_ROW(NAME, T)                                                                 \
+    HOT static void NAME(const T *src, float weight, float *acc, int count) {            \
+        for (int k = 0; k < count; k++) acc[k] += weight * (float)src[k];                \
+    }
+AXPY_ROW(axpy_row_u8, uint8_t)
+AXPY_ROW(axpy_row_u16, uint16_t)
 
-HOT static void gather_row(const float *v, const int *xa, const int *xb, const float *fx, float *r, float *g,
-                           float *b, int count) {
+HOT static void gather_rgb_row(const float *v, const int *xa, const int *xb, const float *fx, float *r, float *g,
+                               float *b, int count) {
     for (int x = 0; x < count; x++) {
         const float *p = v + 3 * xa[x], *q = v + 3 * xb[x];
         float f = fx[x];
@@ -184,256 +544,211 @@ HOT static void gather_row(const float *v, const int *xa, const int *xb, const f
     }
 }
 
-/* Separable (axis-aligned) sample: per column taps once; the contrast mean from row and
- * column weights over the source (sum over inside outputs of the bilinear value equals
- * sum_r sum_c rw[r] cw[c] src[r, c]), so every output row is written in one pass. */
+static void gather_row(const Job *job, const Scratch *s, float *planes) {
+    const int w = job->out_width, C = job->channels;
+    if (C == 3) {
+        gather_rgb_row(s->vrow, s->xa, s->xb, s->fx, planes, planes + w, planes + 2 * (size_t)w, w);
+        return;
+    }
+    for (int x = 0; x < w; x++) {
+        const float *p = s->vrow + (size_t)C * s->xa[x], *q = s->vrow + (size_t)C * s->xb[x];
+        const float f = s->fx[x];
+        for (int k = 0; k < C; k++) planes[(size_t)k * w + x] = p[k] + (q[k] - p[k]) * f;
+    }
+}
+
+static const uint8_t *pixel_at(const Job *job, const uint8_t *src, size_t index) {
+    return src + index * (size_t)job->channels * job->itemsize;
+}
+
+/* Per-channel mean of the resampled sample over its inside pixels, for axis-aligned maps: the
+ * sum over inside outputs of the bilinear value equals sum_r sum_c rw[r] cw[c] src[r, c]. */
+static void separable_mean(const Job *job, const uint8_t *src, const float *p, Scratch *s, int lo, int span,
+                           int inside_x, double *mean) {
+    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height, C = job->channels;
+    long inside_y = 0;
+    memset(s->rw, 0, sizeof(float) * (size_t)H);
+    memset(s->cw, 0, sizeof(float) * (size_t)W);
+    memset(s->colacc, 0, sizeof(float) * (size_t)span * C);
+    for (int y = 0; y < h; y++) {
+        const int64_t Y = to_fixed((double)p[4] * y + (double)p[5]), NY = Y + FIX_HALF;
+        if (!(NY > 0 && (NY >> 32) < H)) continue;
+        const float fy = frac24(Y);
+        const long yi = (long)(Y >> 32);
+        s->rw[clampi(yi, H - 1)] += 1.0f - fy;
+        s->rw[clampi(yi + 1, H - 1)] += fy;
+        inside_y++;
+    }
+    for (int x = 0; x < w; x++) {
+        if (!s->vx[x]) continue;
+        s->cw[s->xa[x]] += 1.0f - s->fx[x];
+        s->cw[s->xb[x]] += s->fx[x];
+    }
+    for (int r = 0; r < H; r++) {
+        if (s->rw[r] == 0.0f) continue;
+        const uint8_t *row = pixel_at(job, src, (size_t)r * W + lo);
+        if (job->itemsize == 1)
+            axpy_row_u8(row, s->rw[r], s->colacc, span * C);
+        else
+            axpy_row_u16((const uint16_t *)row, s->rw[r], s->colacc, span * C);
+    }
+    for (int k = 0; k < C; k++) mean[k] = 0.0;
+    for (int c = 0; c < span; c++)
+        for (int k = 0; k < C; k++) mean[k] += (double)s->cw[c] * s->colacc[(size_t)C * c + k];
+    const double count = (double)inside_y * inside_x;
+    for (int k = 0; k < C; k++) mean[k] /= count > 0 ? count : 1.0;
+}
+
+/* Separable (axis-aligned) sample: per column taps once, every output row in one pass. */
 static void sample_separable(const Job *job, Py_ssize_t n, const float *p, Scratch *s) {
-    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height;
-    const uint8_t *src = job->images + (size_t)n * H * W * 3;
+    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height, C = job->channels;
+    const uint8_t *src = job->images + (size_t)n * H * W * C * job->itemsize;
+    const RowMap cols = row_map(p, 0); /* a01 = 0: the same x0 for every row */
     int lo = W, hi = 0, inside_x = 0;
     for (int x = 0; x < w; x++) {
-        double sx = (double)p[0] * x + (double)p[2];
-        double fl = floor_fast(sx);
-        s->vx[x] = sx > -0.5 && sx < W - 0.5;
+        const int64_t X = cols.x0 + (int64_t)x * cols.dx, NX = X + FIX_HALF;
+        const long xi = (long)(X >> 32), nx = (long)(NX >> 32);
+        s->vx[x] = NX > 0 && nx < W;
         inside_x += s->vx[x];
-        s->xa[x] = clampi((long)fl, W - 1);
-        s->xb[x] = clampi((long)fl + 1, W - 1);
-        s->fx[x] = (float)(sx - fl);
-        s->xn[x] = clampi((long)floor_fast(sx + 0.5), W - 1);
+        s->xa[x] = clampi(xi, W - 1);
+        s->xb[x] = clampi(xi + 1, W - 1);
+        s->fx[x] = frac24(X);
+        s->xn[x] = clampi(nx, W - 1);
         if (s->xa[x] < lo) lo = s->xa[x];
         if (s->xb[x] > hi) hi = s->xb[x];
     }
-    const int span = (hi - lo + 1) * 3;
+    const int span = hi - lo + 1;
     for (int x = 0; x < w; x++) s->xa[x] -= lo, s->xb[x] -= lo;
     float m[9], v[3];
-    if (job->photometric && job->contrast) {
-        double mean[3] = {0, 0, 0};
-        long inside_y = 0;
-        memset(s->rw, 0, sizeof(float) * (size_t)H);
-        memset(s->cw, 0, sizeof(float) * (size_t)W);
-        memset(s->colacc, 0, sizeof(float) * (size_t)span);
-        for (int y = 0; y < h; y++) {
-            double sy = (double)p[4] * y + (double)p[5];
-            if (!(sy > -0.5 && sy < H - 0.5)) continue;
-            double fl = floor_fast(sy);
-            float fy = (float)(sy - fl);
-            s->rw[clampi((long)fl, H - 1)] += 1.0f - fy;
-            s->rw[clampi((long)fl + 1, H - 1)] += fy;
-            inside_y++;
-        }
-        for (int x = 0; x < w; x++) {
-            if (!s->vx[x]) continue;
-            s->cw[s->xa[x]] += 1.0f - s->fx[x];
-            s->cw[s->xb[x]] += s->fx[x];
-        }
-        for (int r = 0; r < H; r++)
-            if (s->rw[r] != 0.0f) axpy_row(src + ((size_t)r * W + lo) * 3, s->rw[r], s->colacc, span);
-        for (int c = 0; c < hi - lo + 1; c++)
-            for (int k = 0; k < 3; k++) mean[k] += (double)s->cw[c] * s->colacc[3 * c + k];
-        double count = (double)inside_y * inside_x;
-        for (int k = 0; k < 3; k++) mean[k] /= count > 0 ? count : 1.0;
-        colour_params(p, mean, m, v);
-    } else {
-        colour_params(p, NULL, m, v);
+    if (job->photometric) {
+        double mean[MAX_CHANNELS];
+        if (job->contrast) separable_mean(job, src, p, s, lo, span, inside_x, mean);
+        colour_params(job, p, job->contrast ? mean : NULL, m, v);
     }
-    float *r = s->planes, *g = r + w, *b = g + w;
-    const size_t row_values = (size_t)w * 3, item = job->normalize ? sizeof(float) : 1;
+    const size_t row_values = (size_t)w * C, item = job->normalize ? sizeof(float) : (size_t)job->itemsize;
     char *out = (char *)job->out_images + (size_t)n * h * row_values * item;
     for (int y = 0; y < h; y++) {
-        double sy = (double)p[4] * y + (double)p[5];
+        const int64_t Y = to_fixed((double)p[4] * y + (double)p[5]), NY = Y + FIX_HALF;
+        const int vy = NY > 0 && (NY >> 32) < H;
         void *dst = out + (size_t)y * row_values * item;
-        if (!(sy > -0.5 && sy < H - 0.5)) {
-            for (int x = 0; x < w; x++) r[x] = job->fill[0], g[x] = job->fill[1], b[x] = job->fill[2];
-            Job plain = *job;
-            plain.photometric = 0;
-            finish_planar(&plain, r, g, b, NULL, w, m, v, dst);
-            continue;
+        if (!vy) {
+            fill_row(job, s->planes, w, dst);
+        } else {
+            const float fy = frac24(Y);
+            const long yi = (long)(Y >> 32);
+            const uint8_t *ra = pixel_at(job, src, (size_t)clampi(yi, H - 1) * W + lo);
+            const uint8_t *rb = pixel_at(job, src, (size_t)clampi(yi + 1, H - 1) * W + lo);
+            if (job->itemsize == 1)
+                blend_rows_u8(ra, rb, fy, s->vrow, span * C);
+            else
+                blend_rows_u16((const uint16_t *)ra, (const uint16_t *)rb, fy, s->vrow, span * C);
+            gather_row(job, s, s->planes);
+            finish_row(job, s->planes, inside_x == w ? NULL : s->vx, w, m, v, dst);
         }
-        double fl = floor_fast(sy);
-        const float fy = (float)(sy - fl);
-        const int ya = clampi((long)fl, H - 1), yb = clampi((long)fl + 1, H - 1);
-        blend_rows(src + ((size_t)ya * W + lo) * 3, src + ((size_t)yb * W + lo) * 3, fy, s->vrow, span);
-        gather_row(s->vrow, s->xa, s->xb, s->fx, r, g, b, w);
-        finish_planar(job, r, g, b, inside_x == w ? NULL : s->vx, w, m, v, dst);
-    }
-}
-
-/* One output row of the general affine path. */
-static void row_affine(const Job *job, const uint8_t *src, const float *p, int y, float *rgb, uint8_t *valid) {
-    const int W = job->width, H = job->height, w = job->out_width;
-    const double a00 = p[0], a01 = p[1], t0 = p[2], a10 = p[3], a11 = p[4], t1 = p[5];
-    const double bx = a01 * y + t0, by = a11 * y + t1;
-    for (int x = 0; x < w; x++) {
-        double sx = a00 * x + bx, sy = a10 * x + by;
-        int in = sx > -0.5 && sx < W - 0.5 && sy > -0.5 && sy < H - 0.5;
-        valid[x] = (uint8_t)in;
-        if (!in) continue;
-        double flx = floor_fast(sx), fly = floor_fast(sy);
-        float fx = (float)(sx - flx), fy = (float)(sy - fly);
-        int xa = clampi((long)flx, W - 1), xb = clampi((long)flx + 1, W - 1);
-        int ya = clampi((long)fly, H - 1), yb = clampi((long)fly + 1, H - 1);
-        const uint8_t *r0 = src + (size_t)ya * W * 3, *r1 = src + (size_t)yb * W * 3;
-        for (int k = 0; k < 3; k++) {
-            float p00 = r0[3 * xa + k], p10 = r1[3 * xa + k], p01 = r0[3 * xb + k], p11 = r1[3 * xb + k];
-            float left = p00 + (p10 - p00) * fy, right = p01 + (p11 - p01) * fy;
-            rgb[3 * x + k] = left + (right - left) * fx;
+        if (job->masks) {
+            const int ny = clampi((long)(NY >> 32), H - 1);
+            for (int x = 0; x < w; x++) {
+                s->t.near[x] = ny * W + s->xn[x];
+                s->t.valid[x] = (uint8_t)(vy && s->vx[x]);
+            }
+            mask_row(job, n, y, s->t.near, s->t.valid);
         }
     }
 }
 
-/* The general affine sample: rows resampled into the scratch (all of them first when the
- * contrast needs their mean), then colour and output per row. */
-static void sample_affine(const Job *job, Py_ssize_t n, const float *p, Scratch *s) {
-    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height;
-    const uint8_t *src = job->images + (size_t)n * H * W * 3;
-    const int all = job->photometric && job->contrast;
-    float m[9], v[3];
-    double sum[3] = {0, 0, 0};
+/* ---- the general affine path ---- */
+
+/* Per-channel mean of the resampled sample over its inside pixels (a first pass over it). */
+static void general_mean(const Job *job, const uint8_t *src, int last, const float *p, Scratch *s, double *mean) {
+    const int w = job->out_width, h = job->out_height, C = job->channels;
     long count = 0;
-    if (!all) colour_params(p, NULL, m, v);
-    float *r = s->planes, *g = r + w, *b = g + w;
-    const size_t row_values = (size_t)w * 3, item = job->normalize ? sizeof(float) : 1;
-    char *out = (char *)job->out_images + (size_t)n * h * row_values * item;
-    for (int pass = all ? 0 : 1; pass < 2; pass++) {
-        if (pass == 1 && all) {
-            double mean[3];
-            for (int k = 0; k < 3; k++) mean[k] = sum[k] / (count > 0 ? (double)count : 1.0);
-            colour_params(p, mean, m, v);
-        }
-        for (int y = 0; y < h; y++) {
-            float *rgb = s->rgb + (size_t)(all ? y : 0) * w * 3;
-            uint8_t *valid = s->valid + (size_t)(all ? y : 0) * w;
-            if (pass == 0 || !all) row_affine(job, src, p, y, rgb, valid);
-            if (pass == 0) {
-                for (int x = 0; x < w; x++) {
-                    if (!valid[x]) continue;
-                    sum[0] += rgb[3 * x], sum[1] += rgb[3 * x + 1], sum[2] += rgb[3 * x + 2];
-                    count++;
-                }
-                continue;
-            }
-            for (int x = 0; x < w; x++) {
-                r[x] = valid[x] ? rgb[3 * x] : 0.0f;
-                g[x] = valid[x] ? rgb[3 * x + 1] : 0.0f;
-                b[x] = valid[x] ? rgb[3 * x + 2] : 0.0f;
-            }
-            finish_planar(job, r, g, b, valid, w, m, v, out + (size_t)y * row_values * item);
-        }
-    }
-}
-
-static inline int mask_value(const Job *job, const uint8_t *src, size_t index) {
-    return job->mask_itemsize == 1 ? src[index] : ((const uint16_t *)src)[index];
-}
-
-/* Nearest-neighbour mask of one sample, from the same source coordinates as the image
- * (separable maps: `s` holds the columns). */
-static void warp_mask(const Job *job, Py_ssize_t n, const float *p, const Scratch *s) {
-    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height, K = job->mask_planes;
-    const size_t plane = (size_t)H * W * K;
-    const uint8_t *src = job->masks + (size_t)n * plane * job->mask_itemsize;
-    const double a00 = p[0], a01 = p[1], t0 = p[2], a10 = p[3], a11 = p[4], t1 = p[5];
-    const int C = job->classes;
+    for (int k = 0; k < C; k++) mean[k] = 0.0;
     for (int y = 0; y < h; y++) {
-        const double bx = a01 * y + t0, by = a11 * y + t1;
-        const int vy = by > -0.5 && by < H - 0.5;
-        const size_t ny = (size_t)clampi((long)floor_fast(by + 0.5), H - 1) * W;
-        size_t row = ((size_t)n * h + y) * (size_t)w;
-        float *hot = C > 0 ? (float *)job->out_masks + row * (size_t)C : NULL;
-        /* the usual case, uint8 class map -> one-hot; with `stream` the row is built in cache */
-        const int usual = s && C > 0 && job->mask_itemsize == 1, staged = usual && job->stream;
-        if (C > 0 && (staged || !job->zeroed)) memset(staged ? job->stage : hot, 0, sizeof(float) * (size_t)w * C);
-        if (usual) {
-            float *o = staged ? job->stage : hot;
-            const uint8_t *srow = src + ny;
-            for (int x = 0; x < w; x++) {
-                int cls = vy && s->vx[x] ? srow[s->xn[x]] : job->mask_fill;
-                if (cls < C && cls != job->ignore) o[(size_t)x * C + cls] = 1.0f;
-            }
-            if (staged) stream_row(o, hot, sizeof(float) * (size_t)w * C);
-            continue;
+        const RowMap rm = row_map(p, y);
+        if (!image_row(job, src, last, &rm, &s->t, s->planes)) continue;
+        for (int k = 0; k < C; k++) {
+            const float *pl = s->planes + (size_t)k * w;
+            double sum = 0.0;
+            for (int x = 0; x < w; x++) sum += s->t.valid[x] ? pl[x] : 0.0f;
+            mean[k] += sum;
         }
-        if (s && C == 0 && K == 1 && job->mask_itemsize == 1) { /* uint8 class map -> class map */
-            uint8_t *o = (uint8_t *)job->out_masks + row;
-            const uint8_t *srow = src + ny;
-            if (!vy) {
-                memset(o, job->mask_fill, (size_t)w);
-                continue;
-            }
-            for (int x = 0; x < w; x++) o[x] = s->vx[x] ? srow[s->xn[x]] : (uint8_t)job->mask_fill;
-            continue;
+        for (int x = 0; x < w; x++) count += s->t.valid[x];
+    }
+    for (int k = 0; k < C; k++) mean[k] /= count > 0 ? (double)count : 1.0;
+}
+
+/* The general affine sample: per output row the taps, the image row and the mask row. */
+static void sample_affine(const Job *job, Py_ssize_t n, const float *p, Scratch *s) {
+    const int W = job->width, H = job->height, w = job->out_width, h = job->out_height, C = job->channels;
+    const uint8_t *src = job->images + (size_t)n * H * W * C * job->itemsize;
+    const int last = n == job->batch - 1 ? H * W - 1 : -1; /* the buffer's last pixel: no read past it */
+    float m[9], v[3];
+    if (job->photometric) {
+        double mean[MAX_CHANNELS];
+        if (job->contrast) general_mean(job, src, last, p, s, mean);
+        colour_params(job, p, job->contrast ? mean : NULL, m, v);
+    }
+    const size_t row_values = (size_t)w * C, item = job->normalize ? sizeof(float) : (size_t)job->itemsize;
+    char *out = (char *)job->out_images + (size_t)n * h * row_values * item;
+    for (int y = 0; y < h; y++) {
+        const RowMap rm = row_map(p, y);
+        const int inside = image_row(job, src, last, &rm, &s->t, s->planes);
+        void *dst = out + (size_t)y * row_values * item;
+        if (!inside) {
+            fill_row(job, s->planes, w, dst);
+        } else {
+            finish_row(job, s->planes, inside == w ? NULL : s->t.valid, w, m, v, dst);
         }
-        for (int x = 0; x < w; x++) {
-            int in;
-            size_t at;
-            if (s) { /* separable: a10 = 0, so sy = by */
-                in = vy && s->vx[x];
-                at = ny + s->xn[x];
-            } else {
-                double sx = a00 * x + bx, sy = a10 * x + by;
-                in = sx > -0.5 && sx < W - 0.5 && sy > -0.5 && sy < H - 0.5;
-                at = (size_t)clampi((long)floor_fast(sy + 0.5), H - 1) * W + clampi((long)floor_fast(sx + 0.5), W - 1);
-            }
-            if (C > 0) {
-                int cls = in ? mask_value(job, src, at) : job->mask_fill;
-                if (cls < C && cls != job->ignore) ((float *)job->out_masks)[(row + x) * (size_t)C + cls] = 1.0f;
-            } else if (K == 1) {
-                int cls = in ? mask_value(job, src, at) : job->mask_fill;
-                if (job->mask_itemsize == 1)
-                    ((uint8_t *)job->out_masks)[row + x] = (uint8_t)cls;
-                else
-                    ((uint16_t *)job->out_masks)[row + x] = (uint16_t)cls;
-            } else {
-                for (int k = 0; k < K; k++) {
-                    int val = in ? mask_value(job, src, at * K + k) : 0;
-                    if (job->mask_itemsize == 1)
-                        ((uint8_t *)job->out_masks)[(row + x) * K + k] = (uint8_t)val;
-                    else
-                        ((uint16_t *)job->out_masks)[(row + x) * K + k] = (uint16_t)val;
-                }
-            }
-        }
+        if (job->masks) mask_row(job, n, y, s->t.near, s->t.valid);
     }
 }
 
 static int run(const Job *job) {
-    const int W = job->width, H = job->height, w = job->out_width;
-    const int rows = job->photometric && job->contrast ? job->out_height : 1;
+    const int W = job->width, H = job->height, w = job->out_width, C = job->channels;
     Scratch s;
-    s.rgb = malloc(sizeof(float) * (size_t)rows * w * 3);
-    s.valid = malloc((size_t)rows * w);
-    s.vrow = malloc(sizeof(float) * ((size_t)W * 3 * 2 + (size_t)H + (size_t)W + 3 * (size_t)w + w));
-    s.xa = malloc(sizeof(int) * (size_t)w * 3);
-    s.vx = malloc((size_t)w);
+    memset(&s, 0, sizeof(s));
+    const size_t floats = (size_t)C * w + 2 * (size_t)W * C + (size_t)H + (size_t)W + 3 * (size_t)w + w;
+    float *fbuf = malloc(sizeof(float) * floats);
+    int32_t *ibuf = malloc(sizeof(int32_t) * 8 * (size_t)w);
+    uint8_t *bbuf = malloc(2 * (size_t)w);
     Job staged = *job; /* stream: output rows built in a cache-resident stage */
     float *stage = NULL;
     if (job->stream) {
-        size_t floats = (size_t)w * (job->classes > 3 ? (size_t)job->classes : 3);
-        stage = malloc(sizeof(float) * floats + 32);
+        size_t n = (size_t)w * (job->classes > C ? (size_t)job->classes : (size_t)C);
+        stage = malloc(sizeof(float) * n + 32);
         staged.stage = stage ? (float *)(((uintptr_t)stage + 31) & ~(uintptr_t)31) : NULL;
     }
-    if (!s.rgb || !s.valid || !s.vrow || !s.xa || !s.vx || (job->stream && !stage)) {
-        free(s.rgb), free(s.valid), free(s.vrow), free(s.xa), free(s.vx), free(stage);
+    if (!fbuf || !ibuf || !bbuf || (job->stream && !stage)) {
+        free(fbuf), free(ibuf), free(bbuf), free(stage);
         return -1;
     }
     job = &staged;
-    s.colacc = s.vrow + (size_t)W * 3;
-    s.rw = s.colacc + (size_t)W * 3;
+    s.planes = fbuf;
+    s.vrow = s.planes + (size_t)C * w;
+    s.colacc = s.vrow + (size_t)W * C;
+    s.rw = s.colacc + (size_t)W * C;
     s.cw = s.rw + H;
-    s.planes = s.cw + W;
-    s.fx = s.planes + 3 * (size_t)w;
+    s.t.fx = s.cw + W;
+    s.t.fy = s.t.fx + w;
+    s.fx = s.t.fy + w;
+    s.t.i00 = ibuf;
+    s.t.i01 = s.t.i00 + w;
+    s.t.i10 = s.t.i01 + w;
+    s.t.i11 = s.t.i10 + w;
+    s.t.near = s.t.i11 + w;
+    s.xa = s.t.near + w;
     s.xb = s.xa + w;
     s.xn = s.xb + w;
+    s.t.valid = bbuf;
+    s.vx = bbuf + w;
     for (Py_ssize_t n = 0; n < job->batch; n++) {
         const float *p = job->params + (size_t)n * NPARAMS;
-        const int separable = p[1] == 0.0f && p[3] == 0.0f;
-        if (separable)
+        if (p[1] == 0.0f && p[3] == 0.0f && !job->general)
             sample_separable(job, n, p, &s);
         else
             sample_affine(job, n, p, &s);
-        if (job->masks) warp_mask(job, n, p, separable ? &s : NULL);
     }
-    free(s.rgb), free(s.valid), free(s.vrow), free(s.xa), free(s.vx), free(stage);
+    free(fbuf), free(ibuf), free(bbuf), free(stage);
     return 0;
 }
 
@@ -446,47 +761,78 @@ static int check_size(Py_buffer *buf, size_t expected, const char *name) {
     return 0;
 }
 
+/* The image arguments: channels, itemsize, fill and photometric checked together. */
+static int check_image(Job *job, Py_buffer *fill) {
+    if (job->channels < 1 || job->channels > MAX_CHANNELS || (job->itemsize != 1 && job->itemsize != 2)) {
+        PyErr_Format(PyExc_ValueError, "channels must be 1-%d and itemsize 1 (uint8) or 2 (uint16). "
+                     "Received: channels=%d, itemsize=%d", MAX_CHANNELS, job->channels, job->itemsize);
+        return -1;
+    }
+    if (job->photometric && job->channels != 3) {
+        PyErr_Format(PyExc_ValueError, "photometric (colour jitter) needs 3 channels. Received: channels=%d",
+                     job->channels);
+        return -1;
+    }
+    if (check_size(fill, sizeof(float) * (size_t)job->channels, "fill")) return -1;
+    memcpy(job->fill, fill->buf, sizeof(float) * (size_t)job->channels);
+    job->maxval = job->itemsize == 1 ? 255.0f : 65535.0f;
+    return 0;
+}
+
+/* The mask arguments and buffers. */
+static int check_masks(Job *job, PyObject *masks_obj, PyObject *out_masks_obj, Py_buffer *masks, Py_buffer *out_masks,
+                       size_t out_pixels) {
+    if (job->mask_itemsize != 1 && job->mask_itemsize != 2) {
+        PyErr_Format(PyExc_ValueError, "mask_itemsize must be 1 or 2. Received: %d", job->mask_itemsize);
+        return -1;
+    }
+    if (job->mask_planes < 1 || (job->classes > 0 && job->mask_planes != 1)) {
+        PyErr_Format(PyExc_ValueError, "mask_planes must be >= 1 (1 for one-hot output). Received: %d",
+                     job->mask_planes);
+        return -1;
+    }
+    if (PyObject_GetBuffer(masks_obj, masks, PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(out_masks_obj, out_masks, PyBUF_WRITABLE) < 0)
+        return -1;
+    size_t in_bytes = (size_t)job->batch * job->height * job->width * job->mask_planes * job->mask_itemsize;
+    size_t out_bytes = job->classes > 0 ? out_pixels * job->classes * sizeof(float)
+                                        : out_pixels * job->mask_planes * job->mask_itemsize;
+    if (check_size(masks, in_bytes, "masks") || check_size(out_masks, out_bytes, "out_masks")) return -1;
+    job->masks = masks->buf;
+    job->out_masks = out_masks->buf;
+    return 0;
+}
+
 static PyObject *warp(PyObject *self, PyObject *args) {
-    Py_buffer images = {0}, params = {0}, out_images = {0}, masks = {0}, out_masks = {0};
+    Py_buffer images = {0}, params = {0}, out_images = {0}, fill = {0}, masks = {0}, out_masks = {0};
     PyObject *masks_obj, *out_masks_obj, *result = NULL;
     Job job;
-    int fill[3];
     memset(&job, 0, sizeof(job));
-    if (!PyArg_ParseTuple(args, "y*y*w*niiiiiiipppOOiiiii|pp", &images, &params, &out_images, &job.batch, &job.height,
-                          &job.width, &job.out_height, &job.out_width, &fill[0], &fill[1], &fill[2], &job.normalize,
+    job.channels = 3;
+    job.itemsize = 1;
+    if (!PyArg_ParseTuple(args, "y*y*w*niiiiy*pppOOiiiii|ppiip", &images, &params, &out_images, &job.batch,
+                          &job.height, &job.width, &job.out_height, &job.out_width, &fill, &job.normalize,
                           &job.photometric, &job.contrast, &masks_obj, &out_masks_obj, &job.mask_itemsize,
-                          &job.mask_planes, &job.mask_fill, &job.classes, &job.ignore, &job.zeroed, &job.stream))
+                          &job.mask_planes, &job.mask_fill, &job.classes, &job.ignore, &job.zeroed, &job.stream,
+                          &job.channels, &job.itemsize, &job.general))
         return NULL;
-    for (int k = 0; k < 3; k++) job.fill[k] = (float)fill[k];
     size_t B = (size_t)job.batch, out_pixels = B * job.out_height * job.out_width;
     if (job.batch < 0 || job.height < 1 || job.width < 1 || job.out_height < 1 || job.out_width < 1) {
         PyErr_SetString(PyExc_ValueError, "batch must be >= 0 and every size >= 1");
         goto done;
     }
-    if (check_size(&images, B * job.height * job.width * 3, "images") ||
-        check_size(&params, B * NPARAMS * sizeof(float), "params") ||
-        check_size(&out_images, out_pixels * 3 * (job.normalize ? sizeof(float) : 1), "out_images"))
+    if ((size_t)job.height * job.width >= ((size_t)1 << 31) / MAX_CHANNELS) {
+        PyErr_Format(PyExc_ValueError, "images must have fewer than 2^27 pixels. Received: %d x %d", job.height,
+                     job.width);
         goto done;
-    if (masks_obj != Py_None) {
-        if (job.mask_itemsize != 1 && job.mask_itemsize != 2) {
-            PyErr_Format(PyExc_ValueError, "mask_itemsize must be 1 or 2. Received: %d", job.mask_itemsize);
-            goto done;
-        }
-        if (job.mask_planes < 1 || (job.classes > 0 && job.mask_planes != 1)) {
-            PyErr_Format(PyExc_ValueError, "mask_planes must be >= 1 (1 for one-hot output). Received: %d",
-                         job.mask_planes);
-            goto done;
-        }
-        if (PyObject_GetBuffer(masks_obj, &masks, PyBUF_SIMPLE) < 0 ||
-            PyObject_GetBuffer(out_masks_obj, &out_masks, PyBUF_WRITABLE) < 0)
-            goto done;
-        size_t in_bytes = B * job.height * job.width * job.mask_planes * job.mask_itemsize;
-        size_t out_bytes = job.classes > 0 ? out_pixels * job.classes * sizeof(float)
-                                           : out_pixels * job.mask_planes * job.mask_itemsize;
-        if (check_size(&masks, in_bytes, "masks") || check_size(&out_masks, out_bytes, "out_masks")) goto done;
-        job.masks = masks.buf;
-        job.out_masks = out_masks.buf;
     }
+    if (check_image(&job, &fill)) goto done;
+    const size_t item = (size_t)job.itemsize, values = (size_t)job.channels;
+    if (check_size(&images, B * job.height * job.width * values * item, "images") ||
+        check_size(&params, B * NPARAMS * sizeof(float), "params") ||
+        check_size(&out_images, out_pixels * values * (job.normalize ? sizeof(float) : item), "out_images"))
+        goto done;
+    if (masks_obj != Py_None && check_masks(&job, masks_obj, out_masks_obj, &masks, &out_masks, out_pixels)) goto done;
     job.images = images.buf;
     job.params = params.buf;
     job.out_images = out_images.buf;
@@ -503,6 +849,7 @@ done:
     PyBuffer_Release(&images);
     PyBuffer_Release(&params);
     PyBuffer_Release(&out_images);
+    if (fill.obj) PyBuffer_Release(&fill);
     if (masks.obj) PyBuffer_Release(&masks);
     if (out_masks.obj) PyBuffer_Release(&out_masks);
     return result;
@@ -652,7 +999,7 @@ static int have_avx2(void) {
         __builtin_cpu_init();
         known = __builtin_cpu_supports("avx2") ? 1 : 0;
     }
-    return known;
+    return known && !simd_off;
 }
 
 /* to_float with non-temporal (streaming) stores: same values, written around the caches. */
@@ -880,11 +1227,24 @@ done:
     return result;
 }
 
+/* use_simd(enabled): whether the hand-written AVX2 kernels may run (when the CPU has AVX2);
+ * returns the previous setting. Not thread-safe: for tests and benchmarks. */
+static PyObject *use_simd(PyObject *self, PyObject *args) {
+    int enabled;
+    if (!PyArg_ParseTuple(args, "p", &enabled)) return NULL;
+    PyObject *before = PyBool_FromLong(!simd_off);
+    simd_off = !enabled;
+    return before;
+}
+
 static PyMethodDef methods[] = {
+    {"use_simd", use_simd, METH_VARARGS,
+     "use_simd(enabled): allow (True) or forbid the hand-written AVX2 kernels; returns the previous setting."},
     {"warp", warp, METH_VARARGS,
-     "warp(images, params, out_images, batch, height, width, out_height, out_width, fill_r, fill_g, fill_b, "
-     "normalize, photometric, contrast, masks, out_masks, mask_itemsize, mask_planes, mask_fill, "
-     "one_hot_classes, ignore): augment a uint8 batch into preallocated outputs (see readers/_warp.c)."},
+     "warp(images, params, out_images, batch, height, width, out_height, out_width, fill, normalize, "
+     "photometric, contrast, masks, out_masks, mask_itemsize, mask_planes, mask_fill, one_hot_classes, ignore, "
+     "zeroed=False, stream=False, channels=3, itemsize=1, general=False): augment a uint8/uint16 batch into "
+     "preallocated outputs (see readers/_warp.c)."},
     {"to_float", to_float, METH_VARARGS,
      "to_float(src, dst, scale, stream=False): dst = float32(uint8 src) * scale, one pass; stream: "
      "non-temporal stores (see readers/_warp.c)."},

@@ -161,6 +161,23 @@ class Augment:
     def fill_rgb(self) -> tuple[int, int, int]:
         return self.fill if isinstance(self.fill, tuple) else (int(self.fill),) * 3
 
+    def fill_values(self, channels: int, top: int = 255) -> tuple[float, ...]:
+        """The image padding per channel, in the stored range (`fill` is in 8-bit levels:
+        a uint16 image pads with fill x 257)."""
+        values = self.fill_rgb() if channels == 3 else (int(self.fill),) * channels  # type: ignore[arg-type]
+        return tuple(float(v) * (top // 255) for v in values)
+
+    def check_images(self, channels: int, dtype: str = "uint8") -> None:
+        """Refuse, by name, what this recipe cannot do to images of `channels` x `dtype`:
+        colour jitter needs RGB, an (r, g, b) fill needs 3 channels."""
+        if channels != 3 and self.photometric:
+            raise ValueError("Augment colour jitter (brightness, contrast, saturation, hue) applies to RGB images; "
+                             f"these images have {channels} channel(s) ({dtype}). Use the geometric fields only "
+                             f"(flips, rotation, scale, crop). Received: {self!r}")
+        if channels != 3 and isinstance(self.fill, tuple):
+            raise ValueError(f"Augment.fill must be one int for {channels}-channel images (an (r, g, b) fill needs "
+                             f"RGB). Received: fill={self.fill!r}")
+
 
 def parse_augment(text: str) -> Augment:
     """An `Augment` from "field=value,..." (the CLI's --augment), e.g.
@@ -201,12 +218,12 @@ def augment_sample(augment: Augment, image: np.ndarray, target: Any, *, key: str
     `epoch` (uint8 image; class map, one-hot planes, or the label unchanged); for
     previews and checks. The host implementation (C, `readers.augment_host`) when built,
     else TensorFlow."""
-    from readers.augment_host import fast_augment_available, warp_batch
+    from readers.augment_host import warp_batch
 
     image = np.asarray(image)
     params = draw_params(augment, image.shape[0], image.shape[1], seed, epoch, key_ids([key]))
     segmentation = target is not None and np.ndim(target) >= 2
-    if fast_augment_available():
+    if host_kernel_takes(image.shape[-1] if image.ndim == 3 else 1, image.dtype.name):
         planes = segmentation and np.ndim(target) == 3
         fill = 0 if planes else (255 if ignore_index is None else ignore_index)
         x, y = warp_batch(augment, image[None], np.asarray(target)[None] if segmentation else None, params,
@@ -218,6 +235,19 @@ def augment_sample(augment: Augment, image: np.ndarray, target: Any, *, key: str
     x, y = augment_tf(augment, tf.constant(image[None]), targets, tf.constant(params),
                       ignore_index=ignore_index, segmentation=segmentation, normalize=False)
     return x.numpy()[0], (y.numpy()[0] if segmentation else target)
+
+
+def host_kernel_takes(channels: int, dtype: str = "uint8") -> bool:
+    """Whether the C kernel (`readers.augment_host`) augments images of `channels` x `dtype`
+    here; else the TensorFlow functions below do (any channel count, uint8 or uint16)."""
+    from readers import augment_host
+
+    if not augment_host.fast_augment_available():
+        return False
+    supports = getattr(augment_host, "fast_augment_supports", None)
+    if supports is None:  # a kernel that predates image kinds: 8-bit RGB only
+        return dtype == "uint8" and channels == 3
+    return bool(supports(np.dtype(dtype), int(channels)))
 
 
 def check_augment(augment: Any) -> "Augment | None":
@@ -357,9 +387,15 @@ def augment_tf(augment: Augment, images: "tf.Tensor", targets: "tf.Tensor", para
     or all-zero planes for one-hot masks; labels unchanged). Runs on any TensorFlow
     device (`readers.device.augment_batch` calls it on the accelerator).
     """
+    augment.check_images(int(images.shape[-1]), images.dtype.name)
     x, valid, y = geometry_stage(augment, images, targets, params, ignore_index=ignore_index,
                                  segmentation=segmentation)
-    return colour_stage(augment, x, valid, y, params, normalize=normalize)
+    return colour_stage(augment, x, valid, y, params, normalize=normalize, top=_top(images.dtype.name))
+
+
+def _top(dtype: str) -> int:
+    """The largest value of an image dtype (uint8 or uint16)."""
+    return 65535 if dtype == "uint16" else 255
 
 
 def geometry_stage(augment: Augment, images: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor", *,
@@ -380,16 +416,17 @@ def geometry_stage(augment: Augment, images: "tf.Tensor", targets: "tf.Tensor", 
 
 
 def colour_stage(augment: Augment, x: "tf.Tensor", valid: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor", *,
-                 normalize: bool) -> tuple["tf.Tensor", "tf.Tensor"]:
-    """Colour jitter, padding, and float [0, 1] or uint8 output."""
+                 normalize: bool, top: int = 255) -> tuple["tf.Tensor", "tf.Tensor"]:
+    """Colour jitter, padding, and float [0, 1] or stored-dtype output (`top`: 255 for
+    uint8 images, 65535 for uint16)."""
     import tensorflow as tf
 
     if augment.photometric:
-        x = _colour(x, valid, params, augment)
-    x = tf.where(valid, x, tf.constant(augment.fill_rgb(), tf.float32))
+        x = _colour(x, valid, params, augment, top)
+    x = tf.where(valid, x, tf.constant(augment.fill_values(int(x.shape[-1]), top), tf.float32))
     if normalize:
-        return x * (1.0 / 255.0), targets
-    return tf.cast(tf.clip_by_value(tf.round(x), 0.0, 255.0), tf.uint8), targets
+        return x * (1.0 / top), targets
+    return tf.cast(tf.clip_by_value(tf.round(x), 0.0, float(top)), tf.uint16 if top > 255 else tf.uint8), targets
 
 
 def _axis(params: "tf.Tensor", scale: int, offset: int, n: int, limit: int) -> tuple["tf.Tensor", "tf.Tensor"]:
@@ -459,7 +496,7 @@ def _projective(images: "tf.Tensor", params: "tf.Tensor", size: list[int]) -> tu
     # "NEAREST" fill: taps outside the image repeat the edge (as the separable path and the
     # C kernel clamp them) instead of blending with 0 within half a pixel of the border.
     x = _transform(tf.cast(images, tf.float32), params, size, "BILINEAR", 0.0, "NEAREST")
-    valid = _transform(tf.ones_like(images[..., :1]), params, size, "NEAREST", 0.0) > 0
+    valid = _transform(tf.ones_like(images[..., :1], tf.uint8), params, size, "NEAREST", 0.0) > 0
     return x, valid
 
 
@@ -473,13 +510,16 @@ def _projective_mask(targets: "tf.Tensor", params: "tf.Tensor", size: list[int],
     return out if planes else out[..., 0]
 
 
-def _colour(x: "tf.Tensor", valid: "tf.Tensor", params: "tf.Tensor", augment: Augment) -> "tf.Tensor":
-    """out = M (c x + (1 - c) mean + delta), clipped to [0, 255]; mean over valid pixels."""
+def _colour(x: "tf.Tensor", valid: "tf.Tensor", params: "tf.Tensor", augment: Augment,
+            top: int = 255) -> "tf.Tensor":
+    """out = M (c x + (1 - c) mean + delta), clipped to [0, top]; mean over valid pixels
+    (the brightness delta is drawn in 8-bit levels: x 257 for uint16)."""
     import tensorflow as tf
 
     m = tf.reshape(params[:, MATRIX], (-1, 3, 3))
     c = params[:, CONTRAST][:, None]
-    offset = params[:, DELTA][:, None] * tf.ones((1, 3), tf.float32)
+    delta = params[:, DELTA] if top == 255 else params[:, DELTA] * float(top // 255)
+    offset = delta[:, None] * tf.ones((1, 3), tf.float32)
     if augment.contrast:
         total = tf.reduce_sum(tf.where(valid, x, 0.0), axis=(1, 2))
         count = tf.maximum(tf.reduce_sum(tf.cast(valid, tf.float32), axis=(1, 2)), 1.0)
@@ -491,7 +531,7 @@ def _colour(x: "tf.Tensor", valid: "tf.Tensor", params: "tf.Tensor", augment: Au
     chans = [x[..., k] for k in range(3)]
     out = [chans[0] * m[:, d, 0, None, None] + chans[1] * m[:, d, 1, None, None]
            + chans[2] * m[:, d, 2, None, None] + v[:, d, None, None] for d in range(3)]
-    return tf.clip_by_value(tf.stack(out, axis=-1), 0.0, 255.0)
+    return tf.clip_by_value(tf.stack(out, axis=-1), 0.0, float(top))
 
 
 #: Compile the separable path (no rotation) with XLA, with the expansion fused in.
@@ -499,12 +539,13 @@ AUGMENT_JIT = True
 
 
 def make_augment_tf(augment: Augment, *, ignore_index: int | None, segmentation: bool, normalize: bool,
-                    expand: Any = None):
+                    expand: Any = None, channels: int = 3, image_dtype: str = "uint8"):
     """`augment_tf` bound to a dataset, as one `tf.function` over (images, targets, params),
     followed by `expand(x, y)` when given; both stages XLA-compiled (`AUGMENT_JIT`), the
     geometry only without rotation (`ImageProjectiveTransformV3` has no XLA kernel)."""
     import tensorflow as tf
 
+    augment.check_images(channels, image_dtype)
     jit = AUGMENT_JIT and not augment.rotates
 
     # Two compiled stages: XLA would otherwise fuse the resampling into every use of its
@@ -517,7 +558,7 @@ def make_augment_tf(augment: Augment, *, ignore_index: int | None, segmentation:
 
     @tf.function(jit_compile=AUGMENT_JIT, reduce_retracing=True)
     def finish(x: "tf.Tensor", valid: "tf.Tensor", targets: "tf.Tensor", params: "tf.Tensor") -> Any:
-        x, y = colour_stage(augment, x, valid, targets, params, normalize=normalize)
+        x, y = colour_stage(augment, x, valid, targets, params, normalize=normalize, top=_top(image_dtype))
         return (x, y) if expand is None else expand(x, y)
 
     @tf.function(reduce_retracing=True)
@@ -528,5 +569,5 @@ def make_augment_tf(augment: Augment, *, ignore_index: int | None, segmentation:
     return run
 
 
-__all__ = ["Augment", "PARAMS", "augment_tf", "colour_stage", "geometry_stage", "check_augment", "check_start_step", "draw_params", "key_ids",
+__all__ = ["Augment", "PARAMS", "augment_tf", "host_kernel_takes", "colour_stage", "geometry_stage", "check_augment", "check_start_step", "draw_params", "key_ids",
            "make_augment_tf", "augment_sample", "parse_augment", "resume_point", "sample_ids", "uniforms"]

@@ -27,7 +27,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from readers._lazy import LazyClass
-from readers.augment_host import augment_expand, fast_augment_available
+from readers.augment import host_kernel_takes
+from readers.augment_host import augment_expand
 from readers.formats.base import RandomAccessShard
 from readers.formats.encoding import parallel_for
 from readers.formats.expand import expand_numpy
@@ -150,7 +151,7 @@ def augmented_batch(seq: Any, picked: np.ndarray, images: np.ndarray, targets: n
     TensorFlow function (cached on `seq`)."""
     ids = seq._ids[picked] if seq._ids is not None else picked.astype(np.uint64)
     opts = seq.options
-    if fast_augment_available():
+    if host_kernel_takes(seq.spec.channels, seq.spec.image_dtype):
         from readers.augment import draw_params
 
         params = draw_params(opts.augment, seq.spec.height, seq.spec.width, seq._seed, seq.epoch, ids)
@@ -167,7 +168,7 @@ def augment_fn(spec: RecordSpec, options: PipelineOptions) -> Any:
     from readers.augment import make_augment_tf
 
     return make_augment_tf(options.augment, ignore_index=spec.ignore_index, segmentation=spec.segmentation,
-                           normalize=options.normalize)
+                           normalize=options.normalize, channels=spec.channels, image_dtype=spec.image_dtype)
 
 
 def augment_numpy(fn: Any, spec: RecordSpec, options: PipelineOptions, seed: int, epoch: int, ids: np.ndarray,

@@ -9,13 +9,14 @@ import shlex
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import readers
 from converter.cli import main as cli_main
 from converter.convert import BadInputError, convert
 from converter.discover.classfolders import classification_layout, detect_task
 from converter.discover.annotations.base import AnnotationFileError
-from converter.discover.layouts import detect_layout
+from converter.discover.layouts import LayoutError, detect_layout
 from converter.options import AnnotationOptions, OnChange, OutputOptions, RunOptions, SourceSpec, Task
 from tests import _annotations as A
 
@@ -323,3 +324,72 @@ def test_unet_split_folders_with_images_and_masks_are_not_instance_folders(tmp_p
             A.write_image(root / split / "images" / f"{i}.png", 10, 10, A.rng_for(6, i))
             A.write_image(root / split / "masks" / f"{i}.png", 10, 10, A.rng_for(8, i))
     assert detect_layout(str(root)).layout.name == "unet"
+
+
+def test_coco_reexport_that_renumbers_ids_and_reorders_images_changes_nothing(tmp_path):
+    exp = A.make_coco(tmp_path / "src", splits=("train",), per_split=4)
+    out = tmp_path / "out"
+    convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE), RunOptions(workers=1))
+    path = exp.root / "train" / "_annotations.coco.json"
+    doc = json.loads(path.read_text())
+    new_id = {im["id"]: 1000 + k for k, im in enumerate(doc["images"])}
+    for k, a in enumerate(doc["annotations"]):
+        a["id"], a["image_id"] = 5000 + k, new_id[a["image_id"]]
+    for im in doc["images"]:
+        im["id"] = new_id[im["id"]]
+    doc["images"].reverse()
+    path.write_text(json.dumps(doc, indent=2))
+    again = convert(SourceSpec(root=str(exp.root)), str(out), OutputOptions(size=SIZE),
+                    RunOptions(workers=1, on_change=OnChange.REPLACE))
+    assert again.plan.nothing_to_do and again.plan.unchanged == 4
+
+
+def test_dsb_labels_csv_and_instance_folders_agree_and_both_are_offered(tmp_path):
+    exp = A.make_instances(tmp_path / "dsb")
+    rows = ["ImageId,EncodedPixels"]
+    for key, image in exp.images.items():
+        ident = key.split("/")[1]
+        for m in sorted((image.parent.parent / "masks").glob("*.png")):
+            rows.append(f"{ident},{A.kaggle_rle(np.asarray(Image.open(m)) > 0)}")
+    (exp.root / "stage1_train_labels.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(LayoutError, match="--layout instances") as e:
+        detect_layout(str(exp.root))
+    assert "--layout rlecsv" in str(e.value)
+    masks = {}
+    for layout in ("instances", "rlecsv"):
+        convert(SourceSpec(root=str(exp.root), layout=layout), str(tmp_path / layout), OutputOptions(size=SIZE),
+                RunOptions(workers=1))
+        masks[layout] = {r.key.split("/")[-1].split(".")[0]: r.mask for r in readers.open(tmp_path / layout).records("train")}
+    assert masks["instances"].keys() == masks["rlecsv"].keys() and len(masks["rlecsv"]) == 3
+    for key, image in exp.images.items():
+        ident = key.split("/")[1]
+        ref = A.reference(image, exp.expected[key], SIZE)[1]
+        np.testing.assert_array_equal(masks["rlecsv"][ident], ref)
+        np.testing.assert_array_equal(masks["instances"][ident], ref)
+
+
+@pytest.mark.parametrize("rule", ["tool", "first", "ignore"])
+def test_overlap_rules_on_two_overlapping_shapes(tmp_path, rule):
+    root = tmp_path / "lm"
+    h, w = 30, 40
+    A.write_image(root / "a.png", h, w, A.rng_for(11, 0))
+    a = [[2.0, 3.0], [30.0, 4.0], [25.0, 26.0], [4.0, 22.0]]
+    b = [[15.0, 10.0], [38.0, 12.0], [36.0, 29.0], [14.0, 27.0]]
+    c = [[16.0, 12.0], [20.0, 12.0], [20.0, 16.0], [16.0, 16.0]]  # inside b, same class: no clash
+    shapes = [{"label": "x", "points": a, "shape_type": "polygon"}, {"label": "y", "points": b, "shape_type": "polygon"},
+              {"label": "y", "points": c, "shape_type": "polygon"}]
+    (root / "a.json").write_text(json.dumps({"shapes": shapes, "imagePath": "a.png", "imageHeight": h,
+                                             "imageWidth": w}))
+    ma, mb, mc = (A.labelme_shape_to_mask((h, w), p, "polygon") for p in (a, b, c))
+    expected = np.zeros((h, w), np.int64)
+    if rule == "tool":
+        expected[ma], expected[mb | mc] = 1, 2
+    elif rule == "first":
+        expected[mb | mc], expected[ma] = 2, 1
+    else:
+        expected[ma], expected[mb | mc] = 1, 2
+        expected[ma & (mb | mc)] = A.IGNORE
+    assert (ma & mb).any() and (mb & mc).any()
+    spec = SourceSpec(root=str(root), annotations=AnnotationOptions(overlap=rule))
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
+    np.testing.assert_array_equal(next(readers.open(tmp_path / "out").records("train")).mask, expected)

@@ -240,3 +240,119 @@ def test_cli_refusal_is_one_named_line(tmp_path: Path) -> None:
     assert proc.returncode == 65, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "16-bit -> 8-bit" in proc.stderr and "--accept-reduction" in proc.stderr
+
+
+# -- augmentation of N-band and 16-bit images (the TensorFlow functions; the C kernel where it takes them) --
+
+
+def _separable_reference(images: np.ndarray, params: np.ndarray, size: tuple[int, int], fill: float) -> np.ndarray:
+    """NumPy reference of the crop/scale/flip resampling (no rotation): bilinear from the
+    parameter rows' axis maps, taps clamped at the edge, outside -> fill, rounded."""
+    b, h, w, c = images.shape
+    out = np.empty((b, *size, c))
+    for i in range(b):
+        ys = params[i, 5] + params[i, 4] * np.arange(size[0], dtype=np.float64)
+        xs = params[i, 2] + params[i, 0] * np.arange(size[1], dtype=np.float64)
+        y0, x0 = np.floor(ys), np.floor(xs)
+        wy, wx = (ys - y0)[:, None, None], (xs - x0)[None, :, None]
+        ya, yb = np.clip(y0, 0, h - 1).astype(int), np.clip(y0 + 1, 0, h - 1).astype(int)
+        xa, xb = np.clip(x0, 0, w - 1).astype(int), np.clip(x0 + 1, 0, w - 1).astype(int)
+        img = images[i].astype(np.float64)
+        rows = img[ya] + (img[yb] - img[ya]) * wy
+        val = rows[:, xa] + (rows[:, xb] - rows[:, xa]) * wx
+        inside = ((ys > -0.5) & (ys < h - 0.5))[:, None] & ((xs > -0.5) & (xs < w - 0.5))[None, :]
+        out[i] = np.where(inside[..., None], val, fill)
+    return np.clip(np.round(out), 0, 65535)
+
+
+@pytest.mark.parametrize("channels", [1, 4, 13])
+def test_tf_augmentation_of_uint16_bands_matches_numpy(channels: int) -> None:
+    import tensorflow as tf
+
+    from readers.augment import Augment, augment_tf, draw_params
+
+    rng = np.random.default_rng(channels)
+    images = np.stack([np.stack([_texture(rng, 20, 24, 65535, b + 3 * i) for b in range(channels)], -1)
+                       for i in range(3)])
+    aug = Augment(hflip=0.5, vflip=0.5, scale=(0.6, 1.8), crop=(18, 22), fill=3)
+    params = draw_params(aug, 20, 24, seed=5, epoch=1, ids=np.arange(3, dtype=np.uint64))
+    x, _ = augment_tf(aug, tf.constant(images), tf.zeros((3,), tf.int64), tf.constant(params), ignore_index=255,
+                      segmentation=False, normalize=False)
+    assert x.dtype == tf.uint16 and x.shape == (3, 18, 22, channels)
+    expected = _separable_reference(images, params, (18, 22), 3 * 257)
+    np.testing.assert_allclose(x.numpy().astype(np.float64), expected, atol=1)  # float32 vs float64 rounding
+    assert (x.numpy() > 255).mean() > 0.9  # 16-bit values went through, not 8-bit ones
+
+
+def _class_bands(root: Path, bands: int) -> None:
+    """uint16 TIFFs whose every band holds a level per class (class k, band b: 5000 k + 900 b + 7),
+    blocky classes, and the class map as the mask: a pixel's class is readable from any band."""
+    rng = np.random.default_rng(11)
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir(parents=True)
+    for i in range(6):
+        classes = np.kron(rng.integers(0, 4, (6, 7)), np.ones((5, 5), np.int64))[:28, :32]
+        image = np.stack([5000 * classes + 900 * b + 7 for b in range(bands)], -1).astype(np.uint16)
+        tifffile.imwrite(root / "images" / f"t{i}.tif", image, photometric="minisblack", planarconfig="contig",
+                         compression="zlib")
+        Image.fromarray(classes.astype(np.uint8)).save(root / "masks" / f"t{i}.png")
+
+
+@pytest.mark.parametrize("rotating", [False, True], ids=["crop-resize", "affine"])
+def test_n_band_augmentation_keeps_image_and_mask_aligned(tmp_path: Path, rotating: bool) -> None:
+    pytest.importorskip("imagecodecs")
+    from readers.augment import Augment
+
+    _class_bands(tmp_path / "src", 5)
+    spec = SourceSpec(images=str(tmp_path / "src" / "images"), masks=str(tmp_path / "src" / "masks"))
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=(28, 32), image_filter="nearest",
+                                                      labels=LabelOptions(num_classes=4)), RunOptions(workers=1))
+    ds = readers.open(str(tmp_path / "out"))
+    aug = Augment(hflip=0.5, vflip=0.5, scale=(0.5, 2.0), crop=(30, 34), fill=9,
+                  rotate=25.0 if rotating else 0.0, rot90=rotating)
+    checked = 0
+    for x, y in ds.tf_dataset("train", 3, seed=2, augment=aug, normalize=False, one_hot=False):
+        x, y = x.numpy(), y.numpy()
+        assert x.dtype == np.uint16 and x.shape[1:] == (30, 34, 5)
+        band0 = x[..., 0].astype(np.int64)
+        same = np.ones(band0.shape, bool)  # interior pixels whose 3x3 neighbourhood is one value
+        for dy in (-1, 0, 1):
+            for dx in (-1, 0, 1):
+                same &= np.roll(np.roll(band0, dy, 1), dx, 2) == band0
+        same[:, [0, -1]] = same[:, :, [0, -1]] = False
+        for k in range(4):
+            where = same & (band0 == 5000 * k + 7)
+            assert (y[where] == k).all()
+            checked += int(where.sum())
+        assert (y[same & (band0 == 9 * 257)] == 255).all()  # padding: fill x 257 in the image, ignore in the mask
+    assert checked > 1000
+
+
+def test_colour_jitter_on_bands_is_refused_by_name(tmp_path: Path) -> None:
+    from readers.augment import Augment
+
+    _grey_dataset(tmp_path / "src", 4095, n=2)
+    _convert(tmp_path / "src", tmp_path / "out", (16, 16))
+    ds = readers.open(str(tmp_path / "out"))
+    with pytest.raises(ValueError, match=r"colour jitter .* RGB images; these images have 1 channel\(s\) \(uint16\)"):
+        ds.tf_dataset("train", 2, augment=Augment(brightness=0.2))
+    with pytest.raises(ValueError, match=r"fill must be one int for 1-channel images"):
+        ds.tf_dataset("train", 2, augment=Augment(hflip=0.5, fill=(1, 2, 3)))
+
+
+def test_model_fit_augmented_on_16bit_grey_and_4band(tmp_path: Path) -> None:
+    keras = pytest.importorskip("keras")
+    from readers.augment import Augment
+
+    _grey_dataset(tmp_path / "grey", 4095, n=4)
+    _band_tiffs(tmp_path / "bands", 4, tile=(16, 16), compression="zlib", photometric="minisblack",
+                planarconfig="contig")
+    aug = Augment(hflip=0.5, rotate=10.0, scale=(0.8, 1.25), crop=(12, 12))
+    for name, channels in (("grey", 1), ("bands", 4)):
+        _convert(tmp_path / name, tmp_path / f"out_{name}", (16, 16))
+        ds = readers.open(str(tmp_path / f"out_{name}"))
+        model = keras.Sequential([keras.Input((12, 12, channels)), keras.layers.Conv2D(2, 3, padding="same"),
+                                  keras.layers.Softmax()])
+        model.compile("sgd", "categorical_crossentropy")
+        history = model.fit(ds.tf_dataset("train", batch_size=2, augment=aug, seed=0), epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"][0])

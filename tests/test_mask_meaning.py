@@ -470,3 +470,34 @@ def test_images_and_annotations_without_ade20k_names_keep_zero_as_a_class(tmp_pa
     stored = _stored(tmp_path / "out")
     for key, v in values.items():
         np.testing.assert_array_equal(stored[key], _nearest(v.astype(np.int64)), err_msg=key)
+
+
+def test_classes_flag_with_labelme_labels_txt_does_not_count_ignore_as_a_class(tmp_path):
+    ds = L.make_labelme(tmp_path / "labelme")
+    labels_txt = tmp_path / "labels.txt"
+    labels_txt.write_text("__ignore__\n_background_\ncat\ndog\nperson\n")  # labelme's own input file
+    spec = SourceSpec(root=str(ds.root), classes=str(labels_txt))
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    data = readers.open(tmp_path / "out")
+    assert [n for n, _ in data.classes] == ["_background_", "cat", "dog", "person"]
+    stored = _stored(tmp_path / "out")
+    for p in ds.pairs:
+        v = np.asarray(Image.open(p.mask)).astype(np.int64)
+        np.testing.assert_array_equal(stored[p.key], np.vectorize(ds.expected)(_nearest(v)), err_msg=p.key)
+
+
+def test_palette_colours_missing_from_the_table_with_indices_beyond_it_are_unknown_colours(tmp_path):
+    """Indices beyond the table's rows cannot be class ids: the colour reading stands, and its
+    colours the table does not name are reported (and ignored only on request) as unknown colours."""
+    root = tmp_path / "pal"
+    table = [("sky", (10, 20, 30)), ("road", (40, 50, 60))]
+    palette = [(10, 20, 30), (1, 2, 3), (3, 2, 1), (40, 50, 60), (99, 99, 99)]
+    maps = [np.asarray([0, 3, 4])[synth.random_mask(24, 32, 3, np.random.default_rng(i))] for i in range(3)]
+    _camvid_palette(root, table, palette, maps, by_hand=True)
+    r = _scan(root)
+    [check] = r.labels["readings"]
+    assert check["settled_by"].startswith("palette indices up to 4 are beyond the 2 rows")
+    assert [u.color for u in r.unknown_colors] == [(99, 99, 99)]
+    assert r.unknown_colors[0].pixels == sum(int((m == 4).sum()) for m in maps)
+    assert r.verdict["flags"] == ["--unknown-color", "ignore"]
+    assert not any("no rule settles" in p for p in r.verdict["problems"])

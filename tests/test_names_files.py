@@ -22,7 +22,7 @@ def test_labelme_labels_txt_drops_ignore_and_marks_background(tmp_path):
 
 def test_plain_names_file_with_bom_crlf_comments_and_trailing_blank_lines(tmp_path):
     p = tmp_path / "classes.txt"
-    p.write_bytes("\ufeff# my classes\r\nsky\r\nroad\r\n\r\ncar\r\n\r\n".encode())
+    p.write_bytes("\ufeff# my classes\r\n\r\nsky\r\nroad\r\ncar\r\n\r\n".encode())
     nf = read_names(p)
     assert nf.names == ("sky", "road", "car") and nf.background is None and nf.kind == "lines"
 
@@ -79,6 +79,7 @@ def test_two_darknet_names_files_are_not_guessed_between(tmp_path):
 @pytest.mark.parametrize("name, text, words", [
     ("classes.txt", "a\nb\na\n", "listed twice"),
     ("classes.txt", "\n# only a comment\n", "names no class"),
+    ("classes.txt", "sky\nroad\n\ncar\n", "line 3: empty line between class names"),
     ("labels.txt", "0 a\n0 b\n", "id 0 is listed twice"),
     ("data.yaml", "names: 3\n", "expected 'names:'"),
     ("data.yaml", "names: {a: x}\n", "class ids"),

@@ -104,6 +104,15 @@ def is_colour_table(path: str) -> bool:
     return bool(rows) and {"name", "r", "g", "b"} <= {h.lower() for h in rows[0][1]}
 
 
+def is_id_name_csv(path: str) -> bool:
+    """True when `path` is an ``id,name`` CSV (a header with id and name columns)."""
+    try:
+        rows = _rows(path, "class table")
+    except (FileNotFoundError, LabelFileError):
+        return False
+    return bool(rows) and {"id", "name"} <= {h.lower() for h in rows[0][1]}
+
+
 def _int(value: str, path: str, lineno: int, column: str) -> int:
     try:
         v = int(value)

@@ -22,6 +22,7 @@ from converter.discover.labelmaps import (
     cityscapes_map,
     index_classes,
     is_colour_table,
+    is_id_name_csv,
     load_index_names,
     load_label_map,
 )
@@ -140,12 +141,18 @@ def _label_map(labels: LabelOptions, found: Discovery, reduce: bool):
     return pairs, names, None
 
 
+def _names_of(path: str) -> list[str]:
+    """--classes FILE of index masks: an ``id,name`` CSV, else a names file (labelme's ``__ignore__``
+    is not a class; a data.yaml gives its ``names:``)."""
+    return load_index_names(path) if is_id_name_csv(path) else list(read_names(path).names)
+
+
 def _index_names(spec: SourceSpec, labels: LabelOptions, found: Discovery, pairs) -> list[str]:
     table = colour_table(spec, found)
     if table is not None:  # index masks with a class_dict.csv (VOC palettes): row i is class i
         return [c.name for c in load_class_table(table)]
     if spec.classes is not None:
-        return load_index_names(spec.classes)
+        return _names_of(spec.classes)
     if found.defaults.names_file is not None:
         return list(read_names(found.defaults.names_file).names)
     if found.defaults.class_names is not None:

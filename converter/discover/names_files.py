@@ -74,6 +74,10 @@ def read_names(path: str | os.PathLike) -> NamesFile:
     numbered = [(n + 1, line) for n, line in enumerate(lines) if line and not line.startswith("#")]
     if not numbered:
         raise NamesFileError(f"{path} names no class. Expected one class name per line (line i = class id i).")
+    gap = next((n + 1 for n, line in enumerate(lines[:numbered[-1][0]]) if not line and n + 1 > numbered[0][0]), None)
+    if gap is not None:  # a blank line between names would shift every later class id, or be a class
+        raise NamesFileError(f"{path}, line {gap}: empty line between class names (line i = class id i). "
+                             "Remove it, or name the class. Received: an empty line")
     if all(_ID_LINE.match(line) for _, line in numbered):
         return NamesFile(path, _by_id(path, numbered))
     names = [line for _, line in numbered]

@@ -140,9 +140,10 @@ def augment_map(spec: RecordSpec, options: PipelineOptions) -> Callable[..., Any
 
     if options.augment_on == "device":
         return lambda images, targets, params: ((images, params), targets)
-    from readers.augment_host import fast_augment_available, make_host_map
+    from readers.augment import host_kernel_takes
+    from readers.augment_host import make_host_map
 
-    if fast_augment_available():  # the C implementation: one numpy_function per batch, GIL released
+    if host_kernel_takes(spec.channels, spec.image_dtype):  # C: one numpy_function per batch, GIL released
         return make_host_map(spec, options.augment, normalize=options.normalize, one_hot=options.one_hot,
                              y_dtype=y_signature(spec)[1])
     identity = expansion_is_identity(spec, one_hot=options.one_hot, normalize=False)
@@ -151,7 +152,8 @@ def augment_map(spec: RecordSpec, options: PipelineOptions) -> Callable[..., Any
         return expand_tf(x, y, spec, one_hot=options.one_hot, normalize=False)
 
     return make_augment_tf(options.augment, ignore_index=spec.ignore_index, segmentation=spec.segmentation,
-                           normalize=options.normalize, expand=None if identity else expand)
+                           normalize=options.normalize, expand=None if identity else expand,
+                           channels=spec.channels, image_dtype=spec.image_dtype)
 
 
 def expands_in_generator(spec: RecordSpec, options: PipelineOptions) -> bool:

@@ -243,11 +243,11 @@ class Coco(Reader):
         if crowd:
             out.problems["crowd regions (" + ("kept as their class" if options.keep_crowd else "ignored") + ")"] += 1
         out.shapes[names[class_of[a["category_id"]]]] += 1
-        per_image[a["image_id"]].append({"id": a.get("id"), "seg": seg, "v": value})
+        per_image[a["image_id"]].append({"seg": seg, "v": value})  # no id: a re-export that renumbers changes nothing
 
     def shapes(self, doc: dict, height: int, width: int, where: str):
         mask = pycocotools_mask()
-        for s in doc["shapes"]:
+        for n, s in enumerate(doc["shapes"]):
             seg = s["seg"]
             try:
                 if isinstance(seg, list):
@@ -258,7 +258,7 @@ class Coco(Reader):
                     rle = {"size": seg["size"], "counts": seg["counts"].encode("ascii")}
                 yield mask.decode(rle).astype(bool), int(s["v"])
             except (ValueError, TypeError) as e:
-                raise DecodeError(where, "bad_annotation", f"annotation id {s.get('id')}: {e}",
+                raise DecodeError(where, "bad_annotation", f"annotation {n + 1} of this image: {e}",
                                   "fix or remove the annotation") from e
 
 

@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from converter.discover.annotations.base import AnnotationFileError, read_annotation_file
+from converter.discover.annotations.base import AnnotationFileError, head_bytes, read_annotation_file
 from converter.discover.annotations.listing import AnnotationSet, Reader, images_by_stem, make_sample
 from converter.discover.files import file_names, is_dir, join, subfolders
 from converter.discover.layout import BadInput
@@ -42,11 +42,7 @@ def _columns(header: list[str]) -> tuple[int, int, int | None] | None:
 
 def _head(path: str, lines: int = 6) -> list[list[str]]:
     """The first rows of a CSV file (header first)."""
-    try:
-        with open(path, "rb") as f:
-            text = [f.readline(1 << 16).decode("utf-8-sig", "replace") for _ in range(lines)]
-    except OSError:
-        return []
+    text = head_bytes(path, 1 << 16).decode("utf-8-sig", "replace").splitlines()[:lines]
     return [row for row in csv.reader([t for t in text if t.strip()])]
 
 
@@ -71,6 +67,29 @@ def _image_folder(root: str, csv_path: str, ids: list[str]) -> str | None:
         if n > hits:
             best, hits = join(root, d), n
     return best
+
+
+def _image_finder(root: str, csv_path: str, ids: list[str]):
+    """(the image folder, id -> image name below it or None): one folder of images named by the
+    ids, else (DSB 2018's ``stage1_train/<id>/images/<id>.png``) any image below SRC whose
+    base name is the id."""
+    folder = _image_folder(root, csv_path, ids)
+    for base in ([folder] if folder is not None else []) + [root]:
+        images = images_by_stem(base)
+        by_name = {v: v for v in images.values()}
+        by_base = {}
+        if base == root:
+            for stem, rel in images.items():
+                by_base.setdefault(os.path.basename(stem), rel)
+                by_base.setdefault(os.path.basename(rel), rel)
+
+        def find(ident: str, images=images, by_name=by_name, by_base=by_base) -> str | None:
+            return (by_name.get(ident) or images.get(ident) or images.get(os.path.splitext(ident)[0])
+                    or by_base.get(ident) or by_base.get(os.path.splitext(ident)[0]))
+
+        if sum(1 for i in ids[:50] if find(i) is not None) * 2 >= min(len(ids), 50):
+            return base, find
+    return folder or root.rstrip("/"), lambda ident: None
 
 
 def rle_files(root: str) -> list[str]:
@@ -104,13 +123,12 @@ class RleCsv(Reader):
                 (row[cls].strip() if cls is not None else "", row[run].strip(), n))
         names, value = self._classes(per_image, cls is not None, options)
         out.class_names = names
-        folder = _image_folder(root, path, list(per_image))
-        images = images_by_stem(folder) if folder is not None and is_dir(folder) else {}
-        by_name = {v: v for v in images.values()}
+        folder, find = _image_finder(root, path, list(per_image))
+        images = images_by_stem(folder) if folder != root.rstrip("/") and is_dir(folder) else {}
         for ident in sorted(per_image):
-            rel = by_name.get(ident) or images.get(ident) or images.get(os.path.splitext(ident)[0])
+            rel = find(ident)
             if rel is None:
-                out.bad.append(BadInput(join(folder or root, ident), f"listed in {path} but no image found",
+                out.bad.append(BadInput(join(folder, ident), f"listed in {path} but no image found",
                                         "put the images in one folder beside the CSV", f"train/{ident}",
                                         "missing_image"))
                 continue
@@ -118,9 +136,8 @@ class RleCsv(Reader):
             for s in shapes:
                 out.shapes[names[s["v"]]] += 1
             doc = {"ignore": out.ignore, "overlap": options.overlap.value, "shapes": shapes}
-            out.samples.append(make_sample("train", f"train/{rel}", join(folder, rel), self.name, path,  # type: ignore[arg-type]
-                                           ident, doc))
-        out.unpaired_images = len(images) - len(out.samples)
+            out.samples.append(make_sample("train", f"train/{rel}", join(folder, rel), self.name, path, ident, doc))
+        out.unpaired_images = max(0, len(images) - len(out.samples))
         return out
 
     @staticmethod
