@@ -366,3 +366,30 @@ def test_dsb_labels_csv_and_instance_folders_agree_and_both_are_offered(tmp_path
         ref = A.reference(image, exp.expected[key], SIZE)[1]
         np.testing.assert_array_equal(masks["rlecsv"][ident], ref)
         np.testing.assert_array_equal(masks["instances"][ident], ref)
+
+
+@pytest.mark.parametrize("rule", ["tool", "first", "ignore"])
+def test_overlap_rules_on_two_overlapping_shapes(tmp_path, rule):
+    root = tmp_path / "lm"
+    h, w = 30, 40
+    A.write_image(root / "a.png", h, w, A.rng_for(11, 0))
+    a = [[2.0, 3.0], [30.0, 4.0], [25.0, 26.0], [4.0, 22.0]]
+    b = [[15.0, 10.0], [38.0, 12.0], [36.0, 29.0], [14.0, 27.0]]
+    c = [[16.0, 12.0], [20.0, 12.0], [20.0, 16.0], [16.0, 16.0]]  # inside b, same class: no clash
+    shapes = [{"label": "x", "points": a, "shape_type": "polygon"}, {"label": "y", "points": b, "shape_type": "polygon"},
+              {"label": "y", "points": c, "shape_type": "polygon"}]
+    (root / "a.json").write_text(json.dumps({"shapes": shapes, "imagePath": "a.png", "imageHeight": h,
+                                             "imageWidth": w}))
+    ma, mb, mc = (A.labelme_shape_to_mask((h, w), p, "polygon") for p in (a, b, c))
+    expected = np.zeros((h, w), np.int64)
+    if rule == "tool":
+        expected[ma], expected[mb | mc] = 1, 2
+    elif rule == "first":
+        expected[mb | mc], expected[ma] = 2, 1
+    else:
+        expected[ma], expected[mb | mc] = 1, 2
+        expected[ma & (mb | mc)] = A.IGNORE
+    assert (ma & mb).any() and (mb & mc).any()
+    spec = SourceSpec(root=str(root), annotations=AnnotationOptions(overlap=rule))
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
+    np.testing.assert_array_equal(next(readers.open(tmp_path / "out").records("train")).mask, expected)

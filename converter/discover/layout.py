@@ -81,6 +81,7 @@ class LayoutDefaults:
     class_names: tuple[str, ...] | None = None  # built-in names (VOC)
     names_file: str | None = None  # a names file found in the folder (labelme class_names.txt)
     classes_from: str = ""  # where the classes come from, for people (`converter.discover.evidence`)
+    two_level: bool = False  # the masks sampled hold two levels (scan decides binary from all of them)
 
 
 @dataclass(frozen=True)

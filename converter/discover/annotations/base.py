@@ -19,6 +19,8 @@ import numpy as np
 import xxhash
 
 from converter.discover.files import files_for, relative
+from readers.files import open_regular_file
+from readers.storage.url import is_remote
 from converter.options import Overlap
 from converter.transform.decode import DecodeError
 from readers.manifest import SourceFingerprint
@@ -98,6 +100,17 @@ def read_annotation_file(path: str) -> bytes:
     except OSError as e:
         raise AnnotationFileError(path, f"cannot read the annotation file: {e.strerror or e}",
                                   "check its permissions") from e
+
+
+def head_bytes(path: str, size: int) -> bytes:
+    """The first `size` bytes of a file (detection peeks; b"" when unreadable). An object: one GET."""
+    try:
+        if is_remote(path):
+            return files_for(path).read(path)[0][:size]
+        with open_regular_file(path) as f:
+            return f.read(size)
+    except OSError:
+        return b""
 
 
 def load_json(path: str, data: bytes | None = None) -> Any:
@@ -182,6 +195,6 @@ def check_size(doc: dict, height: int, width: int, where: str) -> None:
 
 Rasterizer = Callable[[dict, int, int, str], Iterable[tuple[np.ndarray, int]]]
 
-__all__ = ["MAX_ANNOTATION_FILE_BYTES", "Annotation", "AnnotationFileError", "Canvas", "annotation_state",
+__all__ = ["MAX_ANNOTATION_FILE_BYTES", "Annotation", "AnnotationFileError", "Canvas", "annotation_state", "head_bytes",
            "canonical", "check_size", "coordinates", "ignore_value", "load_json", "outside_ok", "paint_all",
            "read_annotation_file"]

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from converter.discover.annotations.base import AnnotationFileError, coordinates, load_json, outside_ok
+from converter.discover.annotations.base import AnnotationFileError, coordinates, head_bytes, load_json, outside_ok
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_folders
 from converter.discover.files import file_names, is_file, join
 from converter.discover.names_files import NamesFileError, read_names
@@ -29,11 +29,7 @@ IGNORE_LABEL, BACKGROUND_LABEL = "__ignore__", "_background_"
 
 
 def _is_labelme(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError:
-        return False
+    head = head_bytes(path, 1 << 16)
     return b'"shapes"' in head and (b'"imagePath"' in head or b'"imageHeight"' in head)
 
 

@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from converter.discover.annotations.base import AnnotationFileError, read_annotation_file
+from converter.discover.annotations.base import AnnotationFileError, head_bytes, read_annotation_file
 from converter.discover.annotations.listing import AnnotationSet, Reader, images_by_stem, make_sample
 from converter.discover.files import file_names, is_dir, join, subfolders
 from converter.discover.layout import BadInput
@@ -42,11 +42,7 @@ def _columns(header: list[str]) -> tuple[int, int, int | None] | None:
 
 def _head(path: str, lines: int = 6) -> list[list[str]]:
     """The first rows of a CSV file (header first)."""
-    try:
-        with open(path, "rb") as f:
-            text = [f.readline(1 << 16).decode("utf-8-sig", "replace") for _ in range(lines)]
-    except OSError:
-        return []
+    text = head_bytes(path, 1 << 16).decode("utf-8-sig", "replace").splitlines()[:lines]
     return [row for row in csv.reader([t for t in text if t.strip()])]
 
 
