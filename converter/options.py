@@ -348,9 +348,17 @@ class SplitSource:
     split_list: str | None = None
     recursive: bool = True  # False: only the files directly in each folder (no mirrored sub-folders)
     skip_unpaired: bool = False  # images without a mask are skipped, not bad inputs (VOC's JPEGImages)
+    #: Band folders in channel order (the first is `images`): one single-band file per band
+    #: (`converter.discover.bands`); () for one image file per sample.
+    bands: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_split_name(self.split, "split")
+        bands = self.bands
+        if isinstance(bands, (str, os.PathLike)) or not all(isinstance(b, (str, os.PathLike)) and os.fspath(b)
+                                                             for b in bands):
+            raise ValueError(f"bands of split {self.split!r} must be a list of folder paths. Received: {bands!r}")
+        object.__setattr__(self, "bands", tuple(os.fspath(b) for b in bands))
         for name in ("recursive", "skip_unpaired"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} of split {self.split!r} must be true or false. "
