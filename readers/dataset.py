@@ -450,7 +450,7 @@ class Dataset:
         docs/READERS.md, "Grain"."""
         from readers.grain_source import make_source
 
-        return make_source(self, split, num_shards, shard_index)
+        return make_source(self, split, num_shards, shard_index, _grain_source_at)
 
     def grain_batch_map(self, *, augment: "Augment | None" = None, seed: int | None = None, one_hot: bool = True,
                         normalize: bool = True, epoch: int = 0, batches_per_epoch: int | None = None) -> Any:
@@ -462,6 +462,11 @@ class Dataset:
         options = PipelineOptions(1, seed=seed, one_hot=bool(one_hot), normalize=bool(normalize),
                                   augment=check_augment(augment), epoch=epoch)
         return GrainBatchMap(self._spec, options, batches_per_epoch)
+
+
+def _grain_source_at(path: str, split: str, num_shards: int, shard_index: int) -> Any:
+    """`Dataset(path).grain_source(...)`: how a pickled `GrainSource` reopens its dataset."""
+    return Dataset(path).grain_source(split, num_shards=num_shards, shard_index=shard_index)
 
 
 def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,

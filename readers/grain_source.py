@@ -41,7 +41,7 @@ class GrainSource:
     worker processes): a pickled source reopens its local dataset by path."""
 
     def __init__(self, readers: Sequence[RandomAccessShard], counts: Sequence[int], keys: Sequence[str],
-                 spec: RecordSpec, reopen: tuple[Any, ...] | None = None):
+                 spec: RecordSpec, reopen: tuple[Any, tuple[Any, ...]] | None = None):
         self._readers = list(readers)
         self._starts = np.concatenate([[0], np.cumsum(np.asarray(counts, np.int64))]).astype(np.int64)
         self._keys = list(keys)
@@ -73,17 +73,11 @@ class GrainSource:
         if self._reopen is None:
             raise TypeError("This GrainSource reads a bucket dataset and cannot be pickled for worker processes; "
                             "use a local copy (or worker_count=0). Received: a remote dataset")
-        return _reopen, self._reopen
+        return self._reopen
 
 
-def _reopen(path: str, split: str, num_shards: int, shard_index: int) -> GrainSource:
-    from readers.dataset import open as open_dataset
-
-    return open_dataset(path).grain_source(split, num_shards=num_shards, shard_index=shard_index)
-
-
-def make_source(dataset: Any, split: str, num_shards: int, shard_index: int) -> GrainSource:
-    """`Dataset.grain_source`."""
+def make_source(dataset: Any, split: str, num_shards: int, shard_index: int, reopen: Any) -> GrainSource:
+    """`Dataset.grain_source`; `reopen(path, split, num_shards, shard_index)` rebuilds it (unpickling)."""
     from readers.index import ref_keys
 
     shards = dataset.shards(split, num_shards=num_shards, shard_index=shard_index)
@@ -93,8 +87,8 @@ def make_source(dataset: Any, split: str, num_shards: int, shard_index: int) -> 
         keys += listed if len(listed) == shard.records else [f"{shard.entry.file}#{i}" for i in range(shard.records)]
     readers = [dataset._adapter.random_access(s, dataset._spec) for s in shards]
     local = os.path.isdir(dataset.path)
-    reopen = (dataset.path, split, num_shards, shard_index) if local else None
-    return GrainSource(readers, [s.records for s in shards], keys, dataset._spec, reopen)
+    again = (reopen, (dataset.path, split, num_shards, shard_index)) if local else None
+    return GrainSource(readers, [s.records for s in shards], keys, dataset._spec, again)
 
 
 class GrainBatchMap:
