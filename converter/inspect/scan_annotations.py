@@ -149,7 +149,7 @@ def _verdict(spec: SourceSpec, found: Discovery, bad: list[BadInput], ok: list, 
 
 def format_annotation_report(r: AnnotationScanReport, *, limit: int = 20) -> str:
     out = [f"Source: {r.source}", f"Annotations: {r.format} ({r.why})", f"Overlaps: {r.overlap_rule}; "
-           f"{r.overlap_pixels} overlapping pixel(s) in {r.overlap_files} image(s) (--overlap {Overlap.values()})"]
+           f"{r.overlap_pixels} overlapping pixel(s) in {r.overlap_files} image(s) (--overlap {'|'.join(Overlap.values())})"]
     out.append("Samples: " + (", ".join(f"{k} {v}" for k, v in r.splits.items()) or "none")
                + f" (total {sum(r.splits.values())})")
     out.append("Image sizes (WxH): " + ", ".join(f"{k} x{v}" for k, v in list(r.sizes_wxh.items())[:8]))

@@ -39,7 +39,7 @@ class AnnotationFileError(ValueError):
 
     def __init__(self, path: str, reason: str, fix: str = "", where: str = "") -> None:
         at = f" ({where})" if where else ""
-        super().__init__(f"{path}{at}: {reason}" + (f". {fix}" if fix else ""))
+        super().__init__(f"{path}{at}: {reason}" + (f". {fix[:1].upper()}{fix[1:]}." if fix else ""))
         self.path, self.reason, self.fix, self.where = path, reason, fix, where
 
 
