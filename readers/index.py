@@ -47,6 +47,7 @@ from readers.digest import digest_bytes
 from readers.manifest import IndexRef, ManifestError, SampleEntry, ShardEntry, SourceFingerprint
 
 INDEX_SUFFIX = ".idx.npy"
+_NPY_MAGIC = b"\x93NUMPY"
 INDEX_ALGORITHM = "xxh3_128"
 _NAME_HEX = 16
 _INDEX_RE = re.compile(r"^[A-Za-z0-9_.]+-\d{5,}(?:-r[0-9a-f]{8})?\.[a-z]+\.[0-9a-f]{%d}%s$" % (_NAME_HEX, re.escape(INDEX_SUFFIX)))
@@ -121,11 +122,28 @@ def encode_index(shard_file: str, samples: Sequence[SampleEntry]) -> tuple[Index
 
 
 def decode_index(data: bytes, where: str, records: int | None = None) -> np.ndarray:
-    """Parse and check an index file's bytes (structure only; the digest is the caller's)."""
+    """Parse and check an index file's bytes (structure only; the digest is the caller's).
+
+    The header's shape is bounded by the bytes there are before anything is allocated: a
+    header claiming (4e9,) rows in a 2 KB file is damage, not a 682 GiB allocation; a zip
+    (an ``.npz``) or anything else that is not one ``.npy`` document is refused."""
+    fix = "Check the dataset with `imgshard verify OUT`; re-convert with --rebuild."
+    if not bytes(data[:6]) == _NPY_MAGIC:
+        what = "a zip archive" if bytes(data[:4]) == b"PK\x03\x04" else "not a .npy file"
+        raise IndexFileError(f"{where}: not a readable index file (it is {what}, expected one NumPy .npy "
+                             f"array). {fix}")
     try:
+        buf = io.BytesIO(data)
+        version = np.lib.format.read_magic(buf)
+        shape, _, dtype = (np.lib.format.read_array_header_1_0(buf) if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0(buf))
+        needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if needed > len(data) - buf.tell():
+            raise ValueError(f"its header claims shape {shape} of {dtype.itemsize}-byte rows ({needed} bytes), "
+                             f"but the file holds {len(data) - buf.tell()} bytes after the header")
         table = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise IndexFileError(f"{where}: not a readable index file ({type(e).__name__}: {e}).") from e
+    except (ValueError, OSError, EOFError, TypeError, SyntaxError) as e:
+        raise IndexFileError(f"{where}: not a readable index file ({type(e).__name__}: {e}). {fix}") from e
     check_table(table, where, records)
     return table
 
@@ -150,6 +168,22 @@ def check_table(table: np.ndarray, where: str, records: int | None = None) -> No
         raise IndexFileError(f"{where}: holds an empty key or a negative image size.")
     if len(np.unique(table["key"])) != len(table):
         raise IndexFileError(f"{where}: lists a key twice.")
+    for f in _STR_FIELDS:
+        _check_utf8(table[f], f, where)
+
+
+def _check_utf8(column: np.ndarray, field: str, where: str) -> None:
+    """Every value of a bytes field is UTF-8 (what the writer stores); the first that is not is named."""
+    try:
+        np.char.decode(column, "utf-8")
+    except UnicodeDecodeError:
+        for row, value in enumerate(column.tolist()):
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise IndexFileError(f"{where}: row {row}'s {field} is not UTF-8 ({value!r}: {e.reason} at byte "
+                                     f"{e.start}); the file is damaged. Check the dataset with `imgshard verify "
+                                     "OUT`; re-convert with --rebuild.") from None
 
 
 def read_bounded(root: str, path: str, expected: int, shard_file: str) -> bytes:
@@ -160,7 +194,8 @@ def read_bounded(root: str, path: str, expected: int, shard_file: str) -> bytes:
     try:
         check_inside(root, path)
         with open_regular_file(path) as f:
-            return f.read(expected + 1)
+            # never more than the file holds: a damaged "bytes" of 1 TiB allocates nothing
+            return f.read(min(max(expected, 0), os.fstat(f.fileno()).st_size) + 1)
     except FileNotFoundError:
         raise IndexFileError(f"Index file {path} of shard {shard_file} is missing. Check the dataset with "
                              "`imgshard verify OUT`; re-convert with --rebuild.") from None

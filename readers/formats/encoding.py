@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from readers.errors import describe, shard_error
+from readers.errors import FIX_HINT, describe, shard_error
 from readers.formats import IMAGE_CODECS, MASK_CODECS, check_choice, workers
+from readers.formats.pngmask import check_mask_png
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -132,7 +133,9 @@ def decode_mask(data: Any, spec: "RecordSpec") -> np.ndarray:
     """The stored mask (class map, or one-hot planes) from PNG bytes."""
     from PIL import Image
 
-    modes = ("I;16", "I;16B", "I") if wide_class_map(spec) else ("L",)
+    wide = wide_class_map(spec)
+    modes = ("I;16", "I;16B", "I") if wide else ("L",)
+    check_mask_png(data, spec.height, spec.width, 16 if wide else 8)  # before Pillow pads or converts anything
     try:
         with Image.open(io.BytesIO(data), formats=["PNG"]) as pil:
             if pil.size != (spec.width, spec.height):  # before decoding: a hostile header allocates nothing
@@ -299,11 +302,35 @@ def tf_decode_one_mask(data: "tf.Tensor", spec: "RecordSpec") -> "tf.Tensor":
     import tensorflow as tf
 
     wide = wide_class_map(spec)
+    with tf.control_dependencies([tf_check_mask_header(data, 16 if wide else 8)]):
+        data = tf.identity(data)
     cmap = tf.io.decode_png(data, channels=1, dtype=tf.uint16 if wide else tf.uint8)[..., 0]
     cmap = tf.ensure_shape(cmap, (spec.height, spec.width))
     if spec.mask_encoding == "onehot":
         return tf.one_hot(tf.cast(cmap, tf.int32), spec.num_classes, dtype=tf.uint8)
     return cmap
+
+
+def tf_check_mask_header(data: "tf.Tensor", depth: int) -> "tf.Operation":
+    """In a graph: the PNG signature and IHDR of `readers.formats.pngmask.check_mask_png`
+    (greyscale, `depth` bits, not interlaced), so `decode_png(channels=1)` never converts
+    an RGB, palette, grey+alpha, other-depth or JPEG mask. (The reader's own pipelines
+    decode in the generator and name shard and record; this guards `ENGINE` = "tf".)"""
+    import tensorflow as tf
+
+    from readers.formats.pngmask import SIGNATURE
+
+    head = tf.strings.join([tf.strings.substr(data, 0, 29), tf.constant(bytes(29))])
+    ok = tf.reduce_all(tf.stack([
+        tf.equal(tf.strings.substr(head, 0, 8), SIGNATURE),
+        tf.equal(tf.strings.substr(head, 12, 4), b"IHDR"),
+        tf.equal(tf.strings.substr(head, 24, 2), bytes([depth, 0])),
+        tf.equal(tf.strings.substr(head, 28, 1), b"\0"),
+    ]))
+    return tf.debugging.Assert(ok, [
+        f"imgshard: a mask is not the {depth}-bit greyscale PNG class map the writer stores (RGB, palette, "
+        "grey+alpha, another bit depth, interlaced or JPEG bytes). `Dataset.records(split)` names the shard and "
+        f"record. {FIX_HINT}"])
 
 
 def tf_decode_batch(strings: "tf.Tensor", spec: "RecordSpec", what: str) -> "tf.Tensor":

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from readers.errors import FIX_HINT, describe, shard_error
+from readers.errors import FIX_HINT, REOPEN_HINT, describe, shard_error
 from readers.sources import ByteSource, is_ranged, open_source
 from readers.formats import (
     FEATURE_HEIGHT,
@@ -161,10 +161,16 @@ class TFRecordAdapter(FileAdapter):
         Gzip shards (and `ENGINE` = "tf") use `tf_reader_dataset`, TensorFlow's reader,
         except for planned pipelines (a seed, augmentation, resume:
         `PipelineOptions.planned`), which read gzip shards whole (`load_whole`) into the
-        generator pipeline so that the stream is a pure function of (seed, epoch, step).
+        generator pipeline so that the stream is a pure function of (seed, epoch, step),
+        and encoded (PNG/JPEG/WebP) records, which decode there with the strict rules of
+        `records()` (`readers.formats.pngmask`) and errors naming shard and record.
         """
         remote = any(s.source is not None for s in shards)  # bucket shards: whole-object reads, no tensorflow-io
-        if options.requires_plan or remote or (ENGINE == "mapped" and (spec.compression == "none" or options.planned)):
+        # Encoded records decode in the generator (the strict Pillow rules of every other path,
+        # errors naming shard and record), never in TensorFlow's lenient graph decoders.
+        encoded = spec.image_codec != "raw" or spec.mask_codec != "raw"
+        if options.requires_plan or remote or (ENGINE == "mapped" and (
+                spec.compression == "none" or options.planned or encoded)):
             from readers.formats.batching import expands_in_generator, generator_dataset
 
             load = (functools.partial(load_located, read_into_batches=not expands_in_generator(spec, options))
@@ -505,7 +511,8 @@ def _checked_reader(compression: str):
         exists = tf.logical_or(tf.logical_not(plain), tf.size(tf.io.matching_files(
             tf.where(plain, path, tf.constant("")))) > 0)
         found = tf.debugging.Assert(exists, [
-            "imgshard: shard", path, f"has disappeared since the dataset was opened. {FIX_HINT}"])
+            "imgshard: shard", path, "has disappeared since the dataset was opened. If the dataset's current "
+            f"manifest no longer lists it: {REOPEN_HINT} If it still does, the dataset is damaged: {FIX_HINT}"])
         with tf.control_dependencies([found]):
             path = tf.identity(path)
         records = tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES)
