@@ -25,6 +25,7 @@ from converter.run.execute import local_start, run_tasks
 from converter.plan import fptable
 from converter.run.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
+from converter.plan.names import refuse_taken_names
 from converter.plan.scope import check_prune, check_spec, run_scope, sources_record
 from converter.plan.shards import Plan, PlanError, make_plan, refuse_damaged
 from converter.fsutil import remove_files
@@ -273,6 +274,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
     plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index, root=out_dir,
                      run_id=bucket.run_id if bucket is not None else None,
                      scope_splits=None if scope is None else {e["split"] for e in scope})
+    refuse_taken_names(out_dir, old, [t.file for t in plan.tasks])  # never over a published shard
     if scope is not None:
         plan.sources = sources_record(base_manifest, scope, spec.spec_text, run.rebuild)
     if run.rebuild and old is not None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from readers.augment import check_augment, check_start_step, sample_ids
+from readers.resume import check_resume
 from readers.errors import FIX_HINT, ShardError, describe, shard_error
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
 from readers.formats import FileFormat, check_compression
@@ -308,6 +309,7 @@ class Dataset:
         epoch: int = 0,
         start_step: int = 0,
         augment_on: str = "host",
+        resume: Any = None,
     ) -> "tf.data.Dataset":
         """A `tf.data.Dataset` of (x, y) batches for `model.fit`.
 
@@ -337,6 +339,7 @@ class Dataset:
             epoch, start_step: the first pass is epoch `epoch` from batch `start_step`, later
                 ones the next epochs; the stream is a pure function of (seed, epoch, step).
             augment_on: "host", or "device" for `readers.device.augment_batch` (compact mode).
+            resume: a `readers.ResumableInput`, also in `fit`'s callbacks (docs/READERS.md).
 
         The cardinality is known (batches per epoch, accounting for drop_remainder), so
         Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
@@ -347,14 +350,10 @@ class Dataset:
         checked per file so that an `InvalidArgumentError` names a file that gives fewer
         records than its manifest count (`readers.formats.tfrecord.reader._checked_reader`).
 
-        Speed: uncompressed TFRecord shards are memory-mapped and their image/mask bytes
-        gathered straight into aligned batches (one copy; see
-        `readers.formats.tfrecord.reader.load_mapped` and `readers.formats.batching`); NPZ
-        shards are inflated by loader threads; float32 / 255 and one-hot rows are written
-        straight from the records into the batch, one pass per output, in C
-        (`readers.formats.expand.RecordExpander`; no `tf.data` map); encoded images/masks
-        are decoded per batch, in parallel (`readers.formats.encoding`). The first call tunes glibc malloc for megabyte blocks
-        (`readers.formats._allocator.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
+        Speed: stored TFRecord shards are memory-mapped, their records gathered straight
+        into aligned batches (`readers.formats.batching`); NPZ shards inflated by loader
+        threads; float32 / one-hot written in C from the records (`RecordExpander`); encoded
+        images decoded in parallel; glibc malloc tuned once (``IMGSHARD_TUNE_MALLOC=0``: not).
         """
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), drop_remainder=bool(drop_remainder),
@@ -367,9 +366,11 @@ class Dataset:
             shards, options, total = self._pipeline_share(split, shards, options, input_context)
         batches = total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
         check_start_step(options.start_step, batches)
+        options = _resumed_options(resume, options, batches)
         ids = sample_ids(shards) if options.augment is not None else None
         ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
-        return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None)
+        return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None,
+                                resumed=resume is not None)
 
     def _pipeline_share(self, split: str, shards: list[ShardRef], options: PipelineOptions,
                         input_context: "tf.distribute.InputContext") -> tuple[list[ShardRef], PipelineOptions, int]:
@@ -410,6 +411,7 @@ class Dataset:
         shard_index: int = 0,
         augment: "Augment | None" = None,
         epoch: int = 0,
+        resume: Any = None,
     ) -> Any:
         """A `keras.utils.PyDataset` of (x, y) NumPy batches with random access.
 
@@ -421,6 +423,8 @@ class Dataset:
         `readers.pydataset`). `augment` and `epoch` as in `tf_dataset` (the same
         TensorFlow batch function, so batch i of epoch e holds the same pixels when the
         two see the same samples); the order is a pure function of (seed, epoch).
+        `resume`: a `readers.ResumableInput`, as in `tf_dataset` (the first epoch after a
+        restart is the rest of the interrupted one).
         """
         from readers.pydataset import make_pydataset
 
@@ -428,14 +432,18 @@ class Dataset:
                                   normalize=bool(normalize), augment=check_augment(augment), epoch=epoch)
         tune_allocator()
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
+        options = _resumed_options(resume, options, math.ceil(sum(s.records for s in shards) / options.batch_size))
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
         ids = sample_ids(shards) if options.augment is not None else None
-        return make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
-                              use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size, ids=ids)
+        seq = make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
+                             use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size, ids=ids)
+        if resume is not None:
+            resume.attach(seq)
+        return seq
 
 
 def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
-                     distributed: bool) -> "tf.data.Dataset":
+                     distributed: bool, resumed: bool = False) -> "tf.data.Dataset":
     """Cardinality (unless resumed: the first pass is shorter), repeat, prefetch, options."""
     import tensorflow as tf
 
@@ -449,7 +457,29 @@ def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: i
     tf_options.deterministic = (not options.shuffle) or options.seed is not None
     if distributed:
         tf_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return ds.with_options(tf_options)
+    ds = ds.with_options(tf_options)
+    if resumed and options.start_step > 0 and not repeat:
+        _report_cardinality(ds, batches)
+    return ds
+
+
+def _resumed_options(resume: Any, options: PipelineOptions, batches: int) -> PipelineOptions:
+    """`options` with the seed, epoch and start step that `resume` gives (`readers.resume`)."""
+    if resume is None:
+        return options
+    seed, epoch, step = check_resume(resume).claim(options.seed, options.epoch, options.start_step, batches,
+                                     options.effective_seed())
+    return PipelineOptions(**{**_fields(options), "seed": seed, "epoch": epoch, "start_step": step})
+
+
+def _report_cardinality(ds: "tf.data.Dataset", batches: int) -> None:
+    """Make Keras see a whole epoch's batches (`cardinality`) although the first pass is
+    the rest of a resumed epoch: Keras then ends that epoch when the pass ends and runs
+    the later ones whole (with an unknown cardinality it would cut every later epoch to
+    the first pass's length)."""
+    import tensorflow as tf
+
+    ds.cardinality = lambda: tf.constant(batches, tf.int64)  # type: ignore[method-assign]
 
 
 def _fields(options: PipelineOptions) -> dict[str, Any]:

@@ -71,6 +71,7 @@ def _build_class() -> type:
             self._augment = None
             self.epoch = int(options.epoch)
             self._order = self._epoch_order()
+            self._skip = 0  # batches of this epoch done before a restart (`start_resumed_epoch`)
 
         def _epoch_order(self) -> np.ndarray:
             return epoch_order(self._seed, self.epoch, len(self._shard_of), self.options.shuffle)
@@ -80,7 +81,9 @@ def _build_class() -> type:
             return int(len(self._order))
 
         def __len__(self) -> int:
-            return math.ceil(self.num_samples / self.options.batch_size)
+            return math.ceil(self.num_samples / self.options.batch_size) - self._skip
+
+        start_resumed_epoch = _start_resumed_epoch
 
         def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
             if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
@@ -91,6 +94,7 @@ def _build_class() -> type:
             if not 0 <= index < n:
                 raise IndexError(f"batch index must be in [0, {n}). Received: {index}")
             bs = self.options.batch_size
+            index += self._skip
             picked = self._order[index * bs:(index + 1) * bs]
             images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
             if self.options.augment is not None:
@@ -105,6 +109,7 @@ def _build_class() -> type:
 
         def on_epoch_end(self) -> None:
             self.epoch += 1
+            self._skip = 0
             self._order = self._epoch_order()
 
         def keys_order(self) -> np.ndarray:
@@ -112,6 +117,15 @@ def _build_class() -> type:
             return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
 
     return ShardPyDataset
+
+
+def _start_resumed_epoch(seq: Any) -> None:
+    """Back to epoch `options.epoch` (Keras' `fit` ends an epoch of its input before the
+    first one begins), where batch i is batch `options.start_step + i` until the epoch
+    ends (`readers.ResumableInput` calls this when training begins)."""
+    seq.epoch = int(seq.options.epoch)
+    seq._order = seq._epoch_order()
+    seq._skip = int(seq.options.start_step)
 
 
 def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records: np.ndarray,

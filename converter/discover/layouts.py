@@ -569,7 +569,7 @@ def _with_names_file(defaults: LayoutDefaults, root: str) -> LayoutDefaults:
     if path is None:
         return defaults
     found = names_defaults(path, None)
-    if defaults.semantics is MaskSemantics.BINARY:  # binary masks take the names of a two-name file
+    if defaults.two_level:  # binary masks take the names of a two-name file
         return dataclasses.replace(defaults, names_file=path)
     return dataclasses.replace(defaults, names_file=path, classes_from=found.classes_from)
 
