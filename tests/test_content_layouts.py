@@ -366,3 +366,40 @@ def test_scan_of_a_spec_prints_a_spec_command(tmp_path, capsys):
     assert report.verdict["command"].startswith(f"imgshard convert --spec {path} OUT ")
     assert run_command(report.verdict["command"], tmp_path / "out") == 0
     assert_records(tree, tmp_path / "out")
+
+
+# -- colour masks without a class table ------------------------------------------------------------------
+
+
+def test_colour_masks_without_a_table_take_the_colours_present(tmp_path, capsys):
+    """Classes = the colours present in ascending RGB order, named #rrggbb; written on request, then used."""
+    root = tmp_path / "colour"
+    palette = np.array([[220, 20, 60], [0, 0, 142], [128, 64, 128], [0, 0, 0], [250, 170, 30]], np.uint8)
+    masks = {}
+    for i, stem in enumerate(random_stems(5, 11)):
+        rng = np.random.default_rng(i)
+        hw = _image(root / "images" / f"{stem}.png", rng)
+        picks = palette[: 3 + i % 3]  # not every file holds every colour
+        values = picks[synth.random_mask(hw[0], hw[1], len(picks), rng)]
+        _mkdir(root / "masks")
+        Image.fromarray(values).save(root / "masks" / f"{stem}.png")
+        masks[f"train/{stem}.png"] = (root / "images" / f"{stem}.png", values)
+    present = np.unique(np.concatenate([v.reshape(-1, 3) for _, v in masks.values()]), axis=0)  # rows, sorted
+    report = scan_json(capsys, str(root))
+    assert report["verdict"]["command"] is None and report["exit"] == 65
+    assert [c["name"] for c in report["classes"]] == ["#{:02x}{:02x}{:02x}".format(*c) for c in present]
+    table = tmp_path / "classes.csv"
+    report = scan_json(capsys, str(root), "--write-classes", str(table), "--write-spec", str(tmp_path / "s.json"))
+    assert table.read_text().splitlines()[1:] == [f"#{r:02x}{g:02x}{b:02x},{r},{g},{b}" for r, g, b in present]
+    for command, out in ((report["verdict"]["command"], tmp_path / "o1"), (report["verdict"]["spec_command"],
+                                                                           tmp_path / "o2")):
+        assert run_command(command, out) == 0
+        data = readers.open(out)
+        records = {r.key: r for r in data.records("train")}
+        assert set(records) == set(masks)
+        for key, (image, values) in masks.items():
+            h, w = SIZE
+            ids = np.argmax((values[:, :, None, :] == present[None, None]).all(-1), axis=-1).astype(np.uint8)
+            ref = np.asarray(Image.fromarray(ids).resize((w, h), Image.Resampling.NEAREST))
+            np.testing.assert_array_equal(records[key].mask, ref)
+            np.testing.assert_array_equal(records[key].image, reference(image, image)[0])

@@ -356,3 +356,79 @@ def test_model_fit_augmented_on_16bit_grey_and_4band(tmp_path: Path) -> None:
         model.compile("sgd", "categorical_crossentropy")
         history = model.fit(ds.tf_dataset("train", batch_size=2, augment=aug, seed=0), epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"][0])
+
+
+# -- band folders ------------------------------------------------------------------------------------
+
+BANDS = ("red", "green", "blue", "nir")
+
+
+def _band_folders(root: Path, n: int = 5, seed: int = 4) -> dict[str, np.ndarray]:
+    """38-Cloud style: train_<band>/<band>_patch_<i>.TIF (uint16, full range) and train_gt/gt_patch_<i>.TIF;
+    names written in a shuffled order; returns base -> (H, W, 4) stack."""
+    rng = np.random.default_rng(seed)
+    for band in BANDS + ("gt",):
+        (root / f"train_{band}").mkdir(parents=True)
+    stacks = {}
+    for i in rng.permutation(n):
+        base = f"patch_{i * 3 + 1}"
+        stack = np.stack([_texture(rng, 26, 30, 65535, i + b) for b in range(len(BANDS))], -1)
+        for b, band in reversed(list(enumerate(BANDS))):
+            tifffile.imwrite(root / f"train_{band}" / f"{band}_{base}.TIF", stack[..., b])
+        tifffile.imwrite(root / "train_gt" / f"gt_{base}.TIF", (stack[..., 3] > 32768).astype(np.uint8))
+        stacks[base] = stack
+    return stacks
+
+
+def test_band_folders_with_prefix_tokens_convert_bit_exact(tmp_path: Path) -> None:
+    stacks = _band_folders(tmp_path / "src")
+    # a decoy: a red band with no nir file is a bad input naming the missing band file
+    tifffile.imwrite(tmp_path / "src" / "train_red" / "red_patch_99.TIF", np.ones((26, 30), np.uint16))
+    tifffile.imwrite(tmp_path / "src" / "train_gt" / "gt_patch_99.TIF", np.ones((26, 30), np.uint8))
+    args = [sys.executable, "-m", "converter.cli", "convert", str(tmp_path / "src"), str(tmp_path / "out"),
+            "--bands", ",".join(f"train_{b}" for b in BANDS), "--masks", "train_gt", "--num-classes", "2",
+            "--size", "20x24", "-q"]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 65 and "Traceback" not in proc.stderr
+    assert "band file missing" in proc.stderr and "patch_99" in proc.stderr and "train_green" in proc.stderr
+    proc = subprocess.run(args + ["--max-bad", "1"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "out" / "imgshard.json").read_text())
+    assert manifest["image"]["bands"] == [f"train_{b}" for b in BANDS]
+    assert (manifest["image"]["dtype"], manifest["image"]["channels"]) == ("uint16", 4)
+    got = _by_key(tmp_path / "out")
+    assert sorted(got) == sorted(f"red_{b}" for b in stacks)
+    for base, stack in stacks.items():
+        reread = np.stack([tifffile.imread(tmp_path / "src" / f"train_{b}" / f"{b}_{base}.TIF") for b in BANDS], -1)
+        np.testing.assert_array_equal(reread, stack)
+        np.testing.assert_array_equal(got[f"red_{base}"], _expected(reread, (20, 24)))
+
+
+def test_band_folders_from_a_spec_file(tmp_path: Path) -> None:
+    from converter.discover.spec_file import load_spec
+
+    stacks = _band_folders(tmp_path / "src", n=3)
+    spec_path = tmp_path / "src" / "spec.json"
+    spec_path.write_text(json.dumps({"imgshard_source_spec": 1, "root": ".", "splits": {"train": [
+        {"bands": [f"train_{b}" for b in BANDS], "masks": "train_gt"}]}}))
+    spec = load_spec(str(spec_path)).source
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=(26, 30), labels=LabelOptions(num_classes=2)),
+            RunOptions(workers=2))
+    got = _by_key(tmp_path / "out")
+    for base, stack in stacks.items():
+        np.testing.assert_array_equal(got[f"red_{base}"], stack)  # same size: every band exactly as stored
+
+
+def test_band_files_of_other_sizes_are_refused_by_name(tmp_path: Path) -> None:
+    _band_folders(tmp_path / "src", n=2)
+    bad = tmp_path / "src" / "train_nir" / "nir_patch_1.TIF"
+    tifffile.imwrite(bad, np.ones((20, 30), np.uint16))
+    spec = SourceSpec(root=str(tmp_path / "src"), sources=(
+        __import__("converter.options", fromlist=["SplitSource"]).SplitSource(
+            "train", str(tmp_path / "src" / "train_red"), str(tmp_path / "src" / "train_gt"),
+            bands=tuple(str(tmp_path / "src" / f"train_{b}") for b in BANDS)),))
+    with pytest.raises(BadInputError) as err:
+        convert(spec, str(tmp_path / "out"), OutputOptions(size=(8, 8), labels=LabelOptions(num_classes=2)),
+                RunOptions(workers=1))
+    assert any(b.path == str(bad) and "band file is 30x20" in b.reason for b in err.value.bad)

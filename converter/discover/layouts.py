@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS, follow_spec
+from converter.discover.bands import attach_bands, band_tokens
 from converter.discover.content import ContentTie, find_by_content
 from converter.discover.evidence import folder_pair_defaults, names_defaults, voc_defaults
 from converter.discover.files import absolute, file_names, is_dir, is_file, relative, source_scope, subfolders
@@ -374,9 +375,14 @@ def sources_listing(sources: tuple[SplitSource, ...], base: str) -> Listing:
         if isuf is None and msuf is None and not (s.image_prefix or s.mask_prefix):
             isuf, msuf, _, listed = _suffixes(SourceSpec(root=base), images, masks, listed)
         only = set(read_split_list(s.split_list)) if s.split_list else None
+        prefixes = (s.image_prefix, s.mask_prefix)
+        if s.bands and isuf is None and msuf is None and not any(prefixes):
+            isuf, msuf, *prefixes = band_tokens(images, masks)
         p = pair_by_name(images, masks, s.split, key_prefix, image_suffix=isuf, mask_suffix=msuf, listed=listed,
-                         image_prefix=s.image_prefix, mask_prefix=s.mask_prefix, only=only, list_file=s.split_list,
+                         image_prefix=prefixes[0], mask_prefix=prefixes[1], only=only, list_file=s.split_list,
                          masks_drive=s.skip_unpaired)
+        if s.bands:
+            attach_bands(p, s.bands)
         out.add(p)
         out.sources.append(s)
     return out

@@ -40,9 +40,11 @@ VERSION_KEY = "imgshard_source_spec"
 PAIR_KEYS: dict[str, str] = {
     "images": "images", "masks": "masks", "image_prefix": "image_prefix", "image_suffix": "image_suffix",
     "mask_prefix": "mask_prefix", "mask_suffix": "mask_suffix", "split_list": "split_list",
-    "recursive": "recursive", "skip_unpaired": "skip_unpaired",
+    "recursive": "recursive", "skip_unpaired": "skip_unpaired", "bands": "bands",
     "annotations": "annotations", "format": "annotation_format",  # annotation files (issue 27)
 }
+#: Folder-pair keys whose values are lists of paths (band folders, in channel order; `images` defaults to the first).
+LIST_PATH_KEYS = frozenset({"bands"})
 #: Folder-pair keys whose values are true/false (all others are strings), and their defaults.
 BOOL_KEYS = {"recursive": True, "skip_unpaired": False}
 #: Folder-pair keys whose values are paths (joined to the root).
@@ -125,6 +127,8 @@ def check_document(doc: Mapping, path: str) -> None:
 
 
 def _pair(split: str, item: Any, root: str, path: str) -> SplitSource:
+    if isinstance(item, dict) and "images" not in item and isinstance(item.get("bands"), list) and item["bands"]:
+        item = {**item, "images": item["bands"][0]}  # band folders: the first band is the image folder
     if not isinstance(item, dict) or "images" not in item:
         raise _fail(path, f"each folder pair of split {split!r} must be an object with 'images'",
                     'Example: {"images": "img", "masks": "ann"}.', item)
@@ -137,6 +141,11 @@ def _pair(split: str, item: Any, root: str, path: str) -> SplitSource:
         if key in BOOL_KEYS:
             if not isinstance(value, bool):
                 raise _fail(path, f"split {split!r}: '{key}' must be true or false", "", value)
+        elif key in LIST_PATH_KEYS:
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise _fail(path, f"split {split!r}: '{key}' must be a list of folder paths", "", value)
+            fields[PAIR_KEYS[key]] = tuple(_join(root, v) for v in value)
+            continue
         elif value is not None and not isinstance(value, str):
             raise _fail(path, f"split {split!r}: '{key}' must be a string", "", value)
         fields[PAIR_KEYS[key]] = _join(root, value) if key in PATH_KEYS and value is not None else value

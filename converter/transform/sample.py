@@ -107,7 +107,8 @@ class SampleTransformer:
         img_src = read_source(sample.image, relative_key_path(sample.image, self.base), sample.image_stat)
         mask_src = (read_source(sample.mask, relative_key_path(sample.mask, self.base), sample.mask_stat)
                     if sample.mask else None)
-        image = self.images.decode(img_src)
+        bands = [read_source(p, relative_key_path(p, self.base)) for p in sample.bands or ()]
+        image = self.images.decode(img_src, bands)
         geom = plan_geometry(image.shape[:2], opts.size, opts.fit)
         out_image = self.images.resize(image, geom, opts.image_filter)
         mask_fp = (mask_src.fingerprint if mask_src else None) if sample.annotation is None else \
