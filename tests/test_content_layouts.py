@@ -251,6 +251,14 @@ def test_equal_choices_stop_with_the_flags(tmp_path):
         discover(SourceSpec(root=str(root)))
     assert f"--masks {root / 'gt_a'}" in str(e.value) and f"--masks {root / 'gt_b'}" in str(e.value)
     assert cli_main(["convert", str(root), str(tmp_path / "out"), "--size", "8x8", "-q"]) == 65
+    line = next(x for x in str(e.value).splitlines() if "gt_b" in x)  # the flags that pick one, as printed
+    flags = shlex.split(line.split("(")[0])
+    assert _convert(*flags, str(tmp_path / "picked")) == 0
+    data = readers.open(tmp_path / "picked")
+    assert sorted(r.key for r in data.records("train")) == sorted(f"train/{s}.png" for s in random_stems(3, 8))
+    for r in data.records("train"):
+        ref = reference(root / "images" / r.key[len("train/"):], root / "gt_b" / r.key[len("train/"):])
+        np.testing.assert_array_equal(r.mask.astype(np.int64), ref[1])
 
 
 def test_no_command_when_nothing_converts(tmp_path, capsys):
