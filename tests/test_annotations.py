@@ -393,3 +393,29 @@ def test_overlap_rules_on_two_overlapping_shapes(tmp_path, rule):
     spec = SourceSpec(root=str(root), annotations=AnnotationOptions(overlap=rule))
     convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
     np.testing.assert_array_equal(next(readers.open(tmp_path / "out").records("train")).mask, expected)
+
+
+@pytest.mark.parametrize("make", [A.make_coco, A.make_yolo, A.make_labelme], ids=["coco", "yolo", "labelme"])
+def test_write_spec_pins_format_and_annotation_files_and_its_command_converts(tmp_path, capsys, make):
+    exp = make(tmp_path / "src")
+    spec_path = tmp_path / "source.json"
+    capsys.readouterr()
+    assert cli_main(["scan", str(exp.root), "--workers", "1", "--write-spec", str(spec_path), "-q"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    doc = json.loads(spec_path.read_text())
+    pairs = [p for items in doc["splits"].values() for p in items]
+    assert pairs and all(p["format"] == make.__name__[5:] and "annotations" in p for p in pairs)
+    args = shlex.split(line[line.index("imgshard convert"):])[1:]
+    args[args.index("OUT")] = str(tmp_path / "out")
+    args[args.index("--size") + 1] = f"{SIZE[0]}x{SIZE[1]}"
+    assert cli_main(args + ["--workers", "1", "-q"]) == 0
+    data = readers.open(tmp_path / "out")
+    assert data.splits == exp.splits()
+    records = {r.key: r for split in data.splits for r in data.records(split)}
+    for key, image in exp.images.items():
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64),
+                                      A.reference(image, exp.expected[key], SIZE)[1], err_msg=key)
+    if make is A.make_coco:  # a new split's annotation file appears: the spec does not look at it
+        A.make_coco(tmp_path / "src", splits=("test",), per_split=2)
+        assert cli_main(args + ["--workers", "1", "-q"]) == 0
+        assert readers.open(tmp_path / "out").splits == exp.splits()

@@ -501,3 +501,24 @@ def test_palette_colours_missing_from_the_table_with_indices_beyond_it_are_unkno
     assert r.unknown_colors[0].pixels == sum(int((m == 4).sum()) for m in maps)
     assert r.verdict["flags"] == ["--unknown-color", "ignore"]
     assert not any("no rule settles" in p for p in r.verdict["problems"])
+
+
+def test_a_rare_class_missing_from_the_sampled_masks_is_not_read_as_background(tmp_path):
+    """Layouts look at 8 masks spread over the folder; the one mask holding class 2 (index 1 of 20)
+    is not among them. Scan sees every mask: three classes, not binary."""
+    root = tmp_path / "rare"
+    ids = [f"img_{i:03d}" for i in range(20)]
+    for i, name in enumerate(ids):
+        rng = np.random.default_rng([11, i])
+        (root / "JPEGImages").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(16, 20, rng)).convert("RGB").save(root / "JPEGImages" / f"{name}.jpg")
+        values = synth.random_mask(16, 20, 3 if i == 1 else 2, rng)
+        L._save_p(root / "SegmentationClass" / f"{name}.png", values, voc_palette_bytes(256))
+    assert 2 in np.asarray(Image.open(root / "SegmentationClass" / "img_001.png"))
+    r = _scan(root)
+    assert r.labels["semantics"] == "index" and "--num-classes" in r.verdict["flags"]
+    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    stored = _stored(tmp_path / "out")
+    v = np.asarray(Image.open(root / "SegmentationClass" / "img_001.png")).astype(np.int64)
+    np.testing.assert_array_equal(stored["train/img_001.jpg"], _nearest(v))
+    assert (stored["train/img_001.jpg"] == 2).any()

@@ -31,6 +31,7 @@ import numpy as np
 
 from converter.discover.files import WithStorage, source_scope
 from converter.discover.labels import auto_semantics, resolve_labels
+from converter.inspect.scan_colours import census_classes, census_verdict, needs_census
 from converter.discover.layout import BadInput, SourceSample
 from converter.discover.layouts import discover
 from converter.inspect.scan_labels import (
@@ -273,7 +274,12 @@ def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None
     labels = options.labels or LabelOptions()
     semantics = labels.semantics or auto_semantics(spec, found)
     classes: tuple[ClassInfo, ...] = ()
-    if semantics is MaskSemantics.COLOUR:
+    census = semantics is MaskSemantics.COLOUR and needs_census(spec, found)
+    if census:  # colour masks without a class table: the colours present are the classes
+        classes = census_classes(run_scan_workers(found.samples, (), spec.base, options.max_pixels,
+                                                  options.effective_workers, None, storage_options=spec.storage_options),
+                                 spec.base)
+    elif semantics is MaskSemantics.COLOUR:
         classes = resolve_labels(spec, labels, found)[1]
     if on_start is not None:
         on_start(len(found.samples))
@@ -292,7 +298,13 @@ def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None
         section = labels_section(info, found, summaries)
         resolved, pixels = info["labels"], info["pixels"]
     section.update(readings_section(spec, found, resolved, classes, labels, section["flags"], pixels, summaries))
+    section["classes_from_colours"] = census
+    if census:
+        section["classes_from"] = (f"the {len(classes)} colours present (no class table; ascending RGB, named "
+                                   "#rrggbb: scan --write-classes FILE writes it)")
     report = build_report(spec, options, classes, found.splits, bad, summaries, labels=section, found=found)
+    if census:
+        report.verdict = census_verdict(report.verdict, classes)
     return report
 
 

@@ -210,7 +210,7 @@ def format_verdict(r: Any) -> list[str]:
     out = [f"Verdict: {headline}"]
     out += [f"  problem: {p}" for p in v["problems"]]
     out += [f"  warning: {w}" for w in v["warnings"]]
-    if v["status"] != "no_data":
+    if v.get("command"):
         out.append(f"  run: {v['command']}")
     out += [f"  hint: {h}" for h in v["hints"]]
     return out
