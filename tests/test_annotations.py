@@ -419,3 +419,28 @@ def test_write_spec_pins_format_and_annotation_files_and_its_command_converts(tm
         A.make_coco(tmp_path / "src", splits=("test",), per_split=2)
         assert cli_main(args + ["--workers", "1", "-q"]) == 0
         assert readers.open(tmp_path / "out").splits == exp.splits()
+
+
+def test_exif_rotated_photo_is_oriented_as_the_annotation_tool_showed_it(tmp_path):
+    """labelme (like CVAT, Ultralytics and Roboflow) annotates the photo as shown: EXIF orientation applied."""
+    from PIL import ImageOps
+
+    root = tmp_path / "lm"
+    root.mkdir()
+    stored = Image.fromarray(A.synth.textured_image(24, 40, A.rng_for(12, 0)))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 clockwise to show: the shown photo is 24 wide, 40 high
+    stored.save(root / "phone.jpg", exif=exif, quality=95)
+    shown = ImageOps.exif_transpose(Image.open(root / "phone.jpg"))
+    w, h = shown.size
+    assert (w, h) == (24, 40)
+    pts = [[2.0, 3.0], [20.0, 5.0], [18.0, 36.0], [3.0, 30.0]]
+    (root / "phone.json").write_text(json.dumps({"shapes": [{"label": "x", "points": pts, "shape_type": "polygon"}],
+                                                 "imagePath": "phone.jpg", "imageHeight": h, "imageWidth": w}))
+    convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=(20, 12)), RunOptions(workers=1))
+    record = next(readers.open(tmp_path / "out").records("train"))
+    expected = A.labelme_shape_to_mask((h, w), pts, "polygon").astype(np.int64)
+    ref_mask = np.asarray(Image.fromarray(expected.astype(np.int32), "I").resize((12, 20), Image.Resampling.NEAREST))
+    np.testing.assert_array_equal(record.mask, ref_mask)
+    ref_image = np.asarray(shown.convert("RGB").resize((12, 20), Image.Resampling.BILINEAR))
+    np.testing.assert_array_equal(record.image, ref_image)
