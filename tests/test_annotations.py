@@ -121,6 +121,7 @@ def test_coco_keep_crowd_flag_and_overlap_rules(tmp_path):
 @pytest.mark.parametrize("make, layout", [
     (lambda p: A.make_yolo(p, names_as="list"), "yolo"),
     (lambda p: A.make_yolo(p, names_as="dict", roboflow=False), "yolo"),
+    (lambda p: A.make_yolo(p, names_as="classes_txt"), "yolo"),
     (lambda p: A.make_labelme(p), "labelme"),
     (lambda p: A.make_labelme(p, labels_txt=False), "labelme"),
     (lambda p: A.make_cvat(p), "cvat"),
@@ -128,7 +129,7 @@ def test_coco_keep_crowd_flag_and_overlap_rules(tmp_path):
     (lambda p: A.make_instances(p, grouped=True), "instances"),
     (lambda p: A.make_rlecsv(p), "rlecsv"),
     (lambda p: A.make_rlecsv(p, class_column=False), "rlecsv"),
-], ids=["yolo_roboflow_list", "yolo_ultralytics_dict", "labelme_labels_txt", "labelme_found", "cvat_xml",
+], ids=["yolo_roboflow_list", "yolo_ultralytics_dict", "yolo_classes_txt", "labelme_labels_txt", "labelme_found", "cvat_xml",
         "instances", "instances_grouped", "rlecsv_classid", "rlecsv_airbus"])
 def test_export_converts_bit_exact_against_its_reference(tmp_path, make, layout):
     exp = make(tmp_path / "src")
