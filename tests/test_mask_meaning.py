@@ -522,3 +522,12 @@ def test_a_rare_class_missing_from_the_sampled_masks_is_not_read_as_background(t
     v = np.asarray(Image.open(root / "SegmentationClass" / "img_001.png")).astype(np.int64)
     np.testing.assert_array_equal(stored["train/img_001.jpg"], _nearest(v))
     assert (stored["train/img_001.jpg"] == 2).any()
+
+
+def test_a_stray_labels_txt_beside_a_colour_table_dataset_is_not_read(tmp_path):
+    root = tmp_path / "camvid"
+    table = [("sky", (10, 20, 30)), ("road", (40, 50, 60))]
+    _camvid_palette(root, table, [c for _, c in table], [synth.random_mask(16, 20, 2, np.random.default_rng(0))])
+    (root / "labels.txt").write_bytes(b"\xff\xfe n\x00o\x00t\x00 \x00n\x00a\x00m\x00e\x00s\x00")  # UTF-16 notes
+    r = _scan(root)
+    assert r.labels["semantics"] == "colour" and r.verdict["status"] in ("ok", "warnings")
