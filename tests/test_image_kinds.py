@@ -432,3 +432,67 @@ def test_band_files_of_other_sizes_are_refused_by_name(tmp_path: Path) -> None:
         convert(spec, str(tmp_path / "out"), OutputOptions(size=(8, 8), labels=LabelOptions(num_classes=2)),
                 RunOptions(workers=1))
     assert any(b.path == str(bad) and "band file is 30x20" in b.reason for b in err.value.bad)
+
+
+# -- scan: kinds, bits used, band folders, and its one command ----------------------------------------
+
+
+def _scan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "converter.cli", "scan", *args, "--workers", "1"],
+                          capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                          timeout=180)
+
+
+def _run_command(line: str, out: Path) -> None:
+    import shlex
+
+    argv = shlex.split(line)
+    assert argv[:2] == ["imgshard", "convert"]
+    argv = [str(out) if a == "OUT" else a for a in argv[2:]]
+    proc = subprocess.run([sys.executable, "-m", "converter.cli", "convert", *argv, "-q", "--workers", "1"],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_scan_reports_12_of_16_bits_and_its_command_converts_bit_exact(tmp_path: Path) -> None:
+    _grey_dataset(tmp_path / "src", 4095, n=4)
+    for name in list((tmp_path / "src" / "images").iterdir()):  # one size: scan's --size keeps it
+        img = np.asarray(Image.open(name))[:30, :41]
+        Image.fromarray(img).save(name)
+    for name in list((tmp_path / "src" / "masks").iterdir()):
+        Image.fromarray(np.asarray(Image.open(name))[:30, :41]).save(name)
+    proc = _scan("--images", str(tmp_path / "src" / "images"), "--masks", str(tmp_path / "src" / "masks"), "--json")
+    report = json.loads(proc.stdout)
+    kinds = report["images"]["kinds"]
+    assert kinds["kinds"] == {"16-bit grey": 4} and kinds["bits_used"] == 12 and kinds["bit_depth"] == 16
+    assert kinds["stored"] == {"dtype": "uint16", "channels": 1}
+    _run_command(report["verdict"]["command"], tmp_path / "out")
+    src = {p.stem: np.asarray(Image.open(p)) for p in (tmp_path / "src" / "images").iterdir()}
+    for name, image in _by_key(tmp_path / "out").items():
+        np.testing.assert_array_equal(image[..., 0], src[name])
+
+
+def test_scan_warns_of_a_reduction_and_names_the_flag(tmp_path: Path) -> None:
+    _grey_dataset(tmp_path / "src", 4095, n=2)
+    proc = _scan("--images", str(tmp_path / "src" / "images"), "--masks", str(tmp_path / "src" / "masks"),
+                 "--image-mode", "rgb")
+    assert proc.returncode == 65 and "Traceback" not in proc.stderr  # 65: convert needs flags
+    assert "would lose 16-bit -> 8-bit" in proc.stdout and "--accept-reduction" in proc.stdout
+    assert "Stored as: uint8, 3 channel(s); reductions: 16-bit -> 8-bit" in proc.stdout
+
+
+def test_scan_finds_band_folders_and_its_command_converts_bit_exact(tmp_path: Path) -> None:
+    stacks = _band_folders(tmp_path / "src")
+    proc = _scan(str(tmp_path / "src"), "--json")
+    assert proc.returncode in (0, 65) and "Traceback" not in proc.stderr  # 65: the masks need a flag
+    report = json.loads(proc.stdout)
+    assert report["images"]["kinds"]["band_files"] == 4
+    command = report["verdict"]["command"]
+    assert "--bands train_blue,train_green,train_nir,train_red --masks train_gt" in command
+    _run_command(command, tmp_path / "out")
+    got = _by_key(tmp_path / "out")
+    order = ["blue", "green", "nir", "red"]  # scan's order: the folders' names
+    for base, stack in stacks.items():
+        expected = np.stack([stack[..., BANDS.index(b)] for b in order], -1)
+        np.testing.assert_array_equal(got[f"blue_{base}"], expected)  # same size: no resize

@@ -18,6 +18,7 @@ import sys
 
 from converter.commands import progress_bar
 from converter.commands import add_source_arguments, add_task_arguments, label_options, resolve_task, source_spec
+from converter.commands.image_args import add_image_arguments, image_kind
 from converter.options import DEFAULT_MAX_PIXELS
 from readers.tasks import task_kind
 
@@ -42,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--preview", metavar="FILE", default=None,
                    help="also draw a few source masks under the reading scan chose, with a class legend (PNG)")
+    add_image_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only the verdict")
     p.set_defaults(func=main)
 
@@ -72,7 +74,8 @@ def _main(args: argparse.Namespace) -> int:
     task = resolve_task(args, spec)
     options = ScanOptions(color_tolerance=args.color_tolerance, max_pixels=args.max_pixels, workers=args.workers,
                           task=task, val_fraction=args.val_fraction,
-                          labels=label_options(args) if task_kind(task).dense else None)
+                          labels=label_options(args) if task_kind(task).dense else None,
+                          image_kind=image_kind(args))
     unit = task_kind(task).source_unit
     if args.task is None and not args.quiet and not args.json:
         print(f"imgshard scan: task {task.value} (detected from the sources; --task overrides)", file=sys.stderr)

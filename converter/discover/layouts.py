@@ -25,7 +25,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS
+from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS, follow_spec
 from converter.discover.bands import attach_bands, band_tokens
 from converter.discover.content import ContentTie, find_by_content
 from converter.discover.evidence import folder_pair_defaults, names_defaults, voc_defaults
@@ -517,7 +517,11 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
 
 
 def _discover(spec: SourceSpec) -> Discovery:
-    if spec.sources:
+    if any(s.annotations is not None for s in spec.sources):  # a spec's annotation files (issue 27)
+        layout, why, listing, defaults = follow_spec(spec)
+        det = Detected(layout, why, True)  # type: ignore[arg-type]
+        csv_path = spec.classes
+    elif spec.sources:
         det = Detected(LAYOUTS["spec"], "folder pairs: " + ", ".join(
             f"{s.split}: {s.images} + {s.masks}" for s in spec.sources), True)
         listing = det.layout.pairs(spec.base, spec)
@@ -527,7 +531,9 @@ def _discover(spec: SourceSpec) -> Discovery:
     elif spec.root is not None:
         root = absolute(spec.root)
         det, listing = detect_and_pair(root, spec)
-        defaults = _with_names_file(det.layout.defaults(root), root)
+        defaults = det.layout.defaults(root)
+        if spec.classes is None and not is_file(os.path.join(root, "class_dict.csv")):  # no table given or found
+            defaults = _with_names_file(defaults, root)
         csv_path = spec.classes or (os.path.join(root, "class_dict.csv")
                                     if is_file(os.path.join(root, "class_dict.csv")) or det.layout.name == "camvid"
                                     else None)

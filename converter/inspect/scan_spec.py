@@ -80,6 +80,10 @@ def _existing(path: str | None) -> str | None:
 
 def write_scan_spec(report: Any, path: str, classes_file: str | None = None) -> str:
     """Write the spec of a segmentation scan to `path`; returns the convert command that follows it."""
+    if hasattr(report, "overlap_rule"):  # annotation files (`converter.inspect.scan_annotations`)
+        from converter.inspect.scan_annotations import write_annotation_spec
+
+        return write_annotation_spec(report, path)
     v = report.verdict
     if v["status"] == "no_data" or report.found is None or not report.found.sources:
         raise NothingToWrite(f"--write-spec {path}: scan found nothing to convert ({v.get('reason')}), so no spec "
