@@ -95,7 +95,7 @@ def _camvid_palette(root, table, palette_colours: list[tuple[int, int, int]], in
         m.save(root / "train_labels" / f"f{i:03d}.png")
 
 
-def test_camvid_voc_ordered_palette_with_reordered_class_dict_is_read_by_colour(tmp_path):
+def test_camvid_voc_ordered_palette_with_reordered_class_dict_is_read_by_colour(tmp_path, caplog):
     """Regression 1: P masks with the VOC colour map (0 black, 1 dark red, 2 green, 3 olive) and
     a class_dict.csv naming those colours in another order: black is Void, not Animal."""
     root = tmp_path / "camvid"
@@ -118,7 +118,9 @@ def test_camvid_voc_ordered_palette_with_reordered_class_dict_is_read_by_colour(
     colour_of = {0: 3, 1: 1, 2: 0, 3: 2}  # palette index -> table row, from the colours above
     expected_differ = sum(int((np.vectorize(colour_of.get)(m) != m).sum()) for m in maps)
     assert check["pixels"] == expected_differ > 0 and check["settled_by"] and check["palette_order"] == "differs"
-    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    caplog.clear()
+    assert _run(r.verdict["command"], tmp_path / "out") == 0  # convert says it too (a warning)
+    assert "palette order differs from class_dict.csv; reading by colour" in caplog.text
     stored = _stored(tmp_path / "out")
     for i in range(5):
         np.testing.assert_array_equal(stored[f"train/f{i:03d}.png"], _by_colour(root / "train_labels" / f"f{i:03d}.png",
