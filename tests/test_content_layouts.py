@@ -443,3 +443,27 @@ def test_written_spec_converts_as_the_command_does(tmp_path, capsys, make):
     assert readers.open(tmp_path / "a").classes == readers.open(tmp_path / "b").classes
     recorded = json.loads((tmp_path / "b" / "imgshard.json").read_text())["sources"]["spec"]
     assert recorded == load_spec(str(spec)).text
+
+
+def test_replace_and_prune_never_touch_another_splits_records(tmp_path, capsys):
+    """A train source changes and another is deleted; a val-only run with --on-change replace keeps the old
+    train records exactly, and says nothing of train (issue 25, item 12)."""
+    tree = _three_splits(tmp_path)
+    out = tmp_path / "out"
+    assert _convert(*_pair_args(tree, ("train",)), str(out)) == 0
+    assert _convert(*_pair_args(tree, ("val",)), str(out)) == 0
+    before = _records(out)
+    train_keys = sorted(k for k in tree.pairs if k.startswith("train/"))
+    changed_image = tree.pairs[train_keys[0]][0]
+    Image.fromarray(synth.textured_image(26, 30, np.random.default_rng(77))).save(changed_image)
+    tree.pairs[train_keys[1]][0].unlink()
+    capsys.readouterr()
+    assert cli_main(["convert", *_pair_args(tree, ("val",)), str(out), "--on-change", "replace", "--workers", "1",
+                     "--size", f"{SIZE[0]}x{SIZE[1]}", "--mask-semantics", "index", "--num-classes", str(CLASSES)]) == 0
+    err = capsys.readouterr().err
+    assert "Nothing new" in err and "train/" not in err  # the summary says nothing of the other split
+    after = _records(out)
+    assert set(after) == set(before)
+    for key in train_keys[:2]:
+        np.testing.assert_array_equal(after[key].image, before[key].image)
+        np.testing.assert_array_equal(after[key].mask, before[key].mask)

@@ -95,7 +95,7 @@ def _camvid_palette(root, table, palette_colours: list[tuple[int, int, int]], in
         m.save(root / "train_labels" / f"f{i:03d}.png")
 
 
-def test_camvid_voc_ordered_palette_with_reordered_class_dict_is_read_by_colour(tmp_path):
+def test_camvid_voc_ordered_palette_with_reordered_class_dict_is_read_by_colour(tmp_path, caplog):
     """Regression 1: P masks with the VOC colour map (0 black, 1 dark red, 2 green, 3 olive) and
     a class_dict.csv naming those colours in another order: black is Void, not Animal."""
     root = tmp_path / "camvid"
@@ -118,7 +118,9 @@ def test_camvid_voc_ordered_palette_with_reordered_class_dict_is_read_by_colour(
     colour_of = {0: 3, 1: 1, 2: 0, 3: 2}  # palette index -> table row, from the colours above
     expected_differ = sum(int((np.vectorize(colour_of.get)(m) != m).sum()) for m in maps)
     assert check["pixels"] == expected_differ > 0 and check["settled_by"] and check["palette_order"] == "differs"
-    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    caplog.clear()
+    assert _run(r.verdict["command"], tmp_path / "out") == 0  # convert says it too (a warning)
+    assert "palette order differs from class_dict.csv; reading by colour" in caplog.text
     stored = _stored(tmp_path / "out")
     for i in range(5):
         np.testing.assert_array_equal(stored[f"train/f{i:03d}.png"], _by_colour(root / "train_labels" / f"f{i:03d}.png",
@@ -522,3 +524,12 @@ def test_a_rare_class_missing_from_the_sampled_masks_is_not_read_as_background(t
     v = np.asarray(Image.open(root / "SegmentationClass" / "img_001.png")).astype(np.int64)
     np.testing.assert_array_equal(stored["train/img_001.jpg"], _nearest(v))
     assert (stored["train/img_001.jpg"] == 2).any()
+
+
+def test_a_stray_labels_txt_beside_a_colour_table_dataset_is_not_read(tmp_path):
+    root = tmp_path / "camvid"
+    table = [("sky", (10, 20, 30)), ("road", (40, 50, 60))]
+    _camvid_palette(root, table, [c for _, c in table], [synth.random_mask(16, 20, 2, np.random.default_rng(0))])
+    (root / "labels.txt").write_bytes(b"\xff\xfe n\x00o\x00t\x00 \x00n\x00a\x00m\x00e\x00s\x00")  # UTF-16 notes
+    r = _scan(root)
+    assert r.labels["semantics"] == "colour" and r.verdict["status"] in ("ok", "warnings")

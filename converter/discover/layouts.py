@@ -531,7 +531,9 @@ def _discover(spec: SourceSpec) -> Discovery:
     elif spec.root is not None:
         root = absolute(spec.root)
         det, listing = detect_and_pair(root, spec)
-        defaults = _with_names_file(det.layout.defaults(root), root)
+        defaults = det.layout.defaults(root)
+        if spec.classes is None and not is_file(os.path.join(root, "class_dict.csv")):  # no table given or found
+            defaults = _with_names_file(defaults, root)
         csv_path = spec.classes or (os.path.join(root, "class_dict.csv")
                                     if is_file(os.path.join(root, "class_dict.csv")) or det.layout.name == "camvid"
                                     else None)

@@ -47,7 +47,8 @@ class AnnotationSummary:
 def scan_annotation(sample: SourceSample, base: str, max_pixels: int, num_classes: int) -> AnnotationSummary:
     s = AnnotationSummary(sample.split, sample.key)
     try:
-        image = decode_image(read_source(sample.image, relative_key_path(sample.image, base)), max_pixels)
+        image = decode_image(read_source(sample.image, relative_key_path(sample.image, base)), max_pixels,
+                             exif_transpose=True)  # as convert decodes annotated images
         h, w = image.shape[:2]
         s.size = (w, h)
         canvas = rasterize_canvas(sample.annotation, h, w)
