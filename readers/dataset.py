@@ -441,6 +441,33 @@ class Dataset:
             resume.attach(seq)
         return seq
 
+    # -- Grain ----------------------------------------------------------------------------------
+    def grain_source(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> Any:
+        """A Grain `RandomAccessDataSource` over `split` (`readers.grain_source.GrainSource`):
+        item i is record i of `records(split)` as ``{"image", "mask" | "label", "key"}``,
+        the arrays as stored. num_shards/shard_index select shard files as in `records`.
+        Grain itself is not imported (install the `grain` extra to use it). Recipe:
+        docs/READERS.md, "Grain"."""
+        from readers.grain_source import make_source
+
+        return make_source(self, split, num_shards, shard_index, _grain_source_at)
+
+    def grain_batch_map(self, *, augment: "Augment | None" = None, seed: int | None = None, one_hot: bool = True,
+                        normalize: bool = True, epoch: int = 0, batches_per_epoch: int | None = None) -> Any:
+        """The (index, batch) -> (x, y) map for a batched Grain pipeline over `grain_source`:
+        `augment` drawn from (seed, epoch + index // batches_per_epoch, key), then the
+        expansion of `tf_dataset` (`readers.grain_source.GrainBatchMap`)."""
+        from readers.grain_source import GrainBatchMap
+
+        options = PipelineOptions(1, seed=seed, one_hot=bool(one_hot), normalize=bool(normalize),
+                                  augment=check_augment(augment), epoch=epoch)
+        return GrainBatchMap(self._spec, options, batches_per_epoch)
+
+
+def _grain_source_at(path: str, split: str, num_shards: int, shard_index: int) -> Any:
+    """`Dataset(path).grain_source(...)`: how a pickled `GrainSource` reopens its dataset."""
+    return Dataset(path).grain_source(split, num_shards=num_shards, shard_index=shard_index)
+
 
 def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
                      distributed: bool, resumed: bool = False) -> "tf.data.Dataset":
