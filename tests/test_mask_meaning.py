@@ -533,3 +533,25 @@ def test_a_stray_labels_txt_beside_a_colour_table_dataset_is_not_read(tmp_path):
     (root / "labels.txt").write_bytes(b"\xff\xfe n\x00o\x00t\x00 \x00n\x00a\x00m\x00e\x00s\x00")  # UTF-16 notes
     r = _scan(root)
     assert r.labels["semantics"] == "colour" and r.verdict["status"] in ("ok", "warnings")
+
+
+def test_unsettled_palette_reading_scan_says_so_and_convert_refuses_by_name(tmp_path, capsys):
+    """Palette colours the table does not name, while every index used is a row of it: colour and
+    index readings disagree and no rule settles it."""
+    root = tmp_path / "pal"
+    table = [("sky", (10, 20, 30)), ("road", (40, 50, 60)), ("car", (70, 80, 90))]
+    palette = [(10, 20, 30), (41, 50, 60), (70, 80, 90)]  # index 1's colour is off by one
+    maps = [synth.random_mask(16, 20, 3, np.random.default_rng(i)) for i in range(2)]
+    _camvid_palette(root, table, palette, maps, by_hand=True)
+    assert cli_main(["scan", str(root), "--workers", "1"]) == 65
+    out = capsys.readouterr().out
+    assert "NOT SETTLED" in out and "--mask-semantics index" in out
+    code = cli_main(["convert", str(root), str(tmp_path / "out"), "--size", "16x20", "--workers", "1", "-q"])
+    err = capsys.readouterr().err
+    assert code != 0 and "--mask-semantics index" in err and "index 1 = (41, 50, 60)" in err
+    assert "Traceback" not in err and not (tmp_path / "out" / "imgshard.json").exists()
+    assert cli_main(["convert", str(root), str(tmp_path / "out"), "--size", "16x20", "--workers", "1", "-q",
+                     "--mask-semantics", "index", "--classes", str(root / "class_dict.csv")]) == 0
+    stored = _stored(tmp_path / "out")
+    for i, m in enumerate(maps):
+        np.testing.assert_array_equal(stored[f"train/f{i:03d}.png"], m.astype(np.int64))  # source size kept
