@@ -445,3 +445,24 @@ def test_exif_rotated_photo_is_oriented_as_the_annotation_tool_showed_it(tmp_pat
     np.testing.assert_array_equal(record.mask, ref_mask)
     ref_image = np.asarray(shown.convert("RGB").resize((12, 20), Image.Resampling.BILINEAR))
     np.testing.assert_array_equal(record.image, ref_image)
+
+
+@pytest.mark.parametrize("make", [A.make_coco, A.make_labelme, A.make_yolo, A.make_cvat, A.make_instances,
+                                  A.make_rlecsv], ids=lambda f: f.__name__[5:])
+def test_annotation_sources_in_a_bucket_convert_as_the_local_folder(tmp_path, s3_bucket, make):
+    from readers.storage import open_store
+
+    exp = make(tmp_path / "src")
+    url = f"{s3_bucket}/raw"
+    store = open_store(url)
+    for path in sorted(exp.root.rglob("*")):
+        if path.is_file():
+            store.put(path.relative_to(exp.root).as_posix(), path.read_bytes())
+    convert(SourceSpec(root=url), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    data = readers.open(tmp_path / "out")
+    assert data.splits == exp.splits()
+    records = {r.key: r for split in data.splits for r in data.records(split)}
+    for key, image in exp.images.items():
+        ref_image, ref_mask = A.reference(image, exp.expected[key], SIZE)
+        np.testing.assert_array_equal(records[key].image, ref_image, err_msg=key)
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64), ref_mask, err_msg=key)

@@ -138,7 +138,8 @@ class LabelMe(Reader):
     def _image(folder: str, name: str, doc: dict) -> str | None:
         given = doc.get("imagePath")
         if isinstance(given, str) and given:
-            path = os.path.normpath(join(folder, given.replace("\\", "/")))
+            path = join(folder, given.replace("\\", "/"))
+            path = path if "://" in path else os.path.normpath(path)
             if is_file(path):
                 return path
         stem = os.path.splitext(name)[0]
