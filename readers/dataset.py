@@ -354,10 +354,7 @@ class Dataset:
         `OpError` message; gzip TFRecord read by TensorFlow: checked per file against its
         manifest count, `readers.formats.tfrecord.reader._checked_reader`).
 
-        Speed: stored TFRecord shards are memory-mapped, their records gathered straight
-        into aligned batches (`readers.formats.batching`); NPZ shards inflated by loader
-        threads; float32 / one-hot written in C from the records (`RecordExpander`); encoded
-        images decoded in parallel; glibc malloc tuned once (``IMGSHARD_TUNE_MALLOC=0``: not).
+        Speed: docs/READERS.md, "How a batch is built" (`readers.formats.batching`).
         """
         normalize, standardize = normalize_mode(normalize)
         stats = BandStats.from_manifest(self._manifest.image, self._path) if standardize else None
@@ -366,31 +363,25 @@ class Dataset:
                                   shuffle_buffer=shuffle_buffer, augment=check_augment(augment), epoch=epoch,
                                   start_step=start_step, augment_on=augment_on)
         tune_allocator()
-        shards = self.shards(split)
-        total = sum(s.records for s in shards)
-        if input_context is not None:
-            shards, options, total = self._pipeline_share(split, shards, options, input_context,
-                                                          check_sharding_mode(sharding))
+        shards, options, total = self._pipeline_share(split, options, input_context, check_sharding_mode(sharding))
         batches = _batch_count(total, options)
         check_start_step(options.start_step, batches)
         options = _resumed_options(resume, options, batches)
         ids = sample_ids(shards) if options.augment is not None else None
         ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
         if stats is not None:
-            if options.augment_on == "device":
-                raise ValueError("normalize='stats' standardises on the host; with augment_on='device' use "
-                                 "normalize=False and standardise after readers.device.augment_batch. "
-                                 "Received: normalize='stats', augment_on='device'")
-            ds = ds.map(stats.tf_map(), num_parallel_calls=-1, deterministic=True)  # -1: tf.data.AUTOTUNE
+            ds = _standardized(ds, stats, options)
         return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None,
                                 resumed=resume is not None)
 
-    def _pipeline_share(self, split: str, shards: list[ShardRef], options: PipelineOptions,
-                        input_context: "tf.distribute.InputContext",
+    def _pipeline_share(self, split: str, options: PipelineOptions, input_context: "tf.distribute.InputContext | None",
                         sharding: str = "files") -> tuple[list[ShardRef], PipelineOptions, int]:
         """What one input pipeline of `input_context` reads: (its shards, its options, its
         records; for sharding="global" all of them, `options.replicas` picks its batches)."""
+        shards = self.shards(split)
         total = sum(s.records for s in shards)
+        if input_context is None:
+            return shards, options, total
         num = int(input_context.num_input_pipelines)
         index = int(input_context.input_pipeline_id)
         _check_sharding(num, index, "input_context.num_input_pipelines", "input_context.input_pipeline_id")
@@ -516,6 +507,15 @@ def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: i
     if resumed and options.start_step > 0 and not repeat:
         _report_cardinality(ds, batches)
     return ds
+
+
+def _standardized(ds: "tf.data.Dataset", stats: BandStats, options: PipelineOptions) -> "tf.data.Dataset":
+    """`ds` with normalize='stats' applied on the host."""
+    if options.augment_on == "device":
+        raise ValueError("normalize='stats' standardises on the host; with augment_on='device' use "
+                         "normalize=False and standardise after readers.device.augment_batch. "
+                         "Received: normalize='stats', augment_on='device'")
+    return ds.map(stats.tf_map(), num_parallel_calls=-1, deterministic=True)  # -1: tf.data.AUTOTUNE
 
 
 def _batch_count(total: int, options: PipelineOptions) -> int:

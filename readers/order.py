@@ -14,6 +14,8 @@ empty has one batch fewer that epoch (use `drop_remainder=True` with several rep
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 #: Modes of the `sharding` argument of `tf_dataset` / `keras_dataset`.
@@ -59,11 +61,11 @@ def replica_batches(order: np.ndarray, batch_size: int, replicas: int, index: in
     return out
 
 
-def replica_plan(starts: np.ndarray, seed: int, epoch: int, options: "object", window: int) -> list[np.ndarray]:
+def replica_plan(starts: np.ndarray, seed: int, epoch: int, options: Any, window: int) -> list[np.ndarray]:
     """The batches of `options.replicas` (a `PipelineOptions`) in `epoch`."""
-    replicas, index = options.replicas  # type: ignore[attr-defined]
-    order = epoch_order(starts, seed, epoch, options.shuffle, window)  # type: ignore[attr-defined]
-    return replica_batches(order, options.batch_size, replicas, index, options.drop_remainder)  # type: ignore[attr-defined]
+    replicas, index = options.replicas
+    order = epoch_order(starts, seed, epoch, options.shuffle, window)
+    return replica_batches(order, options.batch_size, replicas, index, options.drop_remainder)
 
 
 def replica_batch(order: np.ndarray, batch_size: int, replicas: int, index: int, b: int) -> np.ndarray:
@@ -83,5 +85,5 @@ def replica_batch_count(total: int, batch_size: int, replicas: int, index: int, 
     return full + int(last)
 
 
-__all__ = ["SHARDING_MODES", "check_sharding_mode", "epoch_order", "replica_batch", "replica_batch_count", "replica_batches",
-           "replica_plan"]
+__all__ = ["SHARDING_MODES", "check_sharding_mode", "epoch_order", "replica_batch", "replica_batch_count",
+           "replica_batches", "replica_plan"]
