@@ -466,3 +466,17 @@ def test_annotation_sources_in_a_bucket_convert_as_the_local_folder(tmp_path, s3
         ref_image, ref_mask = A.reference(image, exp.expected[key], SIZE)
         np.testing.assert_array_equal(records[key].image, ref_image, err_msg=key)
         np.testing.assert_array_equal(records[key].mask.astype(np.int64), ref_mask, err_msg=key)
+
+
+def test_cvat_xml_entity_bomb_and_broken_xml_are_named(tmp_path):
+    exp = A.make_cvat(tmp_path / "src")
+    lol = "".join(f'<!ENTITY l{i} "{"&l%d;" % (i - 1) * 10}">' for i in range(1, 10))
+    bomb = f'<?xml version="1.0"?><!DOCTYPE annotations [<!ENTITY l0 "lol">{lol}]><annotations><version>1.1' \
+           '</version><image id="0" name="frame_000000.png" width="40" height="30"><tag label="&l9;"/></image>' \
+           '</annotations>'
+    for text, says in ((bomb, "amplification"), ("<annotations><version>1.1</version><image id='0'", "invalid XML")):
+        (exp.root / "annotations.xml").write_text(text)
+        with pytest.raises(AnnotationFileError, match=says) as e:
+            convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE),
+                    RunOptions(workers=1))
+        assert "annotations.xml" in str(e.value)
