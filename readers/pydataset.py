@@ -34,6 +34,7 @@ from readers.formats.encoding import parallel_for
 from readers.formats.expand import expand_numpy
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import RecordSpec
+from readers.order import replica_batch, replica_batch_count
 
 
 
@@ -71,6 +72,7 @@ def _build_class() -> type:
             self._augment = None
             self.epoch = int(options.epoch)
             self._order = self._epoch_order()
+            self._skip = 0  # batches of this epoch done before a restart (`start_resumed_epoch`)
 
         def _epoch_order(self) -> np.ndarray:
             return epoch_order(self._seed, self.epoch, len(self._shard_of), self.options.shuffle)
@@ -80,7 +82,9 @@ def _build_class() -> type:
             return int(len(self._order))
 
         def __len__(self) -> int:
-            return math.ceil(self.num_samples / self.options.batch_size)
+            return batches_per_epoch(self.num_samples, self.options) - self._skip
+
+        start_resumed_epoch = _start_resumed_epoch
 
         def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
             if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
@@ -90,8 +94,7 @@ def _build_class() -> type:
                 index += n
             if not 0 <= index < n:
                 raise IndexError(f"batch index must be in [0, {n}). Received: {index}")
-            bs = self.options.batch_size
-            picked = self._order[index * bs:(index + 1) * bs]
+            picked = _picked(self._order, self.options, index + self._skip)
             images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
             if self.options.augment is not None:
                 return augmented_batch(self, picked, images, targets)
@@ -105,6 +108,7 @@ def _build_class() -> type:
 
         def on_epoch_end(self) -> None:
             self.epoch += 1
+            self._skip = 0
             self._order = self._epoch_order()
 
         def keys_order(self) -> np.ndarray:
@@ -112,6 +116,30 @@ def _build_class() -> type:
             return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
 
     return ShardPyDataset
+
+
+def batches_per_epoch(samples: int, options: PipelineOptions) -> int:
+    """Batches of one epoch (of this replica's share with `options.replicas`, `readers.order`)."""
+    if options.replicas is not None:
+        return replica_batch_count(samples, options.batch_size, *options.replicas, drop_remainder=False)
+    return math.ceil(samples / options.batch_size)
+
+
+def _picked(order: np.ndarray, options: PipelineOptions, index: int) -> np.ndarray:
+    """Positions in `order` of batch `index`'s samples."""
+    bs = options.batch_size
+    if options.replicas is not None:
+        return replica_batch(order, bs, *options.replicas, index)
+    return order[index * bs:(index + 1) * bs]
+
+
+def _start_resumed_epoch(seq: Any) -> None:
+    """Back to epoch `options.epoch` (Keras' `fit` ends an epoch of its input before the
+    first one begins), where batch i is batch `options.start_step + i` until the epoch
+    ends (`readers.ResumableInput` calls this when training begins)."""
+    seq.epoch = int(seq.options.epoch)
+    seq._order = seq._epoch_order()
+    seq._skip = int(seq.options.start_step)
 
 
 def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records: np.ndarray,

@@ -31,6 +31,7 @@ from typing import Any, Iterator, Protocol
 
 import xxhash
 
+from converter.discover.stable import read_stable
 from readers.files import NotRegularFileError, open_regular_file
 from readers.storage.url import freeze_storage_options, is_remote, split_url, thaw_storage_options
 
@@ -101,10 +102,7 @@ class LocalFiles:
         return st.st_size, st.st_mtime_ns
 
     def read(self, path: str) -> tuple[bytes, int | None]:
-        f = open_regular_file(path)
-        with f:
-            st = os.fstat(f.fileno())
-            return f.read(), st.st_mtime_ns
+        return read_stable(path)  # one version of the file, or SourceChangedError
 
 
 class _Listing:

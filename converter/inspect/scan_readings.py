@@ -49,7 +49,7 @@ def classes_from(spec: SourceSpec, found: Discovery, resolved: LabelOptions, cla
         named = f"; names from {os.path.basename(found.defaults.names_file or '')}" \
             if names != ["background", "foreground"] else ""
         text = found.defaults.classes_from
-        if found.defaults.semantics is MaskSemantics.BINARY and text:
+        if found.defaults.two_level:
             return text + (named if named and named[len("; names from "):] not in text else "")
         return "masks of two levels: " + (f"names {names}{named}" if named else "background and foreground")
     if table is not None and resolved.semantics is MaskSemantics.INDEX:
