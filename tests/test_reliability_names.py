@@ -99,3 +99,29 @@ def test_new_shard_name_taken_by_a_listed_or_present_file_is_refused(grown):
     with pytest.raises(NameCollisionError, match="a file of that name is in the output folder"):
         refuse_taken_names(str(out), manifest, ["train-00007.tfrecord"])
     refuse_taken_names(str(out), manifest, ["train-00008.tfrecord"])  # free: no error
+
+
+def test_version_2_dataset_with_a_flipped_inline_key_is_not_migrated(grown, capsys):
+    """Issue 25, item 6: a v2 manifest whose inline key disagrees with its record (one flipped bit)
+    is refused by the migration, naming the shard, the record and both keys; nothing is written."""
+    from tests._cron import as_version_2
+
+    full, src, out = grown
+    doc = as_version_2(out)
+    shard = doc["splits"]["train"]["shards"][1]
+    good = shard["samples"][1]["key"]
+    flipped = good[:-5] + chr(ord(good[-5]) ^ 1) + good[-4:]  # one bit of one character
+    assert flipped != good
+    shard["samples"][1]["key"] = flipped
+    (out / MANIFEST_NAME).write_text(json.dumps(doc))
+    before = _digests(out)
+    manifest_before = (out / MANIFEST_NAME).read_bytes()
+    capsys.readouterr()
+    link_samples(full, src, all_pairs(full))
+    for args in (convert_args(src, out), ["compact", str(out), "--target-shard-size", "1MB"]):
+        assert run_cli(args) == 1
+        err = capsys.readouterr().err
+        assert shard["file"] in err and f"record 1 has key {good!r}" in err and repr(flipped) in err, err
+        assert "Nothing was written" in err
+        assert _digests(out) == before  # no index file, no shard
+        assert (out / MANIFEST_NAME).read_bytes() == manifest_before
