@@ -361,14 +361,29 @@ class SplitSource:
     split_list: str | None = None
     recursive: bool = True  # False: only the files directly in each folder (no mirrored sub-folders)
     skip_unpaired: bool = False  # images without a mask are skipped, not bad inputs (VOC's JPEGImages)
+    #: Band folders in channel order (the first is `images`): one single-band file per band
+    #: (`converter.discover.bands`); () for one image file per sample.
+    bands: tuple[str, ...] = ()
+    annotations: str | None = None  # an annotation file or folder instead of masks (`converter.discover.annotations`)
+    annotation_format: str | None = None  # its format: one of `ANNOTATION_FORMATS`
 
     def __post_init__(self) -> None:
         check_split_name(self.split, "split")
+        bands = self.bands
+        if isinstance(bands, (str, os.PathLike)) or not all(isinstance(b, (str, os.PathLike)) and os.fspath(b)
+                                                             for b in bands):
+            raise ValueError(f"bands of split {self.split!r} must be a list of folder paths. Received: {bands!r}")
+        object.__setattr__(self, "bands", tuple(os.fspath(b) for b in bands))
+        if (self.annotations is None) != (self.annotation_format is None) or (
+                self.annotation_format is not None and self.annotation_format not in ANNOTATION_FORMATS):
+            raise ValueError(f"annotations of split {self.split!r} need their format, one of "
+                             f"{list(ANNOTATION_FORMATS)}. Received: annotations={self.annotations!r}, "
+                             f"format={self.annotation_format!r}")
         for name in ("recursive", "skip_unpaired"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} of split {self.split!r} must be true or false. "
                                 f"Received: {getattr(self, name)!r}")
-        for name in ("images", "masks", "split_list"):
+        for name in ("images", "masks", "split_list", "annotations"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (str, os.PathLike)) or not os.fspath(value)):
                 raise ValueError(f"{name} of split {self.split!r} must be a folder path. Received: {value!r}")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from readers.augment import check_augment, check_start_step, sample_ids
+from readers.bandnorm import BandStats, normalize_mode
 from readers.resume import check_resume
 from readers.errors import FIX_HINT, ShardError, describe, shard_error
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
@@ -300,7 +301,7 @@ class Dataset:
         shuffle: bool = True,
         seed: int | None = None,
         one_hot: bool = True,
-        normalize: bool = True,
+        normalize: bool | str = True,
         repeat: bool = False,
         drop_remainder: bool = False,
         input_context: "tf.distribute.InputContext | None" = None,
@@ -324,8 +325,10 @@ class Dataset:
             one_hot: y as float32 one-hot (H, W, C) (or (C,) for classification) where
                 the ignore index is an all-zero row; False: the class map as stored
                 ((H, W) uint8/uint16) or the int64 label.
-            normalize: x as float32 in [0, 1]; False: the uint8 image (compact mode:
-                expand on the accelerator with `readers.device.ExpandOnDevice`).
+            normalize: x as float32 in [0, 1] (divided by the dtype's range: 255 or 65535);
+                "stats": float32 (x - mean) / std per band, with the statistics `convert`
+                stored (`readers.bandnorm`); False: the image as stored, uint8 or uint16
+                (compact mode: expand on the accelerator with `readers.device.ExpandOnDevice`).
             repeat: repeat forever (infinite cardinality; give `steps_per_epoch`).
             drop_remainder: drop the last partial batch (static batch dimension).
             input_context: a `tf.distribute.InputContext`; this pipeline then reads the
@@ -355,6 +358,8 @@ class Dataset:
         threads; float32 / one-hot written in C from the records (`RecordExpander`); encoded
         images decoded in parallel; glibc malloc tuned once (``IMGSHARD_TUNE_MALLOC=0``: not).
         """
+        normalize, standardize = normalize_mode(normalize)
+        stats = BandStats.from_manifest(self._manifest.image, self._path) if standardize else None
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), drop_remainder=bool(drop_remainder),
                                   shuffle_buffer=shuffle_buffer, augment=check_augment(augment), epoch=epoch,
@@ -369,6 +374,12 @@ class Dataset:
         options = _resumed_options(resume, options, batches)
         ids = sample_ids(shards) if options.augment is not None else None
         ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
+        if stats is not None:
+            if options.augment_on == "device":
+                raise ValueError("normalize='stats' standardises on the host; with augment_on='device' use "
+                                 "normalize=False and standardise after readers.device.augment_batch. "
+                                 "Received: normalize='stats', augment_on='device'")
+            ds = ds.map(stats.tf_map(), num_parallel_calls=-1, deterministic=True)  # -1: tf.data.AUTOTUNE
         return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None,
                                 resumed=resume is not None)
 
@@ -428,6 +439,10 @@ class Dataset:
         """
         from readers.pydataset import make_pydataset
 
+        if normalize_mode(normalize)[1]:
+            raise ValueError("keras_dataset takes normalize=True or False; for per-band statistics use "
+                             "tf_dataset(..., normalize='stats'), or normalize=False and "
+                             "readers.bandnorm.BandStats.from_manifest(...).numpy(x). Received: normalize='stats'")
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), augment=check_augment(augment), epoch=epoch)
         tune_allocator()
@@ -440,6 +455,33 @@ class Dataset:
         if resume is not None:
             resume.attach(seq)
         return seq
+
+    # -- Grain ----------------------------------------------------------------------------------
+    def grain_source(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> Any:
+        """A Grain `RandomAccessDataSource` over `split` (`readers.grain_source.GrainSource`):
+        item i is record i of `records(split)` as ``{"image", "mask" | "label", "key"}``,
+        the arrays as stored. num_shards/shard_index select shard files as in `records`.
+        Grain itself is not imported (install the `grain` extra to use it). Recipe:
+        docs/READERS.md, "Grain"."""
+        from readers.grain_source import make_source
+
+        return make_source(self, split, num_shards, shard_index, _grain_source_at)
+
+    def grain_batch_map(self, *, augment: "Augment | None" = None, seed: int | None = None, one_hot: bool = True,
+                        normalize: bool = True, epoch: int = 0, batches_per_epoch: int | None = None) -> Any:
+        """The (index, batch) -> (x, y) map for a batched Grain pipeline over `grain_source`:
+        `augment` drawn from (seed, epoch + index // batches_per_epoch, key), then the
+        expansion of `tf_dataset` (`readers.grain_source.GrainBatchMap`)."""
+        from readers.grain_source import GrainBatchMap
+
+        options = PipelineOptions(1, seed=seed, one_hot=bool(one_hot), normalize=bool(normalize),
+                                  augment=check_augment(augment), epoch=epoch)
+        return GrainBatchMap(self._spec, options, batches_per_epoch)
+
+
+def _grain_source_at(path: str, split: str, num_shards: int, shard_index: int) -> Any:
+    """`Dataset(path).grain_source(...)`: how a pickled `GrainSource` reopens its dataset."""
+    return Dataset(path).grain_source(split, num_shards=num_shards, shard_index=shard_index)
 
 
 def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,

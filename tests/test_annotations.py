@@ -121,6 +121,7 @@ def test_coco_keep_crowd_flag_and_overlap_rules(tmp_path):
 @pytest.mark.parametrize("make, layout", [
     (lambda p: A.make_yolo(p, names_as="list"), "yolo"),
     (lambda p: A.make_yolo(p, names_as="dict", roboflow=False), "yolo"),
+    (lambda p: A.make_yolo(p, names_as="classes_txt"), "yolo"),
     (lambda p: A.make_labelme(p), "labelme"),
     (lambda p: A.make_labelme(p, labels_txt=False), "labelme"),
     (lambda p: A.make_cvat(p), "cvat"),
@@ -128,7 +129,7 @@ def test_coco_keep_crowd_flag_and_overlap_rules(tmp_path):
     (lambda p: A.make_instances(p, grouped=True), "instances"),
     (lambda p: A.make_rlecsv(p), "rlecsv"),
     (lambda p: A.make_rlecsv(p, class_column=False), "rlecsv"),
-], ids=["yolo_roboflow_list", "yolo_ultralytics_dict", "labelme_labels_txt", "labelme_found", "cvat_xml",
+], ids=["yolo_roboflow_list", "yolo_ultralytics_dict", "yolo_classes_txt", "labelme_labels_txt", "labelme_found", "cvat_xml",
         "instances", "instances_grouped", "rlecsv_classid", "rlecsv_airbus"])
 def test_export_converts_bit_exact_against_its_reference(tmp_path, make, layout):
     exp = make(tmp_path / "src")
@@ -393,3 +394,54 @@ def test_overlap_rules_on_two_overlapping_shapes(tmp_path, rule):
     spec = SourceSpec(root=str(root), annotations=AnnotationOptions(overlap=rule))
     convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
     np.testing.assert_array_equal(next(readers.open(tmp_path / "out").records("train")).mask, expected)
+
+
+@pytest.mark.parametrize("make", [A.make_coco, A.make_yolo, A.make_labelme], ids=["coco", "yolo", "labelme"])
+def test_write_spec_pins_format_and_annotation_files_and_its_command_converts(tmp_path, capsys, make):
+    exp = make(tmp_path / "src")
+    spec_path = tmp_path / "source.json"
+    capsys.readouterr()
+    assert cli_main(["scan", str(exp.root), "--workers", "1", "--write-spec", str(spec_path), "-q"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    doc = json.loads(spec_path.read_text())
+    pairs = [p for items in doc["splits"].values() for p in items]
+    assert pairs and all(p["format"] == make.__name__[5:] and "annotations" in p for p in pairs)
+    args = shlex.split(line[line.index("imgshard convert"):])[1:]
+    args[args.index("OUT")] = str(tmp_path / "out")
+    args[args.index("--size") + 1] = f"{SIZE[0]}x{SIZE[1]}"
+    assert cli_main(args + ["--workers", "1", "-q"]) == 0
+    data = readers.open(tmp_path / "out")
+    assert data.splits == exp.splits()
+    records = {r.key: r for split in data.splits for r in data.records(split)}
+    for key, image in exp.images.items():
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64),
+                                      A.reference(image, exp.expected[key], SIZE)[1], err_msg=key)
+    if make is A.make_coco:  # a new split's annotation file appears: the spec does not look at it
+        A.make_coco(tmp_path / "src", splits=("test",), per_split=2)
+        assert cli_main(args + ["--workers", "1", "-q"]) == 0
+        assert readers.open(tmp_path / "out").splits == exp.splits()
+
+
+def test_exif_rotated_photo_is_oriented_as_the_annotation_tool_showed_it(tmp_path):
+    """labelme (like CVAT, Ultralytics and Roboflow) annotates the photo as shown: EXIF orientation applied."""
+    from PIL import ImageOps
+
+    root = tmp_path / "lm"
+    root.mkdir()
+    stored = Image.fromarray(A.synth.textured_image(24, 40, A.rng_for(12, 0)))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 clockwise to show: the shown photo is 24 wide, 40 high
+    stored.save(root / "phone.jpg", exif=exif, quality=95)
+    shown = ImageOps.exif_transpose(Image.open(root / "phone.jpg"))
+    w, h = shown.size
+    assert (w, h) == (24, 40)
+    pts = [[2.0, 3.0], [20.0, 5.0], [18.0, 36.0], [3.0, 30.0]]
+    (root / "phone.json").write_text(json.dumps({"shapes": [{"label": "x", "points": pts, "shape_type": "polygon"}],
+                                                 "imagePath": "phone.jpg", "imageHeight": h, "imageWidth": w}))
+    convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=(20, 12)), RunOptions(workers=1))
+    record = next(readers.open(tmp_path / "out").records("train"))
+    expected = A.labelme_shape_to_mask((h, w), pts, "polygon").astype(np.int64)
+    ref_mask = np.asarray(Image.fromarray(expected.astype(np.int32), "I").resize((12, 20), Image.Resampling.NEAREST))
+    np.testing.assert_array_equal(record.mask, ref_mask)
+    ref_image = np.asarray(shown.convert("RGB").resize((12, 20), Image.Resampling.BILINEAR))
+    np.testing.assert_array_equal(record.image, ref_image)

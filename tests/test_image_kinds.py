@@ -356,3 +356,205 @@ def test_model_fit_augmented_on_16bit_grey_and_4band(tmp_path: Path) -> None:
         model.compile("sgd", "categorical_crossentropy")
         history = model.fit(ds.tf_dataset("train", batch_size=2, augment=aug, seed=0), epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"][0])
+
+
+# -- band folders ------------------------------------------------------------------------------------
+
+BANDS = ("red", "green", "blue", "nir")
+
+
+def _band_folders(root: Path, n: int = 5, seed: int = 4) -> dict[str, np.ndarray]:
+    """38-Cloud style: train_<band>/<band>_patch_<i>.TIF (uint16, full range) and train_gt/gt_patch_<i>.TIF;
+    names written in a shuffled order; returns base -> (H, W, 4) stack."""
+    rng = np.random.default_rng(seed)
+    for band in BANDS + ("gt",):
+        (root / f"train_{band}").mkdir(parents=True)
+    stacks = {}
+    for i in rng.permutation(n):
+        base = f"patch_{i * 3 + 1}"
+        stack = np.stack([_texture(rng, 26, 30, 65535, i + b) for b in range(len(BANDS))], -1)
+        for b, band in reversed(list(enumerate(BANDS))):
+            tifffile.imwrite(root / f"train_{band}" / f"{band}_{base}.TIF", stack[..., b])
+        tifffile.imwrite(root / "train_gt" / f"gt_{base}.TIF", (stack[..., 3] > 32768).astype(np.uint8))
+        stacks[base] = stack
+    return stacks
+
+
+def test_band_folders_with_prefix_tokens_convert_bit_exact(tmp_path: Path) -> None:
+    stacks = _band_folders(tmp_path / "src")
+    # a decoy: a red band with no nir file is a bad input naming the missing band file
+    tifffile.imwrite(tmp_path / "src" / "train_red" / "red_patch_99.TIF", np.ones((26, 30), np.uint16))
+    tifffile.imwrite(tmp_path / "src" / "train_gt" / "gt_patch_99.TIF", np.ones((26, 30), np.uint8))
+    args = [sys.executable, "-m", "converter.cli", "convert", str(tmp_path / "src"), str(tmp_path / "out"),
+            "--bands", ",".join(f"train_{b}" for b in BANDS), "--masks", "train_gt", "--num-classes", "2",
+            "--size", "20x24", "-q"]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 65 and "Traceback" not in proc.stderr
+    assert "band file missing" in proc.stderr and "patch_99" in proc.stderr and "train_green" in proc.stderr
+    proc = subprocess.run(args + ["--max-bad", "1"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "out" / "imgshard.json").read_text())
+    assert manifest["image"]["bands"] == [f"train_{b}" for b in BANDS]
+    assert (manifest["image"]["dtype"], manifest["image"]["channels"]) == ("uint16", 4)
+    got = _by_key(tmp_path / "out")
+    assert sorted(got) == sorted(f"red_{b}" for b in stacks)
+    for base, stack in stacks.items():
+        reread = np.stack([tifffile.imread(tmp_path / "src" / f"train_{b}" / f"{b}_{base}.TIF") for b in BANDS], -1)
+        np.testing.assert_array_equal(reread, stack)
+        np.testing.assert_array_equal(got[f"red_{base}"], _expected(reread, (20, 24)))
+
+
+def test_band_folders_from_a_spec_file(tmp_path: Path) -> None:
+    from converter.discover.spec_file import load_spec
+
+    stacks = _band_folders(tmp_path / "src", n=3)
+    spec_path = tmp_path / "src" / "spec.json"
+    spec_path.write_text(json.dumps({"imgshard_source_spec": 1, "root": ".", "splits": {"train": [
+        {"bands": [f"train_{b}" for b in BANDS], "masks": "train_gt"}]}}))
+    spec = load_spec(str(spec_path)).source
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=(26, 30), labels=LabelOptions(num_classes=2)),
+            RunOptions(workers=2))
+    got = _by_key(tmp_path / "out")
+    for base, stack in stacks.items():
+        np.testing.assert_array_equal(got[f"red_{base}"], stack)  # same size: every band exactly as stored
+
+
+def test_band_files_of_other_sizes_are_refused_by_name(tmp_path: Path) -> None:
+    _band_folders(tmp_path / "src", n=2)
+    bad = tmp_path / "src" / "train_nir" / "nir_patch_1.TIF"
+    tifffile.imwrite(bad, np.ones((20, 30), np.uint16))
+    spec = SourceSpec(root=str(tmp_path / "src"), sources=(
+        __import__("converter.options", fromlist=["SplitSource"]).SplitSource(
+            "train", str(tmp_path / "src" / "train_red"), str(tmp_path / "src" / "train_gt"),
+            bands=tuple(str(tmp_path / "src" / f"train_{b}") for b in BANDS)),))
+    with pytest.raises(BadInputError) as err:
+        convert(spec, str(tmp_path / "out"), OutputOptions(size=(8, 8), labels=LabelOptions(num_classes=2)),
+                RunOptions(workers=1))
+    assert any(b.path == str(bad) and "band file is 30x20" in b.reason for b in err.value.bad)
+
+
+# -- scan: kinds, bits used, band folders, and its one command ----------------------------------------
+
+
+def _scan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "converter.cli", "scan", *args, "--workers", "1"],
+                          capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                          timeout=180)
+
+
+def _run_command(line: str, out: Path) -> None:
+    import shlex
+
+    argv = shlex.split(line)
+    assert argv[:2] == ["imgshard", "convert"]
+    argv = [str(out) if a == "OUT" else a for a in argv[2:]]
+    proc = subprocess.run([sys.executable, "-m", "converter.cli", "convert", *argv, "-q", "--workers", "1"],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_scan_reports_12_of_16_bits_and_its_command_converts_bit_exact(tmp_path: Path) -> None:
+    _grey_dataset(tmp_path / "src", 4095, n=4)
+    for name in list((tmp_path / "src" / "images").iterdir()):  # one size: scan's --size keeps it
+        img = np.asarray(Image.open(name))[:30, :41]
+        Image.fromarray(img).save(name)
+    for name in list((tmp_path / "src" / "masks").iterdir()):
+        Image.fromarray(np.asarray(Image.open(name))[:30, :41]).save(name)
+    proc = _scan("--images", str(tmp_path / "src" / "images"), "--masks", str(tmp_path / "src" / "masks"), "--json")
+    report = json.loads(proc.stdout)
+    kinds = report["images"]["kinds"]
+    assert kinds["kinds"] == {"16-bit grey": 4} and kinds["bits_used"] == 12 and kinds["bit_depth"] == 16
+    assert kinds["stored"] == {"dtype": "uint16", "channels": 1}
+    _run_command(report["verdict"]["command"], tmp_path / "out")
+    src = {p.stem: np.asarray(Image.open(p)) for p in (tmp_path / "src" / "images").iterdir()}
+    for name, image in _by_key(tmp_path / "out").items():
+        np.testing.assert_array_equal(image[..., 0], src[name])
+
+
+def test_scan_warns_of_a_reduction_and_names_the_flag(tmp_path: Path) -> None:
+    _grey_dataset(tmp_path / "src", 4095, n=2)
+    proc = _scan("--images", str(tmp_path / "src" / "images"), "--masks", str(tmp_path / "src" / "masks"),
+                 "--image-mode", "rgb")
+    assert proc.returncode == 65 and "Traceback" not in proc.stderr  # 65: convert needs flags
+    assert "would lose 16-bit -> 8-bit" in proc.stdout and "--accept-reduction" in proc.stdout
+    assert "Stored as: uint8, 3 channel(s); reductions: 16-bit -> 8-bit" in proc.stdout
+
+
+def test_scan_finds_band_folders_and_its_command_converts_bit_exact(tmp_path: Path) -> None:
+    stacks = _band_folders(tmp_path / "src")
+    proc = _scan(str(tmp_path / "src"), "--json")
+    assert proc.returncode in (0, 65) and "Traceback" not in proc.stderr  # 65: the masks need a flag
+    report = json.loads(proc.stdout)
+    assert report["images"]["kinds"]["band_files"] == 4
+    command = report["verdict"]["command"]
+    assert "--bands train_blue,train_green,train_nir,train_red --masks train_gt" in command
+    _run_command(command, tmp_path / "out")
+    got = _by_key(tmp_path / "out")
+    order = ["blue", "green", "nir", "red"]  # scan's order: the folders' names
+    for base, stack in stacks.items():
+        expected = np.stack([stack[..., BANDS.index(b)] for b in order], -1)
+        np.testing.assert_array_equal(got[f"blue_{base}"], expected)  # same size: no resize
+
+
+# -- per-band statistics (normalize="stats") ---------------------------------------------------------
+
+
+def _split_dataset(root: Path, n_train: int, n_val: int) -> None:
+    """4-band uint16 TIFFs in train/ and val/ (different value ranges), masks beside them."""
+    rng = np.random.default_rng(21)
+    for split, n, top in (("train", n_train, 40000), ("val", n_val, 65535)):
+        (root / split / "images").mkdir(parents=True, exist_ok=True)
+        (root / split / "masks").mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            name = f"{split}_{i:02d}_{rng.integers(1000)}"
+            arr = np.stack([_texture(rng, 18, 22, top // (b + 1), i + b) for b in range(4)], -1)
+            tifffile.imwrite(root / split / "images" / f"{name}.tif", arr, photometric="minisblack",
+                             planarconfig="contig")
+            Image.fromarray((arr[..., 0] > top // 3).astype(np.uint8)).save(root / split / "masks" / f"{name}.png")
+
+
+def _convert_splits(root: Path, out: Path) -> None:
+    from converter.options import SplitSource
+
+    spec = SourceSpec(root=str(root), sources=tuple(
+        SplitSource(s, str(root / s / "images"), str(root / s / "masks")) for s in ("train", "val")))
+    convert(spec, str(out), OutputOptions(size=(18, 22), labels=LabelOptions(num_classes=2)),
+            RunOptions(workers=2, shard_size_bytes=4096))
+
+
+def test_band_stats_are_the_train_splits_and_survive_an_incremental_run(tmp_path: Path) -> None:
+    _split_dataset(tmp_path / "src", 5, 3)
+    _convert_splits(tmp_path / "src", tmp_path / "out")
+    _split_dataset(tmp_path / "src", 0, 0)  # nothing new
+    rng = np.random.default_rng(5)  # one more train image, added incrementally
+    extra = np.stack([_texture(rng, 18, 22, 30000, b) for b in range(4)], -1)
+    tifffile.imwrite(tmp_path / "src" / "train" / "images" / "zz.tif", extra, photometric="minisblack",
+                     planarconfig="contig")
+    Image.fromarray((extra[..., 0] > 9000).astype(np.uint8)).save(tmp_path / "src" / "train" / "masks" / "zz.png")
+    _convert_splits(tmp_path / "src", tmp_path / "out")
+    train = np.stack([tifffile.imread(p) for p in sorted((tmp_path / "src" / "train" / "images").iterdir())])
+    assert len(train) == 6
+    stats = json.loads((tmp_path / "out" / "imgshard.json").read_text())["image"]["stats"]
+    assert stats["split"] == "train" and stats["pixels"] == 6 * 18 * 22
+    flat = train.reshape(-1, 4).astype(np.float64)
+    np.testing.assert_allclose(stats["mean"], flat.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(stats["std"], flat.std(0), rtol=1e-6)
+
+    ds = readers.open(str(tmp_path / "out"))
+    x = np.concatenate([b.numpy() for b, _ in ds.tf_dataset("val", 2, shuffle=False, normalize="stats")])
+    val = np.stack([r.image for r in ds.records("val")]).astype(np.float64)
+    np.testing.assert_allclose(x, (val - flat.mean(0)) / flat.std(0), rtol=1e-4, atol=1e-4)
+
+
+def test_normalize_stats_is_refused_by_name_where_there_are_none(tmp_path: Path) -> None:
+    from converter.testing import synth
+
+    synth.make_camvid(tmp_path / "camvid", size=[(24, 32)], seed=0)
+    convert(SourceSpec(root=str(tmp_path / "camvid")), str(tmp_path / "out"), OutputOptions(size=(16, 16)))
+    ds = readers.open(str(tmp_path / "out"))
+    with pytest.raises(ValueError, match=r"normalize='stats' needs per-band statistics .*normalize=True"):
+        ds.tf_dataset("train", 2, normalize="stats")
+    with pytest.raises(ValueError, match=r"normalize must be True, False or 'stats'. Received: normalize='z'"):
+        ds.tf_dataset("train", 2, normalize="z")

@@ -135,6 +135,10 @@ def source_spec(args: argparse.Namespace, split: str | None = None) -> SourceSpe
         return _from_spec_file(args)
     if len(getattr(args, "images_all", None) or []) > 1:
         return _repeated_pairs(args)
+    if getattr(args, "bands", None):
+        from converter.commands.image_args import band_source
+
+        return band_source(args, split or args.split, storage_options(args))
     return SourceSpec(root=args.src, images=args.images, masks=args.masks, split=split or args.split,
                       classes=args.classes,
                       layout=getattr(args, "layout", None), image_suffix=getattr(args, "image_suffix", None),

@@ -44,6 +44,7 @@ class SourceSample(NamedTuple):
     image_stat: tuple[int, int] | None = None  # (size, mtime_ns) from discovery's one stat; None: not taken
     mask_stat: tuple[int, int] | None = None  # annotations: (canonical bytes, digest stamp)
     annotation: Any = None  # `converter.discover.annotations.Annotation`: the sample's own shapes (no mask file)
+    bands: tuple[str, ...] | None = None  # band folders: the other bands' files (`image` is the first band)
 
 
 @dataclass(frozen=True)

@@ -391,7 +391,7 @@ def source_samples(spec: Any, options: PreviewOptions, max_pixels: int, labels: 
     out = []
     for s in chosen:
         try:
-            image = decode_image(read_source(s.image, s.key), max_pixels)
+            image = decode_image(read_source(s.image, s.key), max_pixels, exif_transpose=s.annotation is not None)
             mask = (annotation_mask(s.annotation, *image.shape[:2]) if s.annotation is not None else
                     decode_mask(read_source(s.mask, s.key), max_pixels,  # type: ignore[arg-type]
                                 wide=resolved.semantics is not resolved.semantics.COLOUR))

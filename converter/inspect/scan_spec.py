@@ -72,8 +72,18 @@ def spec_labels(report: Any, verdict_labels: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in labels.items() if v is not None}
 
 
-def write_scan_spec(report: Any, path: str) -> str:
+def _existing(path: str | None) -> str | None:
+    from converter.discover.files import is_file
+
+    return path if path is not None and is_file(path) else None
+
+
+def write_scan_spec(report: Any, path: str, classes_file: str | None = None) -> str:
     """Write the spec of a segmentation scan to `path`; returns the convert command that follows it."""
+    if hasattr(report, "overlap_rule"):  # annotation files (`converter.inspect.scan_annotations`)
+        from converter.inspect.scan_annotations import write_annotation_spec
+
+        return write_annotation_spec(report, path)
     v = report.verdict
     if v["status"] == "no_data" or report.found is None or not report.found.sources:
         raise NothingToWrite(f"--write-spec {path}: scan found nothing to convert ({v.get('reason')}), so no spec "
@@ -81,13 +91,15 @@ def write_scan_spec(report: Any, path: str) -> str:
     spec = report.spec
     root = spec.root if spec.root is not None else spec.base
     labels, classes, rest = _split_flags(list(v["flags"]))
-    classes = classes or spec.classes or report.found.classes_csv
+    classes = classes_file or classes or spec.classes or _existing(report.found.classes_csv)
+    if classes is not None:
+        classes = os.path.abspath(classes) if "://" not in classes else classes
     doc = spec_document(list(report.found.sources), os.path.abspath(root) if "://" not in root else root,
                         os.path.dirname(os.path.abspath(path)), classes=classes, labels=spec_labels(report, labels),
                         detected={"layout": report.found.layout, "why": report.found.why},
                         layout=report.found.layout)
     write_spec(path, doc)
-    words = shlex.split(v["command"])
+    words = shlex.split(v["command"] or v["command_after_write"])
     size = words[words.index("--size") + 1]
     command = ["imgshard", "convert", "--spec", path, "OUT", "--size", size, *rest,
                *storage_option_flags(spec.storage_options)]

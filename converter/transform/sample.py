@@ -62,6 +62,9 @@ class SampleTransformer:
         self.max_pixels = max_pixels
         self.kind = task_kind(options.task)
         self.images = ImageReader(options.image_kind, max_pixels, exif_transpose=self.kind.exif_transpose)
+        #: Annotation files: their coordinates are in the EXIF-oriented frame (labelme, CVAT, Ultralytics and
+        #: Roboflow all orient the photo before it is annotated).
+        self.oriented = ImageReader(options.image_kind, max_pixels, exif_transpose=True)
         self.segmentation = self.kind.dense
         labels = options.labels if options.labels is not None else LabelOptions()
         self.semantics = make_semantics(labels, classes, options.color_tolerance) if self.segmentation else None
@@ -122,7 +125,8 @@ class SampleTransformer:
         img_src = read_source(sample.image, relative_key_path(sample.image, self.base), sample.image_stat)
         mask_src = (read_source(sample.mask, relative_key_path(sample.mask, self.base), sample.mask_stat)
                     if sample.mask else None)
-        image = self.images.decode(img_src)
+        bands = [read_source(p, relative_key_path(p, self.base)) for p in sample.bands or ()]
+        image = (self.images if sample.annotation is None else self.oriented).decode(img_src, bands)
         mask = None
         if self.segmentation and sample.annotation is None and mask_src is not None:
             mask = decode_mask(mask_src, self.max_pixels, wide=self.wide_masks)

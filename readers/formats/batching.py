@@ -138,6 +138,7 @@ def augment_map(spec: RecordSpec, options: PipelineOptions) -> Callable[..., Any
     `options.augment_on == "device"`, ((images, params), targets) untouched (compact)."""
     from readers.augment import make_augment_tf
 
+    options.augment.check_images(spec.channels, spec.image_dtype)  # colour jitter on RGB only: said now, by name
     if options.augment_on == "device":
         return lambda images, targets, params: ((images, params), targets)
     from readers.augment import host_kernel_takes

@@ -12,7 +12,6 @@ images leaves the other samples' bytes, and so their fingerprints, unchanged.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
@@ -39,7 +38,7 @@ class AnnotationFileError(ValueError):
 
     def __init__(self, path: str, reason: str, fix: str = "", where: str = "") -> None:
         at = f" ({where})" if where else ""
-        super().__init__(f"{path}{at}: {reason}" + (f". {fix}" if fix else ""))
+        super().__init__(f"{path}{at}: {reason}" + (f". {fix[:1].upper()}{fix[1:]}." if fix else ""))
         self.path, self.reason, self.fix, self.where = path, reason, fix, where
 
 
@@ -129,16 +128,16 @@ def load_json(path: str, data: bytes | None = None) -> Any:
 
 
 def coordinates(values: Any, path: str, where: str, limit: float = MAX_COORDINATE) -> list[float]:
-    """Finite numbers within +-`limit` (a flat list), else a named error."""
+    """Finite numbers within +-`limit` (a flat list), else a named error (NaN fails every comparison)."""
     try:
         out = [float(v) for v in values]
     except (TypeError, ValueError) as e:
         raise AnnotationFileError(path, f"coordinates are not numbers: {str(values)[:80]}",
                                   "fix or remove the annotation", where) from e
-    for v in out:
-        if not math.isfinite(v) or abs(v) > limit:
-            raise AnnotationFileError(path, f"coordinate {v} is not finite or beyond {limit:g} pixels",
-                                      "fix or remove the annotation", where)
+    if not all(-limit <= v <= limit for v in out):
+        bad = next(v for v in out if not -limit <= v <= limit)
+        raise AnnotationFileError(path, f"coordinate {bad} is not finite or beyond {limit:g} pixels",
+                                  "fix or remove the annotation", where)
     return out
 
 

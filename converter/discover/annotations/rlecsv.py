@@ -138,6 +138,9 @@ class RleCsv(Reader):
             doc = {"ignore": out.ignore, "overlap": options.overlap.value, "shapes": shapes}
             out.samples.append(make_sample("train", f"train/{rel}", join(folder, rel), self.name, path, ident, doc))
         out.unpaired_images = max(0, len(images) - len(out.samples))
+        if out.unpaired_images:
+            out.notes.append(f"{out.unpaired_images} image(s) in {folder} are not in {os.path.basename(path)}: "
+                             "left out")
         return out
 
     @staticmethod
