@@ -148,6 +148,19 @@ def _stored_mask(rec: Any, spec: Any) -> Any:
     return rec.mask
 
 
+def _copy_record(ctx: WorkerContext, copies: dict, copy: CopyRecord, transform: SampleTransformer,
+                 encode: SampleEncoding) -> tuple[Any, SampleEntry, np.ndarray, int, Any]:
+    """(the re-encoded record, its sample entry, class counts, ignored pixels, its stored image) of a copy."""
+    records, old_samples, old_spec = _copy_source(ctx, copies, copy.shard)
+    rec = records[copy.index]
+    where = f"{os.path.join(ctx.out_dir, copy.shard)}: record {copy.index}"
+    if rec.key != copy.key:
+        raise ValueError(f"{where} has key {rec.key!r}, the manifest says {copy.key!r}. Run `imgshard verify` and "
+                         "re-convert with --rebuild.")
+    encoded, counts, ignored = _copied(transform, encode, rec, old_spec, where)
+    return encoded, copy.entry or old_samples[copy.index], counts, ignored, rec.image
+
+
 def _copied(transform: SampleTransformer, encode: SampleEncoding, rec: Any, spec: Any,
             where: str) -> tuple[Any, np.ndarray, int]:
     """A copied record re-encoded, and its class counts; a mask that cannot be read or holds a value
@@ -345,18 +358,9 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                         else:
                             result.added += 1
                 if copy is not None:
-                    records, old_samples, old_spec = _copy_source(ctx, copies, copy.shard)
-                    rec = records[copy.index]
-                    if rec.key != copy.key:
-                        raise ValueError(
-                            f"{os.path.join(ctx.out_dir, copy.shard)}: record {copy.index} has key {rec.key!r}, "
-                            f"the manifest says {copy.key!r}. Run `imgshard verify` and re-convert with --rebuild."
-                        )
-                    encoded, counts, ignored = _copied(transform, encode, rec, old_spec,
-                                                       f"{os.path.join(ctx.out_dir, copy.shard)}: record {copy.index}")
+                    encoded, entry, counts, ignored, stored = _copy_record(ctx, copies, copy, transform, encode)
                     writer.add(encoded)
-                    entries.append(copy.entry or old_samples[copy.index])
-                    stored = rec.image
+                    entries.append(entry)
                 else:
                     stored = out.record.image if out.record is not None else None
                 if band_sums is not None and isinstance(stored, np.ndarray):
