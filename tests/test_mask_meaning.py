@@ -243,30 +243,31 @@ def test_real_pascal_voc_keeps_the_voc_classes_and_says_why(tmp_path):
 
 # -- two-level masks ----------------------------------------------------------------------------------
 
-def _salt(root) -> list[tuple[str, np.ndarray]]:
-    """Regression 4, shaped like the salt set: images/ + masks/, some masks 8-bit all zero, the
-    others 16-bit 0/65535. (At SRC, not below train/: a train/ holding images/ + masks/ is now
-    read as the instance-mask folders layout, `<id>/images/` + `<id>/masks/`.)"""
+def _salt(root, below: str = "") -> list[tuple[str, np.ndarray]]:
+    """Regression 4, shaped like the salt set: [train/]images/ + [train/]masks/, some masks 8-bit
+    all zero, the others 16-bit 0/65535."""
     out = []
+    top = root / below if below else root
     for i in range(6):
         rng = np.random.default_rng([4, i])
-        (root / "images").mkdir(parents=True, exist_ok=True)
-        (root / "masks").mkdir(parents=True, exist_ok=True)
-        Image.fromarray(synth.textured_image(32, 32, rng)).save(root / "images" / f"{i:04x}.png")
+        (top / "images").mkdir(parents=True, exist_ok=True)
+        (top / "masks").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(32, 32, rng)).save(top / "images" / f"{i:04x}.png")
         if i % 3 == 0:
             values = np.zeros((32, 32), np.uint8)
-            Image.fromarray(values, "L").save(root / "masks" / f"{i:04x}.png")
+            Image.fromarray(values, "L").save(top / "masks" / f"{i:04x}.png")
         else:
             values = np.where(synth.random_mask(32, 32, 2, rng) > 0, 65535, 0).astype(np.uint16)
-            Image.fromarray(values).save(root / "masks" / f"{i:04x}.png")
+            Image.fromarray(values).save(top / "masks" / f"{i:04x}.png")
         out.append((f"train/{i:04x}.png", values.astype(np.int64)))
     return out
 
 
-def test_binary_masks_mixed_8bit_zero_and_16bit_65535_keep_their_foreground(tmp_path):
+@pytest.mark.parametrize("below", ["", "train"])
+def test_binary_masks_mixed_8bit_zero_and_16bit_65535_keep_their_foreground(tmp_path, below):
     root = tmp_path / "salt"
-    masks = _salt(root)
-    assert Image.open(root / "masks" / "0001.png").mode.startswith("I")
+    masks = _salt(root, below)
+    assert Image.open(root / below / "masks" / "0001.png").mode.startswith("I")
     r = _scan(root)
     assert r.verdict["flags"] == ["--mask-semantics", "binary"], r.verdict
     assert "--ignore-index" not in r.verdict["command"]
