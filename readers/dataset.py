@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from readers.augment import check_augment, check_start_step, sample_ids
-from readers.bandnorm import BandStats, normalize_mode
+from readers.bandnorm import normalize_mode, standardized
 from readers.resume import check_resume
 from readers.errors import FIX_HINT, ShardError, describe, shard_error
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
@@ -325,10 +325,8 @@ class Dataset:
             one_hot: y as float32 one-hot (H, W, C) (or (C,) for classification) where
                 the ignore index is an all-zero row; False: the class map as stored
                 ((H, W) uint8/uint16) or the int64 label.
-            normalize: x as float32 in [0, 1] (divided by the dtype's range: 255 or 65535);
-                "stats": float32 (x - mean) / std per band, with the statistics `convert`
-                stored (`readers.bandnorm`); False: the image as stored, uint8 or uint16
-                (compact mode: expand on the accelerator with `readers.device.ExpandOnDevice`).
+            normalize: x as float32 in [0, 1] (x / 255, uint16: / 65535); "stats": per band (x - mean) / std
+                (`readers.bandnorm`); False: as stored (compact mode: `readers.device.ExpandOnDevice`).
             repeat: repeat forever (infinite cardinality; give `steps_per_epoch`).
             drop_remainder: drop the last partial batch (static batch dimension).
             input_context: a `tf.distribute.InputContext`; this pipeline then reads the
@@ -358,10 +356,8 @@ class Dataset:
         threads; float32 / one-hot written in C from the records (`RecordExpander`); encoded
         images decoded in parallel; glibc malloc tuned once (``IMGSHARD_TUNE_MALLOC=0``: not).
         """
-        normalize, standardize = normalize_mode(normalize)
-        stats = BandStats.from_manifest(self._manifest.image, self._path) if standardize else None
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
-                                  normalize=bool(normalize), drop_remainder=bool(drop_remainder),
+                                  normalize=normalize_mode(normalize)[0], drop_remainder=bool(drop_remainder),
                                   shuffle_buffer=shuffle_buffer, augment=check_augment(augment), epoch=epoch,
                                   start_step=start_step, augment_on=augment_on)
         tune_allocator()
@@ -373,13 +369,8 @@ class Dataset:
         check_start_step(options.start_step, batches)
         options = _resumed_options(resume, options, batches)
         ids = sample_ids(shards) if options.augment is not None else None
-        ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
-        if stats is not None:
-            if options.augment_on == "device":
-                raise ValueError("normalize='stats' standardises on the host; with augment_on='device' use "
-                                 "normalize=False and standardise after readers.device.augment_batch. "
-                                 "Received: normalize='stats', augment_on='device'")
-            ds = ds.map(stats.tf_map(), num_parallel_calls=-1, deterministic=True)  # -1: tf.data.AUTOTUNE
+        ds = standardized(self._adapter.tf_dataset(shards, self._spec, options, ids), normalize, self._manifest.image,
+                          self._path, options.augment_on)
         return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None,
                                 resumed=resume is not None)
 
