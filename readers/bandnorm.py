@@ -53,16 +53,4 @@ def normalize_mode(normalize: Any) -> tuple[bool, bool]:
     return bool(normalize), False
 
 
-def standardized(ds: Any, normalize: Any, image: Mapping[str, Any], where: str, augment_on: str = "host") -> Any:
-    """`ds` with x standardised per band when `normalize == "stats"`; else `ds` itself."""
-    if not normalize_mode(normalize)[1]:
-        return ds
-    stats = BandStats.from_manifest(image, where)
-    if augment_on == "device":
-        raise ValueError("normalize='stats' standardises on the host; with augment_on='device' use normalize=False "
-                         "and standardise after readers.device.augment_batch. Received: normalize='stats', "
-                         "augment_on='device'")
-    return ds.map(stats.tf_map(), num_parallel_calls=-1, deterministic=True)  # -1: tf.data.AUTOTUNE
-
-
-__all__ = ["BandStats", "normalize_mode", "standardized"]
+__all__ = ["BandStats", "normalize_mode"]
