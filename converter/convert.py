@@ -20,6 +20,7 @@ import numpy as np
 from converter import __version__
 from converter.discover.layout import BadInput
 from converter.discover.sources import discover_sources
+from converter.publish.band_stats import split_stats
 from converter.transform.kinds import resolve_options
 from converter.run.execute import local_start, run_tasks
 from converter.plan import fptable
@@ -175,11 +176,14 @@ def _mask_spec(options: OutputOptions, classes: tuple[ClassInfo, ...]) -> dict |
             "ignore_index": ignore_index_for(n), "codec": options.mask_codec}
 
 
-def _image_spec(options: OutputOptions) -> dict:
+def _image_spec(options: OutputOptions, splits: dict | None = None) -> dict:
     h, w = options.size
     image = {"height": h, "width": w, **options.image_kind.manifest_entry(), "codec": options.image_encoding.value}
     if options.quality is not None:
         image["quality"] = options.quality
+    stats = split_stats(splits) if splits and not options.image_kind.legacy else None
+    if stats is not None:
+        image["stats"] = stats  # per-band mean / std of the train split: normalize="stats"
     return image
 
 
@@ -578,7 +582,7 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
         format=options.format.value,
         compression=options.compression,  # type: ignore[arg-type]
         options=options.to_json(),
-        image=_image_spec(options),
+        image=_image_spec(options, splits),
         mask=_mask_spec(options, classes),
         classes=classes,
         splits=split_entries,

@@ -471,6 +471,9 @@ class ShardEntry:
     index: IndexRef | None = None
     #: Bytes of the sources of the shard's records (version 3; summed from `samples` before).
     source_bytes: int = 0
+    #: Images beyond 8-bit RGB: per channel the sum and sum of squares of the stored images,
+    #: then their pixel count (`converter.publish.band_stats`); () when not kept.
+    band_sums: tuple[float, ...] = ()
 
     @property
     def keys(self) -> list[str]:
@@ -492,6 +495,7 @@ class ShardEntry:
             "class_pixels": list(self.class_pixels),
             "ignore_pixels": self.ignore_pixels,
             **({"class_images": list(self.class_images)} if self.class_images else {}),
+            **({"band_sums": list(self.band_sums)} if self.band_sums else {}),
         }
         if self.index is not None:
             d["index"] = self.index.to_json()
@@ -520,6 +524,7 @@ class ShardEntry:
             class_images=tuple(int(c) for c in d.get("class_images", ())),
             index=index,
             source_bytes=int(d.get("source_bytes", 0)),
+            band_sums=tuple(float(v) for v in d.get("band_sums", ())),
         )
         if samples and len(samples) != entry.records:
             raise ManifestError(

@@ -496,3 +496,65 @@ def test_scan_finds_band_folders_and_its_command_converts_bit_exact(tmp_path: Pa
     for base, stack in stacks.items():
         expected = np.stack([stack[..., BANDS.index(b)] for b in order], -1)
         np.testing.assert_array_equal(got[f"blue_{base}"], expected)  # same size: no resize
+
+
+# -- per-band statistics (normalize="stats") ---------------------------------------------------------
+
+
+def _split_dataset(root: Path, n_train: int, n_val: int) -> None:
+    """4-band uint16 TIFFs in train/ and val/ (different value ranges), masks beside them."""
+    rng = np.random.default_rng(21)
+    for split, n, top in (("train", n_train, 40000), ("val", n_val, 65535)):
+        (root / split / "images").mkdir(parents=True, exist_ok=True)
+        (root / split / "masks").mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            name = f"{split}_{i:02d}_{rng.integers(1000)}"
+            arr = np.stack([_texture(rng, 18, 22, top // (b + 1), i + b) for b in range(4)], -1)
+            tifffile.imwrite(root / split / "images" / f"{name}.tif", arr, photometric="minisblack",
+                             planarconfig="contig")
+            Image.fromarray((arr[..., 0] > top // 3).astype(np.uint8)).save(root / split / "masks" / f"{name}.png")
+
+
+def _convert_splits(root: Path, out: Path) -> None:
+    from converter.options import SplitSource
+
+    spec = SourceSpec(root=str(root), sources=tuple(
+        SplitSource(s, str(root / s / "images"), str(root / s / "masks")) for s in ("train", "val")))
+    convert(spec, str(out), OutputOptions(size=(18, 22), labels=LabelOptions(num_classes=2)),
+            RunOptions(workers=2, shard_size_bytes=4096))
+
+
+def test_band_stats_are_the_train_splits_and_survive_an_incremental_run(tmp_path: Path) -> None:
+    _split_dataset(tmp_path / "src", 5, 3)
+    _convert_splits(tmp_path / "src", tmp_path / "out")
+    _split_dataset(tmp_path / "src", 0, 0)  # nothing new
+    rng = np.random.default_rng(5)  # one more train image, added incrementally
+    extra = np.stack([_texture(rng, 18, 22, 30000, b) for b in range(4)], -1)
+    tifffile.imwrite(tmp_path / "src" / "train" / "images" / "zz.tif", extra, photometric="minisblack",
+                     planarconfig="contig")
+    Image.fromarray((extra[..., 0] > 9000).astype(np.uint8)).save(tmp_path / "src" / "train" / "masks" / "zz.png")
+    _convert_splits(tmp_path / "src", tmp_path / "out")
+    train = np.stack([tifffile.imread(p) for p in sorted((tmp_path / "src" / "train" / "images").iterdir())])
+    assert len(train) == 6
+    stats = json.loads((tmp_path / "out" / "imgshard.json").read_text())["image"]["stats"]
+    assert stats["split"] == "train" and stats["pixels"] == 6 * 18 * 22
+    flat = train.reshape(-1, 4).astype(np.float64)
+    np.testing.assert_allclose(stats["mean"], flat.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(stats["std"], flat.std(0), rtol=1e-6)
+
+    ds = readers.open(str(tmp_path / "out"))
+    x = np.concatenate([b.numpy() for b, _ in ds.tf_dataset("val", 2, shuffle=False, normalize="stats")])
+    val = np.stack([r.image for r in ds.records("val")]).astype(np.float64)
+    np.testing.assert_allclose(x, (val - flat.mean(0)) / flat.std(0), rtol=1e-4, atol=1e-4)
+
+
+def test_normalize_stats_is_refused_by_name_where_there_are_none(tmp_path: Path) -> None:
+    from converter.testing import synth
+
+    synth.make_camvid(tmp_path / "camvid", size=[(24, 32)], seed=0)
+    convert(SourceSpec(root=str(tmp_path / "camvid")), str(tmp_path / "out"), OutputOptions(size=(16, 16)))
+    ds = readers.open(str(tmp_path / "out"))
+    with pytest.raises(ValueError, match=r"normalize='stats' needs per-band statistics .*normalize=True"):
+        ds.tf_dataset("train", 2, normalize="stats")
+    with pytest.raises(ValueError, match=r"normalize must be True, False or 'stats'. Received: normalize='z'"):
+        ds.tf_dataset("train", 2, normalize="z")
