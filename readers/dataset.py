@@ -23,6 +23,7 @@ import numpy as np
 
 from readers.augment import check_augment, check_start_step, sample_ids
 from readers.bandnorm import BandStats, normalize_mode
+from readers.order import check_sharding_mode, replica_batch_count
 from readers.resume import check_resume
 from readers.errors import FIX_HINT, ShardError, describe, shard_error
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
@@ -311,6 +312,7 @@ class Dataset:
         start_step: int = 0,
         augment_on: str = "host",
         resume: Any = None,
+        sharding: str = "files",
     ) -> "tf.data.Dataset":
         """A `tf.data.Dataset` of (x, y) batches for `model.fit`.
 
@@ -343,20 +345,16 @@ class Dataset:
                 ones the next epochs; the stream is a pure function of (seed, epoch, step).
             augment_on: "host", or "device" for `readers.device.augment_batch` (compact mode).
             resume: a `readers.ResumableInput`, also in `fit`'s callbacks (docs/READERS.md).
+            sharding: with `input_context`, "files" (above) or "global": the order of an epoch
+                is fixed by (seed, epoch) alone, pipeline r reads slice r of each global step
+                (`readers.order`; every pipeline reads all files).
 
-        The cardinality is known (batches per epoch, accounting for drop_remainder), so
-        Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
-        name the shard file: uncompressed TFRecord and all NPZ shards are read by
-        loader threads that raise `ShardError` naming the file and record (it surfaces
-        from TensorFlow as an `OpError` whose message holds it); so are gzip TFRecord
-        shards with a seed (read whole); without one they go through TensorFlow's reader,
-        checked per file so that an `InvalidArgumentError` names a file that gives fewer
-        records than its manifest count (`readers.formats.tfrecord.reader._checked_reader`).
+        The cardinality is known (batches per epoch), so Keras shows the epoch length.
+        Read errors name the shard file and record (`ShardError`, inside TensorFlow's
+        `OpError` message; gzip TFRecord read by TensorFlow: checked per file against its
+        manifest count, `readers.formats.tfrecord.reader._checked_reader`).
 
-        Speed: stored TFRecord shards are memory-mapped, their records gathered straight
-        into aligned batches (`readers.formats.batching`); NPZ shards inflated by loader
-        threads; float32 / one-hot written in C from the records (`RecordExpander`); encoded
-        images decoded in parallel; glibc malloc tuned once (``IMGSHARD_TUNE_MALLOC=0``: not).
+        Speed: docs/READERS.md, "How a batch is built" (`readers.formats.batching`).
         """
         normalize, standardize = normalize_mode(normalize)
         stats = BandStats.from_manifest(self._manifest.image, self._path) if standardize else None
@@ -365,31 +363,30 @@ class Dataset:
                                   shuffle_buffer=shuffle_buffer, augment=check_augment(augment), epoch=epoch,
                                   start_step=start_step, augment_on=augment_on)
         tune_allocator()
-        shards = self.shards(split)
-        total = sum(s.records for s in shards)
-        if input_context is not None:
-            shards, options, total = self._pipeline_share(split, shards, options, input_context)
-        batches = total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
+        shards, options, total = self._pipeline_share(split, options, input_context, check_sharding_mode(sharding))
+        batches = _batch_count(total, options)
         check_start_step(options.start_step, batches)
         options = _resumed_options(resume, options, batches)
         ids = sample_ids(shards) if options.augment is not None else None
         ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
         if stats is not None:
-            if options.augment_on == "device":
-                raise ValueError("normalize='stats' standardises on the host; with augment_on='device' use "
-                                 "normalize=False and standardise after readers.device.augment_batch. "
-                                 "Received: normalize='stats', augment_on='device'")
-            ds = ds.map(stats.tf_map(), num_parallel_calls=-1, deterministic=True)  # -1: tf.data.AUTOTUNE
+            ds = _standardized(ds, stats, options)
         return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None,
                                 resumed=resume is not None)
 
-    def _pipeline_share(self, split: str, shards: list[ShardRef], options: PipelineOptions,
-                        input_context: "tf.distribute.InputContext") -> tuple[list[ShardRef], PipelineOptions, int]:
-        """What one input pipeline of `input_context` reads: (its shards, its options, its records)."""
+    def _pipeline_share(self, split: str, options: PipelineOptions, input_context: "tf.distribute.InputContext | None",
+                        sharding: str = "files") -> tuple[list[ShardRef], PipelineOptions, int]:
+        """What one input pipeline of `input_context` reads: (its shards, its options, its
+        records; for sharding="global" all of them, `options.replicas` picks its batches)."""
+        shards = self.shards(split)
         total = sum(s.records for s in shards)
+        if input_context is None:
+            return shards, options, total
         num = int(input_context.num_input_pipelines)
         index = int(input_context.input_pipeline_id)
         _check_sharding(num, index, "input_context.num_input_pipelines", "input_context.input_pipeline_id")
+        if sharding == "global":
+            return shards, PipelineOptions(**{**_fields(options), "replicas": (num, index)}), total
         if len(shards) >= num:
             shards = [s for s in shards if s.position % num == index]
             total = sum(s.records for s in shards)
@@ -423,6 +420,7 @@ class Dataset:
         augment: "Augment | None" = None,
         epoch: int = 0,
         resume: Any = None,
+        sharding: str = "files",
     ) -> Any:
         """A `keras.utils.PyDataset` of (x, y) NumPy batches with random access.
 
@@ -435,9 +433,11 @@ class Dataset:
         TensorFlow batch function, so batch i of epoch e holds the same pixels when the
         two see the same samples); the order is a pure function of (seed, epoch).
         `resume`: a `readers.ResumableInput`, as in `tf_dataset` (the first epoch after a
-        restart is the rest of the interrupted one).
+        restart is the rest of the interrupted one). `sharding="global"`: every process
+        reads all files and takes slice `shard_index` of each global step of the order
+        fixed by (seed, epoch) (`readers.order`).
         """
-        from readers.pydataset import make_pydataset
+        from readers.pydataset import batches_per_epoch, make_pydataset
 
         if normalize_mode(normalize)[1]:
             raise ValueError("keras_dataset takes normalize=True or False; for per-band statistics use "
@@ -446,8 +446,12 @@ class Dataset:
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), augment=check_augment(augment), epoch=epoch)
         tune_allocator()
+        if check_sharding_mode(sharding) == "global":
+            _check_sharding(num_shards, shard_index, "num_shards", "shard_index")
+            options = PipelineOptions(**{**_fields(options), "replicas": (num_shards, shard_index)})
+            num_shards, shard_index = 1, 0
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
-        options = _resumed_options(resume, options, math.ceil(sum(s.records for s in shards) / options.batch_size))
+        options = _resumed_options(resume, options, batches_per_epoch(sum(s.records for s in shards), options))
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
         ids = sample_ids(shards) if options.augment is not None else None
         seq = make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
@@ -503,6 +507,22 @@ def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: i
     if resumed and options.start_step > 0 and not repeat:
         _report_cardinality(ds, batches)
     return ds
+
+
+def _standardized(ds: "tf.data.Dataset", stats: BandStats, options: PipelineOptions) -> "tf.data.Dataset":
+    """`ds` with normalize='stats' applied on the host."""
+    if options.augment_on == "device":
+        raise ValueError("normalize='stats' standardises on the host; with augment_on='device' use "
+                         "normalize=False and standardise after readers.device.augment_batch. "
+                         "Received: normalize='stats', augment_on='device'")
+    return ds.map(stats.tf_map(), num_parallel_calls=-1, deterministic=True)  # -1: tf.data.AUTOTUNE
+
+
+def _batch_count(total: int, options: PipelineOptions) -> int:
+    """Batches per epoch of a pipeline reading `total` records (its share with `options.replicas`)."""
+    if options.replicas is not None:
+        return replica_batch_count(total, options.batch_size, *options.replicas, options.drop_remainder)
+    return total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
 
 
 def _resumed_options(resume: Any, options: PipelineOptions, batches: int) -> PipelineOptions:

@@ -34,6 +34,7 @@ from readers.formats.encoding import parallel_for
 from readers.formats.expand import expand_numpy
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import RecordSpec
+from readers.order import replica_batch, replica_batch_count
 
 
 
@@ -81,7 +82,7 @@ def _build_class() -> type:
             return int(len(self._order))
 
         def __len__(self) -> int:
-            return math.ceil(self.num_samples / self.options.batch_size) - self._skip
+            return batches_per_epoch(self.num_samples, self.options) - self._skip
 
         start_resumed_epoch = _start_resumed_epoch
 
@@ -93,9 +94,7 @@ def _build_class() -> type:
                 index += n
             if not 0 <= index < n:
                 raise IndexError(f"batch index must be in [0, {n}). Received: {index}")
-            bs = self.options.batch_size
-            index += self._skip
-            picked = self._order[index * bs:(index + 1) * bs]
+            picked = _picked(self._order, self.options, index + self._skip)
             images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
             if self.options.augment is not None:
                 return augmented_batch(self, picked, images, targets)
@@ -117,6 +116,21 @@ def _build_class() -> type:
             return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
 
     return ShardPyDataset
+
+
+def batches_per_epoch(samples: int, options: PipelineOptions) -> int:
+    """Batches of one epoch (of this replica's share with `options.replicas`, `readers.order`)."""
+    if options.replicas is not None:
+        return replica_batch_count(samples, options.batch_size, *options.replicas, drop_remainder=False)
+    return math.ceil(samples / options.batch_size)
+
+
+def _picked(order: np.ndarray, options: PipelineOptions, index: int) -> np.ndarray:
+    """Positions in `order` of batch `index`'s samples."""
+    bs = options.batch_size
+    if options.replicas is not None:
+        return replica_batch(order, bs, *options.replicas, index)
+    return order[index * bs:(index + 1) * bs]
 
 
 def _start_resumed_epoch(seq: Any) -> None:

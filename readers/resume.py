@@ -149,7 +149,8 @@ class _ResumableInput:
         self._filter: Any = None
 
     # -- the input side ------------------------------------------------------------------
-    def claim(self, seed: int | None, epoch: int, start_step: int, batches: int, effective_seed: int) -> tuple[int, int, int]:
+    def claim(self, seed: int | None, epoch: int, start_step: int, batches: int,
+              effective_seed: int) -> tuple[int, int, int]:
         """(seed, epoch, step) for an input of `batches` batches per epoch built with
         these arguments: the restored position, or the arguments on a fresh run."""
         _check_int("epoch", epoch)

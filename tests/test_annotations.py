@@ -445,3 +445,75 @@ def test_exif_rotated_photo_is_oriented_as_the_annotation_tool_showed_it(tmp_pat
     np.testing.assert_array_equal(record.mask, ref_mask)
     ref_image = np.asarray(shown.convert("RGB").resize((12, 20), Image.Resampling.BILINEAR))
     np.testing.assert_array_equal(record.image, ref_image)
+
+
+@pytest.mark.parametrize("make", [A.make_coco, A.make_labelme, A.make_yolo, A.make_cvat, A.make_instances,
+                                  A.make_rlecsv], ids=lambda f: f.__name__[5:])
+def test_annotation_sources_in_a_bucket_convert_as_the_local_folder(tmp_path, s3_bucket, make):
+    from readers.storage import open_store
+
+    exp = make(tmp_path / "src")
+    url = f"{s3_bucket}/raw"
+    store = open_store(url)
+    for path in sorted(exp.root.rglob("*")):
+        if path.is_file():
+            store.put(path.relative_to(exp.root).as_posix(), path.read_bytes())
+    convert(SourceSpec(root=url), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    data = readers.open(tmp_path / "out")
+    assert data.splits == exp.splits()
+    records = {r.key: r for split in data.splits for r in data.records(split)}
+    for key, image in exp.images.items():
+        ref_image, ref_mask = A.reference(image, exp.expected[key], SIZE)
+        np.testing.assert_array_equal(records[key].image, ref_image, err_msg=key)
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64), ref_mask, err_msg=key)
+
+
+def test_cvat_xml_entity_bomb_and_broken_xml_are_named(tmp_path):
+    exp = A.make_cvat(tmp_path / "src")
+    lol = "".join(f'<!ENTITY l{i} "{"&l%d;" % (i - 1) * 10}">' for i in range(1, 10))
+    bomb = f'<?xml version="1.0"?><!DOCTYPE annotations [<!ENTITY l0 "lol">{lol}]><annotations><version>1.1' \
+           '</version><image id="0" name="frame_000000.png" width="40" height="30"><tag label="&l9;"/></image>' \
+           '</annotations>'
+    for text, says in ((bomb, "amplification"), ("<annotations><version>1.1</version><image id='0'", "invalid XML")):
+        (exp.root / "annotations.xml").write_text(text)
+        with pytest.raises(AnnotationFileError, match=says) as e:
+            convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE),
+                    RunOptions(workers=1))
+        assert "annotations.xml" in str(e.value)
+
+
+def test_labelme_mask_shape_placed_over_its_box(tmp_path):
+    """labelme >= 5.3 `mask` shapes: points [[xmin, ymin], [xmax, ymax]], `mask` = base64 PNG of
+    mask[ymin:ymax + 1, xmin:xmax + 1] (labelme's utils.img_arr_to_b64)."""
+    import base64
+    import io
+
+    root = tmp_path / "lm"
+    h, w = 30, 36
+    A.write_image(root / "a.png", h, w, A.rng_for(13, 0))
+    full = A._blob(A.rng_for(13, 1), h, w).astype(bool)
+    ys, xs = np.nonzero(full)
+    xmin, ymin, xmax, ymax = int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())
+    buf = io.BytesIO()
+    Image.fromarray(full[ymin:ymax + 1, xmin:xmax + 1]).save(buf, format="PNG")
+    shapes = [{"label": "x", "points": [[0, 0], [35, 0], [35, 5]], "shape_type": "polygon"},
+              {"label": "y", "points": [[xmin, ymin], [xmax, ymax]], "shape_type": "mask",
+               "mask": base64.b64encode(buf.getvalue()).decode("ascii")}]
+    (root / "a.json").write_text(json.dumps({"shapes": shapes, "imagePath": "a.png", "imageHeight": h,
+                                             "imageWidth": w}))
+    expected = np.zeros((h, w), np.int64)
+    expected[A.labelme_shape_to_mask((h, w), shapes[0]["points"], "polygon")] = 1
+    expected[full] = 2
+    convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
+    np.testing.assert_array_equal(next(readers.open(tmp_path / "out").records("train")).mask, expected)
+
+
+def test_rle_csv_severstal_v1_imageid_classid_column(tmp_path):
+    exp = A.make_rlecsv(tmp_path / "src")
+    rows = (exp.root / "train.csv").read_text().splitlines()
+    out = ["ImageId_ClassId,EncodedPixels"]
+    for row in rows[1:]:
+        name, cls, runs = row.split(",")
+        out += [f"{name}_{c},{runs if str(c) == cls else ''}" for c in (1, 2, 3, 4)]  # every class listed
+    (exp.root / "train.csv").write_text("\n".join(out) + "\n")
+    assert_converts(exp, tmp_path / "out")

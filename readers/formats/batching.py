@@ -449,6 +449,10 @@ class BatchGenerator:
 
     def plan_epoch(self, epoch: int) -> list[np.ndarray]:
         """The batches of `epoch`, each an array of global record numbers (shard starts + record)."""
+        if self.options.replicas is not None:  # sharding="global": one order for any replica count
+            from readers.order import replica_plan
+
+            return replica_plan(self.starts, self.seed, epoch, self.options, self.window)
         rng = np.random.default_rng([self.seed, int(epoch)])
         opts = self.options
         order = list(range(len(self.shards)))

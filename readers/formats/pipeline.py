@@ -34,12 +34,18 @@ class PipelineOptions:
     #: handed over as ((uint8 images, params), targets) for `readers.device.augment_batch`.
     augment: Any = None
     augment_on: str = "host"
+    #: (replicas, index): read batch slice `index` of every global step of the order
+    #: that (seed, epoch) alone fixes (``sharding="global"``, `readers.order`).
+    replicas: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("epoch", "start_step"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0. Received: {name}={value!r}")
+        if self.replicas is not None and self.shuffle and self.seed is None:
+            raise ValueError("seed must be an int with sharding='global' (every replica must draw the same order). "
+                             "Received: seed=None")
         if self.augment_on not in ("host", "device"):
             raise ValueError(f"augment_on must be 'host' or 'device'. Received: augment_on={self.augment_on!r}")
         if self.augment_on == "device" and (self.augment is None or self.normalize or self.one_hot):
@@ -76,7 +82,7 @@ class PipelineOptions:
     @property
     def requires_plan(self) -> bool:
         """Augmentation or a resumed start: only the planned generator can do them."""
-        return self.augment is not None or self.epoch != 0 or self.start_step != 0
+        return self.augment is not None or self.epoch != 0 or self.start_step != 0 or self.replicas is not None
 
     def buffer_records(self, shards: Sequence[ShardRef]) -> int:
         """Shuffle buffer size in records: the explicit value, else as many records as
