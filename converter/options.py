@@ -463,7 +463,11 @@ class SourceSpec:
         from converter.discover.files import absolute
 
         if self.root is None and self.sources:
-            return absolute(os.path.commonpath([absolute(s.images) for s in self.sources]))
+            paths = [absolute(s.images) for s in self.sources]
+            if any("://" in p for p in paths):  # URLs: the common prefix up to a '/'
+                common = os.path.commonprefix(paths)
+                return common if all(p == common for p in paths) else common[:common.rfind("/")]
+            return absolute(os.path.commonpath(paths))
         return absolute(self.root if self.root is not None else self.images)  # type: ignore[arg-type]
 
     @property

@@ -23,7 +23,7 @@ from converter.discover.layout import BadInput, SourceSample
 from converter.run.lock import OrphanedWorker, WorkerGuard
 from converter.options import OutputOptions
 from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask
-from converter.publish.band_stats import sample_sums
+from converter.publish.band_stats import BandSums
 from converter.transform.decode import DecodeError
 from converter.transform.sample import SampleTransformer, UnknownColorError
 from converter.plan.fingerprint import algorithm_of, content_matches, digest_file
@@ -286,7 +286,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     transform = _transformer(ctx)
     class_pixels = np.zeros(len(ctx.classes), dtype=np.int64)
     class_images = np.zeros(len(ctx.classes), dtype=np.int64)
-    band_sums = None if ctx.options.image_kind.legacy else 0.0  # images beyond 8-bit RGB: per-band sums
+    sums = BandSums(not ctx.options.image_kind.legacy)  # images beyond 8-bit RGB: per-band sums
     ignore_pixels = 0
     entries: list[SampleEntry] = []
     result = ShardResult(task.split, None, task.replaces)
@@ -316,6 +316,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                             copy = item.old  # keep the old record: nothing is lost
                     else:
                         writer.add(out.record)
+                        sums.add(out.record.image)
                         entries.append(out.entry)  # type: ignore[arg-type]
                         counts, ignored = out.class_pixels, out.ignore_pixels
                         if isinstance(item, ReplaceRecord):
@@ -335,11 +336,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                     writer.add(encode(SampleArrays(rec.key, rec.image, rec.mask, rec.label)))
                     entries.append(copy.entry or old_samples[copy.index])
                     counts, ignored = transform.count_classes(_stored_mask(rec, old_spec), rec.label)
-                    stored = rec.image
-                else:
-                    stored = out.record.image if out.record is not None else None
-                if band_sums is not None and isinstance(stored, np.ndarray):
-                    band_sums = band_sums + sample_sums(stored)
+                    sums.add(rec.image)
                 if counts is not None:
                     class_pixels += counts
                     class_images += counts > 0
@@ -359,7 +356,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
         file=written.file, records=written.records, bytes=written.bytes, digest=written.digest,
         class_pixels=tuple(int(c) for c in class_pixels), ignore_pixels=ignore_pixels,
         class_images=tuple(int(c) for c in class_images), index=index, source_bytes=source_bytes(entries),
-        band_sums=tuple(float(v) for v in band_sums) if isinstance(band_sums, np.ndarray) else (),
+        band_sums=sums.total(),
     )
     result.seconds = time.perf_counter() - t0
     return result
