@@ -517,3 +517,13 @@ def test_rle_csv_severstal_v1_imageid_classid_column(tmp_path):
         out += [f"{name}_{c},{runs if str(c) == cls else ''}" for c in (1, 2, 3, 4)]  # every class listed
     (exp.root / "train.csv").write_text("\n".join(out) + "\n")
     assert_converts(exp, tmp_path / "out")
+
+
+def test_coco_without_image_sizes_takes_the_image_size(tmp_path):
+    exp = A.make_coco(tmp_path / "src", splits=("train",))
+    path = exp.root / "train" / "_annotations.coco.json"
+    doc = json.loads(path.read_text())
+    for im in doc["images"]:
+        del im["height"], im["width"]
+    path.write_text(json.dumps(doc))
+    assert_converts(exp, tmp_path / "out")
