@@ -506,3 +506,24 @@ def test_labelme_mask_shape_placed_over_its_box(tmp_path):
     expected[full] = 2
     convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
     np.testing.assert_array_equal(next(readers.open(tmp_path / "out").records("train")).mask, expected)
+
+
+def test_rle_csv_severstal_v1_imageid_classid_column(tmp_path):
+    exp = A.make_rlecsv(tmp_path / "src")
+    rows = (exp.root / "train.csv").read_text().splitlines()
+    out = ["ImageId_ClassId,EncodedPixels"]
+    for row in rows[1:]:
+        name, cls, runs = row.split(",")
+        out += [f"{name}_{c},{runs if str(c) == cls else ''}" for c in (1, 2, 3, 4)]  # every class listed
+    (exp.root / "train.csv").write_text("\n".join(out) + "\n")
+    assert_converts(exp, tmp_path / "out")
+
+
+def test_coco_without_image_sizes_takes_the_image_size(tmp_path):
+    exp = A.make_coco(tmp_path / "src", splits=("train",))
+    path = exp.root / "train" / "_annotations.coco.json"
+    doc = json.loads(path.read_text())
+    for im in doc["images"]:
+        del im["height"], im["width"]
+    path.write_text(json.dumps(doc))
+    assert_converts(exp, tmp_path / "out")

@@ -558,3 +558,55 @@ def test_normalize_stats_is_refused_by_name_where_there_are_none(tmp_path: Path)
         ds.tf_dataset("train", 2, normalize="stats")
     with pytest.raises(ValueError, match=r"normalize must be True, False or 'stats'. Received: normalize='z'"):
         ds.tf_dataset("train", 2, normalize="z")
+
+
+def test_uint16_band_datasets_load_in_tfds_equal_to_records(tmp_path: Path) -> None:
+    tfds = pytest.importorskip("tensorflow_datasets")
+    _band_tiffs(tmp_path / "src", 4, compression="zlib", photometric="minisblack", planarconfig="contig")
+    _convert(tmp_path / "src", tmp_path / "out", (20, 28))
+    builder = tfds.builder_from_directory(str(tmp_path / "out"))
+    examples = {e["key"].decode(): e for e in tfds.as_numpy(builder.as_dataset(split="train"))}
+    records = list(readers.open(str(tmp_path / "out")).records("train"))
+    assert sorted(examples) == sorted(r.key for r in records)
+    for r in records:
+        image = examples[r.key]["image"]
+        assert image.dtype == np.uint16 and image.shape == (20, 28, 4)
+        np.testing.assert_array_equal(image, r.image)
+
+
+def test_keras_dataset_and_device_expansion_carry_uint16(tmp_path: Path) -> None:
+    from readers.device import expand_batch
+
+    _grey_dataset(tmp_path / "src", 65535, n=3)
+    _convert(tmp_path / "src", tmp_path / "out", (12, 12))
+    ds = readers.open(str(tmp_path / "out"))
+    stored = {r.key: r.image for r in ds.records("train")}
+    seq = ds.keras_dataset("train", 3, shuffle=False, normalize=False, one_hot=False)
+    x, _ = seq[0]
+    assert x.dtype == np.uint16
+    np.testing.assert_array_equal(np.sort(x.ravel()), np.sort(np.concatenate([v.ravel() for v in stored.values()])))
+    xf, _ = ds.keras_dataset("train", 3, shuffle=False)[0]
+    np.testing.assert_allclose(xf, x / 65535.0, atol=1e-6)
+    on_device, _ = expand_batch(x, None)  # compact mode: uint16 crosses to the device, scaled there
+    np.testing.assert_allclose(np.asarray(on_device), x / 65535.0, atol=1e-6)
+
+
+def test_preview_draws_chosen_bands_stretched_and_refuses_a_missing_band(tmp_path: Path) -> None:
+    from converter.inspect.display import to_display
+    from converter.inspect.preview import PreviewOptions, dataset_samples
+
+    _band_tiffs(tmp_path / "src", 4, compression="zlib", photometric="minisblack", planarconfig="contig")
+    _convert(tmp_path / "src", tmp_path / "out", (20, 28))
+    stored = {r.key: r.image for r in readers.open(str(tmp_path / "out")).records("train")}
+    _, _, samples = dataset_samples(str(tmp_path / "out"), PreviewOptions(n=2, display_bands=(3, 2, 1)))
+    for s in samples:
+        bands = stored[s.key][..., [2, 1, 0]].astype(np.float64)
+        lo, hi = np.percentile(bands, 2, axis=(0, 1)), np.percentile(bands, 98, axis=(0, 1))
+        expected = np.clip(np.rint((bands - lo) * (255.0 / (hi - lo))), 0, 255).astype(np.uint8)
+        np.testing.assert_array_equal(s.image, expected)
+    assert to_display(np.zeros((2, 2, 3), np.uint8) + 7).tolist() == (np.zeros((2, 2, 3), np.uint8) + 7).tolist()
+    proc = subprocess.run([sys.executable, "-m", "converter.cli", "preview", str(tmp_path / "out"), "-o",
+                           str(tmp_path / "p.png"), "--display-bands", "5"], capture_output=True, text=True,
+                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--display-bands names band 5; these images have 4 band(s)" in proc.stderr

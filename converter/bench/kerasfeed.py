@@ -1,4 +1,4 @@
-"""Pipeline 9: `keras_dataset` fed the way Keras feeds a `PyDataset` (issue 30).
+"""Pipeline 10: `keras_dataset` fed the way Keras feeds a `PyDataset` (issue 30).
 
 `PyDatasetThreads` iterates a `keras.utils.PyDataset` as Keras' ordered enqueuer does
 with ``use_multiprocessing=False``: `workers` threads call `__getitem__`, batches come
@@ -57,7 +57,7 @@ def ready_batches(x: np.ndarray, y: np.ndarray, batches: int) -> Any:
 
 
 def keras_pipelines(opts: Any, ds: Any, split: str, shape: Any, io_of: Any) -> list:
-    """Rows 9: keras_dataset compact / float32 through `PyDatasetThreads`, and its ceiling."""
+    """Rows 10: keras_dataset compact / float32 through `PyDatasetThreads`, and its ceiling."""
     workers = os.cpu_count() or 1
     bs = opts.batch_size
     compact = ds.keras_dataset(split, bs, seed=opts.seed, one_hot=False, normalize=False)
@@ -66,11 +66,11 @@ def keras_pipelines(opts: Any, ds: Any, split: str, shape: Any, io_of: Any) -> l
     ceiling = ready_batches(x.copy(), y.copy(), len(floats))
     feed = f"{workers} threads, in order"
     return [
-        (io_of("p9_keras_compact", f"9. keras_dataset, compact ({feed})", "compact"),
+        (io_of("p10_keras_compact", f"10. keras_dataset, compact ({feed})", "compact"),
          forever(PyDatasetThreads(compact, workers).epoch)),
-        (io_of("p9_keras_float32", f"9. keras_dataset, float32 + one-hot ({feed})", "float32"),
+        (io_of("p10_keras_float32", f"10. keras_dataset, float32 + one-hot ({feed})", "float32"),
          forever(PyDatasetThreads(floats, workers).epoch)),
-        (io_of("p9_pydataset_ceiling", f"9. in-memory PyDataset, ready float32 batches ({feed}): the ceiling",
+        (io_of("p10_pydataset_ceiling", "10. in-memory PyDataset, ready float32 batches (ceiling)",
                "float32"), forever(PyDatasetThreads(ceiling, workers).epoch)),
     ]
 

@@ -44,12 +44,12 @@ def _ratio(result: "BenchResult", a: str, b: str, *, cpu: bool = False) -> float
 def keras_targets(result: "BenchResult") -> list[Target]:
     """Issue 30: keras_dataset against tf_dataset and against its feeder's ceiling."""
     return [
-        Target("keras_dataset compact vs tf_dataset compact", _ratio(result, "p9_keras_compact", "p5_imgshard_compact"),
+        Target("keras_dataset compact vs tf_dataset compact", _ratio(result, "p10_keras_compact", "p5_imgshard_compact"),
                0.5, True),
-        Target("keras_dataset float32 vs tf_dataset float32", _ratio(result, "p9_keras_float32", "p4_imgshard_float32"),
+        Target("keras_dataset float32 vs tf_dataset float32", _ratio(result, "p10_keras_float32", "p4_imgshard_float32"),
                0.5, True),
         Target("keras_dataset float32 vs in-memory PyDataset (ceiling)",
-               100 * _ratio(result, "p9_keras_float32", "p9_pydataset_ceiling"), 80, True, "%"),
+               100 * _ratio(result, "p10_keras_float32", "p10_pydataset_ceiling"), 80, True, "%"),
     ]
 
 

@@ -46,13 +46,14 @@ from converter.inspect.scan_labels import (
     value_summary,
 )
 from converter.discover.content import ContentTie
-from converter.inspect.scan_images import (band_args, band_spec_from_tie, decode_for_scan, find_band_folders, format_images, image_args,
-                                           image_findings, images_section)
+from converter.inspect.scan_images import (band_spec_from_tie, decode_for_scan, find_band_folders, format_images,
+                                           image_verdict, images_section)
 from converter.inspect.scan_readings import format_readings, reading_problems, readings_section
-from converter.options import ANNOTATION_FORMATS, LabelOptions, MaskSemantics, SourceSpec, Task
+from converter.options import ANNOTATION_FORMATS, ExifMode, LabelOptions, MaskSemantics, SourceSpec, Task
 from converter.run.execute import map_unordered
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_mask, read_source
+from converter.transform.exif import apply_orientation, orientation_of
 from converter.transform.sample import UnknownColorError, relative_key_path
 from converter.inspect.scan_core import (
     EXAMPLES,
@@ -123,11 +124,12 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
         s.errors.append(bad_input(e, sample.key))
         return s
     s.mask_size = (mask.width, mask.height)
-    if image is not None and (mask.height, mask.width) != image.shape[:2]:
-        s.errors.append(BadInput(
-            sample.mask, f"mask is {mask.width}x{mask.height} but its image {sample.image} is "
-            f"{image.shape[1]}x{image.shape[0]}", "masks must have the same size as their images",
-            sample.key, "size_mismatch"))
+    if image is not None:
+        try:  # sizes as convert's --exif auto judges them: a mismatch, or a pair they cannot decide
+            apply_orientation(ExifMode.AUTO, orientation_of(src), image.shape[:2], (mask.height, mask.width),
+                              sample.image, sample.mask)
+        except DecodeError as e:
+            s.errors.append(bad_input(e, sample.key))
     if values is not None:
         s.mask_size = (mask.width, mask.height)
         return s
@@ -484,10 +486,7 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         problems.append(f"{len(unmatched)} mask colour(s) match no class (in {n_files} file(s) at "
                         f"--color-tolerance {r.options.color_tolerance})")
     label_flags = _label_problems(r, problems, flags, unknown_files)
-    image_problems, image_warnings, image_notes = image_findings(r.images.get("kinds", {}), r.options.image_kind)
-    problems += image_problems
-    warnings += image_warnings
-    image_flags = image_args(r.options.image_kind, r.images.get("kinds", {}))
+    source, image_flags, image_notes, image_bad = image_verdict(r, problems, warnings)
     given = r.options.labels or LabelOptions()
     if tol > 0:
         flags += ["--color-tolerance", str(tol)]
@@ -513,15 +512,11 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     sizes = r.images["sizes_wxh"]
     size_flag, size_hint = suggest_size(sizes)
     src = source_positional(r.spec) + source_args(r.spec, r.found)
-    command = ["imgshard", "convert", *(band_args(r.spec, r.found, r.images.get("band_folders"))
-                                        or source_positional(r.spec)), "OUT", "--size", size_flag, *source_args(r.spec, r.found), *given_label_args(given), *label_flags,
+    command = ["imgshard", "convert", *source, "OUT", "--size", size_flag, *source_args(r.spec, r.found), *given_label_args(given), *label_flags,
                *flags, *image_flags]
-    needs = bool(r.bad) or bool(label_flags) or bool(reading_problems(r.labels or {})) or bool(image_problems)
+    needs = bool(r.bad) or bool(label_flags) or bool(reading_problems(r.labels or {})) or image_bad
     status = "no_data" if total == 0 or no_good else ("needs_flags" if needs else ("warnings" if warnings else "ok"))
-    hints = []
-    if size_hint:
-        hints.append(size_hint)
-    hints += image_notes
+    hints = ([size_hint] if size_hint else []) + image_notes
     if "--color-tolerance" in flags:
         hints.append(f"--color-tolerance {tol} snaps the colours within {tol} per channel of exactly one class")
     if "--unknown-color" in flags:

@@ -95,6 +95,19 @@ def image_findings(section: dict[str, Any], requested: ImageKind | None) -> tupl
     return problems, warnings, notes
 
 
+def image_verdict(r: Any, problems: list[str], warnings: list[str]) -> tuple[list[str], list[str], list[str], bool]:
+    """For scan's verdict: (the command's source arguments, its image flags, notes for the hints,
+    whether convert would fail); problems and warnings are appended to the lists given."""
+    from converter.inspect.scan_labels import source_positional
+
+    section = r.images.get("kinds", {})
+    found_problems, found_warnings, notes = image_findings(section, r.options.image_kind)
+    problems += found_problems
+    warnings += found_warnings
+    source = band_args(r.spec, r.found, r.images.get("band_folders")) or source_positional(r.spec)
+    return source, image_args(r.options.image_kind, section), notes, bool(found_problems)
+
+
 def image_args(requested: ImageKind | None, section: dict[str, Any]) -> list[str]:
     """The image flags of scan's convert command: those given, and --accept-reduction where a
     given flag loses precision or channels (said as a problem)."""
@@ -206,4 +219,5 @@ def band_spec_from_tie(spec: Any) -> Any:
     return None
 
 
-__all__ = ["band_spec_from_tie", "band_args", "image_args", "decode_for_scan", "find_band_folders", "format_images", "image_findings", "images_section"]
+__all__ = ["band_args", "band_spec_from_tie", "decode_for_scan", "find_band_folders", "format_images", "image_args",
+           "image_findings", "image_verdict", "images_section"]

@@ -26,6 +26,22 @@ def sample_sums(image: np.ndarray) -> np.ndarray:
     return np.concatenate([wide.sum(axis=0), np.einsum("ij,ij->j", wide, wide), [float(flat.shape[0])]])
 
 
+class BandSums:
+    """The running band sums of one shard's stored images (`enabled` False: kept for none)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.sums: np.ndarray | None = None
+
+    def add(self, image: object) -> None:
+        if self.enabled and isinstance(image, np.ndarray):
+            part = sample_sums(image)
+            self.sums = part if self.sums is None else self.sums + part
+
+    def total(self) -> tuple[float, ...]:
+        return () if self.sums is None else tuple(float(v) for v in self.sums)
+
+
 def stats_of(sums: Iterable[Sequence[float]]) -> dict | None:
     """{"mean": [...], "std": [...], "pixels": n} from shards' band sums; None when a shard has none."""
     total = None
@@ -51,4 +67,4 @@ def split_stats(splits: dict) -> dict | None:
     return None if stats is None else {"split": name, **stats}
 
 
-__all__ = ["STATS_SPLIT", "sample_sums", "split_stats", "stats_of"]
+__all__ = ["STATS_SPLIT", "BandSums", "sample_sums", "split_stats", "stats_of"]

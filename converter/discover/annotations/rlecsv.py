@@ -27,16 +27,20 @@ from converter.discover.layout import BadInput
 from converter.options import AnnotationOptions
 from converter.transform.decode import DecodeError
 
-ID_COLUMNS = ("imageid", "image_id", "id", "img", "image", "imagename", "filename", "file_name", "name")
-RUN_COLUMNS = ("encodedpixels", "encoded_pixels", "rle", "rle_mask", "annotation", "segmentation")
+#: "imageid_classid" (Severstal's first release: ``0002cc93b.jpg_1``) holds both, split at the last "_".
+ID_COLUMNS = ("imageid_classid", "imageid", "image_id", "id", "img", "image", "imagename", "filename", "file_name",
+              "name")
+RUN_COLUMNS = ("encodedpixels", "encoded_pixels", "rle", "rle_mask", "encoding", "annotation", "segmentation")
 CLASS_COLUMNS = ("classid", "class_id", "class", "label", "category")
 
 
 def _columns(header: list[str]) -> tuple[int, int, int | None] | None:
+    """(id column, run column, class column or None; the id column's index when it holds the class too)."""
     low = [h.strip().lower() for h in header]
     idc = next((low.index(c) for c in ID_COLUMNS if c in low), None)
     run = next((low.index(c) for c in RUN_COLUMNS if c in low), None)
-    cls = next((low.index(c) for c in CLASS_COLUMNS if c in low), None)
+    cls = idc if idc is not None and low[idc] == "imageid_classid" else next(
+        (low.index(c) for c in CLASS_COLUMNS if c in low), None)
     return None if idc is None or run is None else (idc, run, cls)
 
 
@@ -119,8 +123,10 @@ class RleCsv(Reader):
             if len(row) <= max(idc, run, cls or 0):
                 raise AnnotationFileError(path, f"{len(row)} columns, the header has {len(rows[0])}",
                                           "fix the row", f"row {n}")
-            per_image.setdefault(row[idc].strip(), []).append(
-                (row[cls].strip() if cls is not None else "", row[run].strip(), n))
+            ident, klass = row[idc].strip(), row[cls].strip() if cls is not None else ""
+            if cls == idc:  # ImageId_ClassId
+                ident, _, klass = ident.rpartition("_")
+            per_image.setdefault(ident, []).append((klass, row[run].strip(), n))
         names, value = self._classes(per_image, cls is not None, options)
         out.class_names = names
         folder, find = _image_finder(root, path, list(per_image))
