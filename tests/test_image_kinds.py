@@ -654,3 +654,35 @@ def test_8bit_grey_stays_one_channel_with_keep(tmp_path: Path) -> None:
     for name, g in greys.items():
         np.testing.assert_array_equal(rgb[name], np.repeat(g[..., None], 3, 2))
         np.testing.assert_array_equal(keep[name], g[..., None])
+
+
+# -- bucket sources and output carry the kinds ---------------------------------------------------------
+
+
+def test_band_folders_in_a_bucket_convert_to_a_bucket_as_locally(tmp_path: Path, s3_bucket: str, s3_server: str) -> None:
+    from readers.storage import open_store
+
+    from converter.options import SplitSource
+
+    _band_folders(tmp_path / "src", n=3)
+    url = f"{s3_bucket}/sat"
+    store = open_store(url)
+    for path in sorted((tmp_path / "src").rglob("*")):
+        if path.is_file():
+            store.put(path.relative_to(tmp_path / "src").as_posix(), path.read_bytes())
+    creds = {"endpoint_url": s3_server, "key": "imgshard-test", "secret": "imgshard-test"}
+
+    def spec(root: str, **kw) -> SourceSpec:
+        return SourceSpec(root=root, sources=(SplitSource(
+            "train", f"{root}/train_red", f"{root}/train_gt", bands=tuple(f"{root}/train_{b}" for b in BANDS)),), **kw)
+
+    options = OutputOptions(size=(20, 24), labels=LabelOptions(num_classes=2))
+    convert(spec(str(tmp_path / "src")), str(tmp_path / "local"), options, RunOptions(workers=1))
+    convert(spec(url, storage_options=creds), f"{s3_bucket}/out", options,
+            RunOptions(workers=2, storage_options=tuple(creds.items())))
+    local = {r.key: r.image for r in readers.open(str(tmp_path / "local")).records("train")}
+    remote = {r.key: r.image for r in readers.open(f"{s3_bucket}/out", storage_options=creds).records("train")}
+    assert sorted(local) == sorted(remote) and len(local) == 3
+    for key, image in local.items():
+        assert image.dtype == np.uint16 and image.shape == (20, 24, 4)
+        np.testing.assert_array_equal(remote[key], image)
