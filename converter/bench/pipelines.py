@@ -211,7 +211,19 @@ def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, 
     shape = Shape(h, w, ds.num_classes, first.mask.dtype.itemsize)
     return [*png_pipelines(opts, sources, shape), *saved_pipelines(opts, ds, split, work, shape, say),
             *imgshard_pipelines(opts, ds, split, shape), *npz_pipelines(opts, sources, split, work, shape, say),
-            *augment_pipelines(opts, sources, work, shape, say)]
+            *augment_pipelines(opts, sources, work, shape, say), *band_rows(opts, work, say)]
+
+
+def band_rows(opts: BenchOptions, work: str, say: Say) -> Pipelines:
+    """Pipeline 9 (`converter.bench.bands`): uint16 4-band rows; none where tifffile is not installed."""
+    try:
+        import tifffile  # noqa: F401  (the `tiff` extra writes the sources)
+    except ImportError:
+        say("pipeline 9 (uint16 4-band) skipped: pip install 'imgshard[tiff]'")
+        return []
+    from converter.bench.bands import band_pipelines
+
+    return band_pipelines(opts, work, say)
 
 
 __all__ = ["AUGMENT_RECIPE", "Io", "Shape", "reader_pipelines", "stored_bytes_per_sample"]
