@@ -54,13 +54,13 @@ def _head(path: str, lines: int = 6) -> list[list[str]]:
 
 
 def _is_rle_csv(path: str) -> bool:
-    """A header with an id and a run column, and run values that are integers (or empty)."""
+    """A header with an id and a run column, and a run value of integers among the first rows (or none filled)."""
     rows = _head(path)
     cols = _columns(rows[0]) if rows else None
     if cols is None:
         return False
     runs = [r[cols[1]] for r in rows[1:] if len(r) > cols[1]]
-    return bool(runs) and all(v.replace(" ", "").isdigit() or not v.strip() for v in runs)
+    return bool(runs) and (any(v.replace(" ", "").isdigit() for v in runs) or not any(v.strip() for v in runs))
 
 
 def _image_folder(root: str, csv_path: str, ids: list[str]) -> str | None:
@@ -209,7 +209,7 @@ def decode_runs(text: str, height: int, width: int, where: str) -> np.ndarray:
     """Kaggle RLE ``start length ...`` (1-based, column-major) -> (height, width) bool."""
     try:
         nums = np.array(text.split(), dtype=np.int64)
-    except ValueError as e:
+    except (ValueError, OverflowError) as e:
         raise DecodeError(where, "bad_annotation", f"RLE is not integers: {text[:60]!r}", "fix the row") from e
     if len(nums) % 2:
         raise DecodeError(where, "bad_annotation", "RLE has an odd count of numbers (start length pairs)",
