@@ -29,8 +29,8 @@ SPLIT_ALIASES = {"training": "train", "validation": "val", "valid": "val"}
 VOC_NAMES = {"aeroplane", "bicycle", "bird", "boat", "bottle", "person", "tvmonitor"}
 
 
-def scan_json(capsys, root: Path) -> dict:
-    code = cli_main(["scan", str(root), "--json", "--workers", "1"])
+def scan_json(capsys, root: Path, *extra: str) -> dict:
+    code = cli_main(["scan", str(root), "--json", "--workers", "1", *extra])
     report = json.loads(capsys.readouterr().out)
     report["exit"] = code
     return report
@@ -75,6 +75,14 @@ def stored(out: Path) -> tuple[readers.Dataset, dict[str, tuple[str, object]]]:
 
 
 def assert_exact(shaped: R.Shaped, out: Path, check_splits: bool = True) -> readers.Dataset:
+    """Every record of `out` (and of its sibling `out_spec`, when the spec run made one) bit-exact."""
+    spec_out = out.with_name(out.name + "_spec")
+    if spec_out.exists():
+        _assert_exact(shaped, spec_out, check_splits)
+    return _assert_exact(shaped, out, check_splits)
+
+
+def _assert_exact(shaped: R.Shaped, out: Path, check_splits: bool) -> readers.Dataset:
     data, records = stored(out)
     assert set(records) == set(shaped.samples), (sorted(records), sorted(shaped.samples))
     for stem, sample in shaped.samples.items():
@@ -83,8 +91,6 @@ def assert_exact(shaped: R.Shaped, out: Path, check_splits: bool = True) -> read
             assert SPLIT_ALIASES.get(split, split) == SPLIT_ALIASES.get(sample.split, sample.split), (stem, split)
         ref_img = reference_image(sample.image)
         got_img = np.asarray(rec.image)
-        if got_img.ndim == 3 and ref_img.ndim == 3 and got_img.shape[-1] == 1 == ref_img.shape[-1]:
-            pass
         assert got_img.dtype == ref_img.dtype, (stem, got_img.dtype, ref_img.dtype)
         np.testing.assert_array_equal(got_img.reshape(ref_img.shape), ref_img, err_msg=f"image {stem}")
         np.testing.assert_array_equal(np.asarray(rec.mask).astype(np.int64), _nearest(sample.meaning(sample.mask)),
@@ -93,12 +99,19 @@ def assert_exact(shaped: R.Shaped, out: Path, check_splits: bool = True) -> read
 
 
 def convert_as_told(shaped: R.Shaped, tmp_path: Path, capsys) -> tuple[dict, readers.Dataset]:
-    report = scan_json(capsys, shaped.root)
+    """scan's command into tmp_path/out; the spec `scan --write-spec` wrote, through its `spec_command`,
+    into tmp_path/out_spec (tests compare both)."""
+    report = scan_json(capsys, shaped.root, "--write-spec", str(tmp_path / "spec.json"))
     command = report["verdict"]["command"]
     assert command, report["verdict"]
     code = run_command(command, tmp_path / "out")
     capsys.readouterr()
     assert code == 0, (command, code)
+    spec_command = report["verdict"].get("spec_command")
+    assert spec_command, report["verdict"]
+    code = run_command(spec_command, tmp_path / "out_spec")
+    capsys.readouterr()
+    assert code == 0, (spec_command, code)
     return report, readers.open(str(tmp_path / "out"))
 
 
