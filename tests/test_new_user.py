@@ -149,12 +149,9 @@ def test_custom_two_class_voc_layout_never_gets_voc_classes(tmp_path, capsys, na
     assert_exact(shaped, tmp_path / "out")  # 255 border stays the ignore index
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "h28 band detection: scan finds 'band folders' JPEGImages + SegmentationClassVisualization (labelme2voc's "
-    "JPEG overlays) and prints `convert --bands JPEGImages,SegmentationClassVisualization --masks "
-    "SegmentationClass SRC OUT`, which exits 1 (explicit bands drop class_names.txt: 'Index masks ... need "
-    "their classes'); it should print `convert SRC OUT` (voc layout, class_names.txt, 255 ignored)"))
 def test_labelme2voc_output_with_visualization_and_npy_folders(tmp_path, capsys):
+    """The JPEG overlays in SegmentationClassVisualization/ are not a second band of JPEGImages/ (scan
+    proposed `--bands JPEGImages,SegmentationClassVisualization`, a command that exits 1)."""
     shaped = R.make_labelme2voc(tmp_path / "data_dataset_voc")
     report, data = convert_as_told(shaped, tmp_path, capsys)
     assert [n for n, _ in data.classes] == shaped.classes
@@ -231,6 +228,27 @@ def test_carvana_rle_csv_alone_is_read_along_the_rows(tmp_path, capsys):
         f.unlink()
     (shaped.root / "train_masks").rmdir()
     report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert_exact(shaped, tmp_path / "out")
+
+
+def test_carvana_with_train_hq_is_never_two_bands(tmp_path, capsys):
+    """Kaggle ships train.zip and train_hq.zip: the same photos twice. They are two versions, never
+    two bands of one 6-channel image (scan proposed `--bands train,train_hq`): scan stops and names both."""
+    shaped = R.make_carvana(tmp_path / "carvana")
+    (shaped.root / "train_hq").mkdir()
+    for stem, sample in shaped.samples.items():
+        Image.open(sample.image).save(shaped.root / "train_hq" / f"{stem}.jpg", quality=100)
+    code = cli_main(["scan", str(shaped.root), "--json", "--workers", "1"])
+    said = capsys.readouterr()
+    text = said.out + said.err  # a tie is an error on stderr (no JSON on stdout: noted in the report)
+    assert code == 65 and "pair equally well" in text, text
+    assert f"--images {shaped.root / 'train_hq'} --masks" in text and "--bands" not in text
+    chosen = ["convert", "--images", str(shaped.root / "train_hq"), "--masks", str(shaped.root / "train_masks"),
+              "--split", "train", str(tmp_path / "out"), "--size", f"{SIZE[0]}x{SIZE[1]}",
+              "--mask-semantics", "binary", "--workers", "1", "-q"]
+    assert cli_main(chosen) == 0
+    for sample in shaped.samples.values():
+        sample.image = shaped.root / "train_hq" / sample.image.name
     assert_exact(shaped, tmp_path / "out")
 
 
