@@ -211,15 +211,17 @@ def test_cvat_mask_rle_past_its_box_and_unknown_label_named(tmp_path):
         convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
 
 
-def test_rle_csv_runs_past_the_image_are_a_bad_input_naming_csv_and_row(tmp_path):
+@pytest.mark.parametrize("runs", ["1 99999", "1 99999999999999999999999", "5 x"])
+def test_rle_csv_runs_past_the_image_are_a_bad_input_naming_csv_and_row(tmp_path, runs):
     exp = A.make_rlecsv(tmp_path / "src")
     text = (exp.root / "train.csv").read_text().splitlines()
     name = text[1].split(",")[0]
-    text.insert(2, f"{name},2,1 99999")
+    text.insert(2, f"{name},2,{runs}")
     (exp.root / "train.csv").write_text("\n".join(text) + "\n")
     with pytest.raises(BadInputError) as e:
         convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
-    assert "train.csv" in str(e.value) and "row 3" in str(e.value) and "past" in str(e.value)
+    assert "train.csv" in str(e.value) and "row 3" in str(e.value)
+    assert ("past" if runs == "1 99999" else "not integers") in str(e.value)
 
 
 def test_labelme_cron_reconverts_only_the_image_whose_shape_changed(tmp_path):

@@ -36,6 +36,7 @@ import numpy as np
 
 from readers.errors import FIX_HINT, describe, shard_error
 from readers.formats import IMAGE_CODECS, MASK_CODECS, check_choice, workers
+from readers.formats.classrange import problem
 from readers.formats.pngmask import check_mask_png
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -148,6 +149,9 @@ def decode_mask(data: Any, spec: "RecordSpec") -> np.ndarray:
         raise ValueError(f"mask is not a valid PNG class map ({describe(e)})") from e
     if cmap.shape != (spec.height, spec.width):
         raise ValueError(f"mask decodes to shape {cmap.shape}, the manifest says {(spec.height, spec.width)}")
+    why = problem(cmap, replace(spec, mask_encoding="class_map"))  # stored one-hot: its class map
+    if why is not None:
+        raise ValueError(why)
     if spec.mask_encoding == "onehot":
         planes = np.arange(spec.num_classes, dtype=cmap.dtype)
         return (cmap[:, :, None] == planes).astype(np.uint8)
