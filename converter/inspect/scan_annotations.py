@@ -91,7 +91,8 @@ class AnnotationScanReport:
                                 "overlap_pixels": self.overlap_pixels, "overlap_files": self.overlap_files,
                                 "ignored_pixels": self.ignored_pixels},
                 "pairs": self.splits, "total_pairs": sum(self.splits.values()), "classes": self.classes_table,
-                "bad": [b.to_json() for b in self.bad], "bad_counts": dict(sorted(Counter(b.kind for b in self.bad).items())),
+                "bad": [b.to_json() for b in self.bad],
+                "bad_counts": dict(sorted(Counter(b.kind for b in self.bad).items())),
                 "images": {"sizes_wxh": self.sizes_wxh}, "verdict": self.verdict}
 
 
@@ -152,7 +153,8 @@ def _verdict(spec: SourceSpec, found: Discovery, bad: list[BadInput], ok: list, 
 
 def format_annotation_report(r: AnnotationScanReport, *, limit: int = 20) -> str:
     out = [f"Source: {r.source}", f"Annotations: {r.format} ({r.why})", f"Overlaps: {r.overlap_rule}; "
-           f"{r.overlap_pixels} overlapping pixel(s) in {r.overlap_files} image(s) (--overlap {'|'.join(Overlap.values())})"]
+           f"{r.overlap_pixels} overlapping pixel(s) in {r.overlap_files} image(s) "
+           f"(--overlap {'|'.join(Overlap.values())})"]
     out.append("Samples: " + (", ".join(f"{k} {v}" for k, v in r.splits.items()) or "none")
                + f" (total {sum(r.splits.values())})")
     out.append("Image sizes (WxH): " + ", ".join(f"{k} x{v}" for k, v in list(r.sizes_wxh.items())[:8]))
