@@ -90,6 +90,16 @@ def test_jpeg_cut_and_closed_with_end_marker_is_truncated_not_grey(texture, para
     assert e.value.kind == "truncated" and "of its 96 rows" in e.value.reason and e.value.path == "cut.jpg"
 
 
+def test_jpeg_cut_inside_its_last_restart_interval_is_truncated(texture):
+    """Every restart marker present (so only the last interval is walked), the data cut inside it."""
+    data = _jpeg(texture, restart_marker_rows=1)
+    last = max(data.rfind(bytes([0xFF, m])) for m in range(0xD0, 0xD8))
+    cut = data[:last + 2 + (len(data) - last) // 2].rstrip(b"\xff") + b"\xff\xd9"
+    with pytest.raises(DecodeError, match="ends after about 80 of its 96 rows") as e:
+        decode_image(_src(cut), 10**8)
+    assert e.value.kind == "truncated"
+
+
 def test_jpeg_header_declaring_more_rows_than_its_data_holds_is_truncated(texture):
     data = _with_size(_jpeg(texture), 2 * H, W)
     assert Image.open(io.BytesIO(data)).size == (W, 2 * H)
