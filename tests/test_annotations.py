@@ -529,3 +529,19 @@ def test_coco_without_image_sizes_takes_the_image_size(tmp_path):
         del im["height"], im["width"]
     path.write_text(json.dumps(doc))
     assert_converts(exp, tmp_path / "out")
+
+
+def test_spec_annotation_options_are_followed_and_a_flag_overrides_them(tmp_path, capsys):
+    exp = A.make_coco(tmp_path / "src", splits=("train",), per_split=3)
+    spec_path = tmp_path / "source.json"
+    capsys.readouterr()
+    assert cli_main(["scan", str(exp.root), "--workers", "1", "--write-spec", str(spec_path), "-q", "--keep-crowd"]) == 0
+    assert json.loads(spec_path.read_text())["annotation_options"] == {"keep_crowd": True}
+    base = ["convert", "--spec", str(spec_path), "--size", "30x44", "--workers", "1", "-q"]
+    assert cli_main(base[:3] + [str(tmp_path / "a")] + base[3:]) == 0
+    assert cli_main(base[:3] + [str(tmp_path / "b")] + base[3:] + ["--overlap", "ignore"]) == 0
+    key = next(k for k in exp.images if "img_000" in k)
+    a = {r.key: r.mask for r in readers.open(tmp_path / "a").records("train")}[key]
+    b = {r.key: r.mask for r in readers.open(tmp_path / "b").records("train")}[key]
+    assert not (a == A.IGNORE).any()  # crowd kept, as the spec says
+    assert (b == A.IGNORE).any() and not np.array_equal(a, b)  # --overlap ignore given: overlaps ignored

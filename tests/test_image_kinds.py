@@ -187,11 +187,35 @@ def test_grey_mode_on_multiband_is_refused(tmp_path: Path) -> None:
         _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_kind=ImageKind(mode="grey"))
 
 
-@pytest.mark.parametrize("encoding", ["jpeg", "webp", "png"])
-def test_encoded_storage_is_refused_for_uint16(tmp_path: Path, encoding: str) -> None:
+@pytest.mark.parametrize("encoding", ["jpeg", "webp"])
+def test_lossy_storage_is_refused_for_uint16(tmp_path: Path, encoding: str) -> None:
     _grey_dataset(tmp_path / "src", 65535, n=2)
     with pytest.raises(ImageKindError, match=rf"--image-encoding {encoding}.*uint16.*--image-encoding raw"):
         _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_encoding=encoding)
+
+
+def test_png_storage_is_refused_for_multiband(tmp_path: Path) -> None:
+    _band_tiffs(tmp_path / "src", 4, compression="zlib", photometric="minisblack", planarconfig="contig")
+    with pytest.raises(ImageKindError, match=r"--image-encoding png stores 8-bit RGB.*4 channel"):
+        _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_encoding="png")
+
+
+@pytest.mark.parametrize("fmt,compression", [("tfrecord", None), ("tfrecord", "gzip"), ("npz", None)])
+def test_png16_storage_of_16bit_grey_is_exact(tmp_path: Path, fmt: str, compression: str | None) -> None:
+    """(gzip TFRecord without a seed: TensorFlow's reader and `tf.io.decode_png` decode it.)"""
+    _grey_dataset(tmp_path / "src", 65535, n=4)
+    _convert(tmp_path / "src", tmp_path / "raw", (16, 20), format=fmt)
+    _convert(tmp_path / "src", tmp_path / "png", (16, 20), format=fmt, image_encoding="png", compression=compression)
+    raw, png = _by_key(tmp_path / "raw"), _by_key(tmp_path / "png")
+    assert sorted(raw) == sorted(png)
+    for key in raw:
+        assert png[key].dtype == np.uint16 and png[key].shape == (16, 20, 1)
+        np.testing.assert_array_equal(png[key], raw[key])
+    ds = readers.open(str(tmp_path / "png"))
+    x = np.concatenate([b.numpy() for b, _ in ds.tf_dataset("train", 2, shuffle=False, normalize=False,
+                                                            one_hot=False)])
+    assert x.dtype == np.uint16
+    np.testing.assert_array_equal(np.sort(x.ravel()), np.sort(np.concatenate([v.ravel() for v in raw.values()])))
 
 
 def test_float_images_are_refused(tmp_path: Path) -> None:
