@@ -52,14 +52,24 @@ def _nearest(classes: np.ndarray) -> np.ndarray:
 
 
 def reference_image(path: Path) -> np.ndarray:
+    if path.suffix == ".tif":
+        import tifffile
+
+        arr = tifffile.imread(path)
+        assert arr.dtype == np.uint16 and arr.ndim == 2, "fixture: 16-bit grey TIFF"
+        return _resize16(arr)
     im = Image.open(path)
     if im.mode in ("I;16", "I;16B", "I;16L"):
-        arr = np.asarray(im).astype(np.uint16)
-        one = Image.fromarray(arr)  # I;16
-        out = one.resize((SIZE[1], SIZE[0]), Image.Resampling.BILINEAR, box=(0, 0, arr.shape[1], arr.shape[0]),
-                         reducing_gap=None)
-        return np.asarray(out).astype(np.uint16)[..., None]
+        return _resize16(np.asarray(im).astype(np.uint16))
     return np.asarray(im.convert("RGB").resize((SIZE[1], SIZE[0]), Image.Resampling.BILINEAR))
+
+
+def _resize16(arr: np.ndarray) -> np.ndarray:
+    """Pillow's I;16 BILINEAR over the whole source box (the documented 16-bit resize)."""
+    one = Image.fromarray(arr)  # I;16
+    out = one.resize((SIZE[1], SIZE[0]), Image.Resampling.BILINEAR, box=(0, 0, arr.shape[1], arr.shape[0]),
+                     reducing_gap=None)
+    return np.asarray(out).astype(np.uint16)[..., None]
 
 
 def stored(out: Path) -> tuple[readers.Dataset, dict[str, tuple[str, object]]]:
@@ -138,12 +148,14 @@ def test_camvid_palette_masks_voc_colours_class_dict_in_another_order(tmp_path, 
 # -- 2. a custom dataset in the VOC layout ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("names_file", [True, False], ids=["class_names.txt", "no-names-file"])
-def test_custom_two_class_voc_layout_never_gets_voc_classes(tmp_path, capsys, names_file):
-    shaped = R.make_custom_voc(tmp_path / "water", names_file)
+@pytest.mark.parametrize("names_file,classes,mode", [
+    ("class_names.txt", 2, "P"), (None, 2, "P"), ("labels.txt", 2, "L"), (None, 6, "P"), ("labels.txt", 6, "L")],
+    ids=["2-class_names.txt", "2-no-names", "2-labels.txt-L", "6-no-names", "6-labels.txt-L"])
+def test_custom_voc_layout_never_gets_voc_classes(tmp_path, capsys, names_file, classes, mode):
+    shaped = R.make_custom_voc(tmp_path / "water", names_file, classes=classes, mode=mode)
     report, data = convert_as_told(shaped, tmp_path, capsys)
     names = [n for n, _ in data.classes]
-    assert len(names) == 2 and not VOC_NAMES & set(names), names
+    assert len(names) == classes and not VOC_NAMES & set(names), names
     if names_file:
         assert names == shaped.classes
     assert_exact(shaped, tmp_path / "out")  # 255 border stays the ignore index
@@ -265,8 +277,9 @@ def test_isic2018_task1_training_and_validation(tmp_path, capsys):
 # -- 7. 12-bit microscopy -----------------------------------------------------------------------------------------
 
 
-def test_microscopy_12bit_grey_is_stored_as_uint16(tmp_path, capsys):
-    shaped = R.make_microscopy(tmp_path / "cells")
+@pytest.mark.parametrize("tiff", [False, True], ids=["png-I16", "tiff-zlib"])
+def test_microscopy_12bit_grey_is_stored_as_uint16(tmp_path, capsys, tiff):
+    shaped = R.make_microscopy(tmp_path / "cells", tiff=tiff)
     report, data = convert_as_told(shaped, tmp_path, capsys)
     assert data.num_classes == 2
     assert_exact(shaped, tmp_path / "out")
