@@ -29,6 +29,7 @@ class Sample:
     mask: Path
     meaning: Callable[[Path], np.ndarray]  # mask file -> (H, W) class ids the dataset means
     split: str
+    shown: bool = False  # the mask was drawn on the photo as shown (EXIF orientation applied)
 
 
 @dataclass
@@ -568,3 +569,16 @@ def make_segnet_camvid(root: Path, seed: int = 11) -> Shaped:
                                           _values_of, split)
         (root / f"{split}.txt").write_text("".join(lines))
     return shaped
+
+
+def tag_orientation(shaped: Shaped, stem: str, mask_drawn_as_shown: bool) -> None:
+    """Tag a photo EXIF Orientation=6 (shown rotated 90 degrees clockwise), as a dermoscope or phone
+    does; with `mask_drawn_as_shown` the mask is rotated to the shown photo (drawn in an annotation tool)."""
+    sample = shaped.samples[stem]
+    im = Image.open(sample.image)
+    exif = im.getexif()
+    exif[0x0112] = 6
+    im.save(sample.image, exif=exif, quality=95)
+    if mask_drawn_as_shown:
+        Image.open(sample.mask).transpose(Image.Transpose.ROTATE_270).save(sample.mask)
+        sample.shown = True

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 import readers
 from converter.cli import main as cli_main
@@ -51,7 +51,10 @@ def _nearest(classes: np.ndarray) -> np.ndarray:
     return np.asarray(im.resize((SIZE[1], SIZE[0]), Image.Resampling.NEAREST)).astype(np.int64)
 
 
-def reference_image(path: Path) -> np.ndarray:
+def reference_image(path: Path, shown: bool = False) -> np.ndarray:
+    if shown:
+        im = ImageOps.exif_transpose(Image.open(path))
+        return np.asarray(im.convert("RGB").resize((SIZE[1], SIZE[0]), Image.Resampling.BILINEAR))
     if path.suffix == ".tif":
         import tifffile
 
@@ -99,7 +102,7 @@ def _assert_exact(shaped: R.Shaped, out: Path, check_splits: bool) -> readers.Da
         split, rec = records[stem]
         if check_splits:
             assert SPLIT_ALIASES.get(split, split) == SPLIT_ALIASES.get(sample.split, sample.split), (stem, split)
-        ref_img = reference_image(sample.image)
+        ref_img = reference_image(sample.image, sample.shown)
         got_img = np.asarray(rec.image)
         assert got_img.dtype == ref_img.dtype, (stem, got_img.dtype, ref_img.dtype)
         np.testing.assert_array_equal(got_img.reshape(ref_img.shape), ref_img, err_msg=f"image {stem}")
@@ -267,8 +270,14 @@ def test_carvana_with_train_hq_is_never_two_bands(tmp_path, capsys):
 # -- 6. ISIC 2018 task 1 ----------------------------------------------------------------------------------------
 
 
-def test_isic2018_task1_training_and_validation(tmp_path, capsys):
+@pytest.mark.parametrize("exif", [False, True], ids=["plain", "exif-orientation"])
+def test_isic2018_task1_training_and_validation(tmp_path, capsys, exif):
+    """With `exif`: two photos tagged Orientation=6, one mask fitting the stored pixels, one drawn on the
+    photo as shown: each record follows its own mask (--exif auto)."""
     shaped = R.make_isic(tmp_path / "isic2018")
+    if exif:
+        R.tag_orientation(shaped, "ISIC_0000001", mask_drawn_as_shown=False)
+        R.tag_orientation(shaped, "ISIC_0000003", mask_drawn_as_shown=True)
     report, data = convert_as_told(shaped, tmp_path, capsys)
     assert data.num_classes == 2
     assert_exact(shaped, tmp_path / "out")
