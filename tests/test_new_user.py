@@ -255,9 +255,11 @@ def test_carvana_with_train_hq_is_never_two_bands(tmp_path, capsys):
         Image.open(sample.image).save(shaped.root / "train_hq" / f"{stem}.jpg", quality=100)
     code = cli_main(["scan", str(shaped.root), "--json", "--workers", "1"])
     said = capsys.readouterr()
-    text = said.out + said.err  # a tie is an error on stderr (no JSON on stdout: noted in the report)
-    assert code == 65 and "pair equally well" in text, text
-    assert f"--images {shaped.root / 'train_hq'} --masks" in text and "--bands" not in text
+    report = json.loads(said.out)  # JSON on stdout for a script, the error on stderr for a person
+    assert code == 65 and report["verdict"]["command"] is None and report["verdict"]["status"] == "error"
+    for text in (report["verdict"]["reason"], said.err):
+        assert "pair equally well" in text and f"--images {shaped.root / 'train_hq'} --masks" in text, text
+        assert "--bands" not in text
     chosen = ["convert", "--images", str(shaped.root / "train_hq"), "--masks", str(shaped.root / "train_masks"),
               "--split", "train", str(tmp_path / "out"), "--size", f"{SIZE[0]}x{SIZE[1]}",
               "--mask-semantics", "binary", "--workers", "1", "-q"]
