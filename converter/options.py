@@ -58,6 +58,14 @@ class UnknownColor(Choice):
     IGNORE = "ignore"
 
 
+class ExifMode(Choice):
+    """EXIF orientation of segmentation images (`converter.transform.exif`)."""
+
+    AUTO = "auto"
+    APPLY = "apply"
+    IGNORE = "ignore"
+
+
 class OnChange(Choice):
     KEEP = "keep"
     REPLACE = "replace"
@@ -165,6 +173,8 @@ class OutputOptions:
     labels: "LabelOptions | None" = None
     #: The stored image kind (`converter.imagekind`): dtype, channels, bands; None: uint8 RGB.
     image_kind: ImageKind | None = None
+    #: Segmentation: EXIF orientation decided from the mask's size (auto), or applied / ignored.
+    exif: ExifMode = ExifMode.AUTO
 
     def __post_init__(self) -> None:
         kind = self.image_kind
@@ -200,6 +210,7 @@ class OutputOptions:
         object.__setattr__(self, "compression", check_compression(self.format, self.compression))
         object.__setattr__(self, "mask_encoding", MaskEncoding.parse(self.mask_encoding, "--mask-encoding"))
         object.__setattr__(self, "unknown_color", UnknownColor.parse(self.unknown_color, "--unknown-color"))
+        object.__setattr__(self, "exif", ExifMode.parse(self.exif, "--exif"))
         if not isinstance(self.color_tolerance, int) or not 0 <= self.color_tolerance <= 255:
             raise ValueError(f"--color-tolerance must be an integer in 0..255. Received: {self.color_tolerance!r}")
         if not isinstance(self.seed, int):
@@ -240,6 +251,8 @@ class OutputOptions:
         d.pop("image_kind")
         if not kind.is_default:  # type: ignore[union-attr]  # uint8 RGB: as every earlier version wrote
             d["image_kind"] = kind.to_json()  # type: ignore[union-attr]
+        if self.exif is ExifMode.AUTO:
+            d.pop("exif")  # absent: auto, as every earlier version decided (by sizes)
         return d
 
     @classmethod

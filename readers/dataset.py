@@ -28,6 +28,7 @@ from readers.resume import check_resume
 from readers.errors import FIX_HINT, ShardError, describe, shard_error
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
 from readers.formats import FileFormat, check_compression
+from readers.formats.classrange import check_record
 from readers.formats._allocator import tune_allocator
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import Record, RecordSpec, ShardRef
@@ -288,6 +289,7 @@ class Dataset:
                         shard.path, f"record key {record.key!r} differs from the manifest's {keys[count]!r}",
                         record=count,
                     )
+                check_record(record.mask if self._spec.segmentation else record.label, self._spec, shard.path, count)
                 count += 1
                 yield record
             if count != shard.records:

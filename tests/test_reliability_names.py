@@ -11,6 +11,7 @@ import pytest
 
 from converter.plan.names import NameCollisionError, refuse_taken_names
 from converter.testing import synth
+from readers.index import shard_keys
 from readers.manifest import MANIFEST_NAME, Manifest, ManifestError
 from tests._cron import all_pairs, convert_args, link_samples, run_cli
 
@@ -99,3 +100,63 @@ def test_new_shard_name_taken_by_a_listed_or_present_file_is_refused(grown):
     with pytest.raises(NameCollisionError, match="a file of that name is in the output folder"):
         refuse_taken_names(str(out), manifest, ["train-00007.tfrecord"])
     refuse_taken_names(str(out), manifest, ["train-00008.tfrecord"])  # free: no error
+
+
+def test_version_2_dataset_with_a_flipped_inline_key_is_not_migrated(grown, capsys):
+    """Issue 25, item 6: a v2 manifest whose inline key disagrees with its record (one flipped bit)
+    is refused by the migration, naming the shard, the record and both keys; nothing is written."""
+    from tests._cron import as_version_2
+
+    full, src, out = grown
+    doc = as_version_2(out)
+    shard = doc["splits"]["train"]["shards"][1]
+    good = shard["samples"][1]["key"]
+    flipped = good[:-5] + chr(ord(good[-5]) ^ 1) + good[-4:]  # one bit of one character
+    assert flipped != good
+    shard["samples"][1]["key"] = flipped
+    (out / MANIFEST_NAME).write_text(json.dumps(doc))
+    before = _digests(out)
+    manifest_before = (out / MANIFEST_NAME).read_bytes()
+    capsys.readouterr()
+    link_samples(full, src, all_pairs(full))
+    for args in (convert_args(src, out), ["compact", str(out), "--target-shard-size", "1MB"]):
+        assert run_cli(args) == 1
+        err = capsys.readouterr().err
+        assert shard["file"] in err and f"record 1 has key {good!r}" in err and repr(flipped) in err, err
+        assert "Nothing was written" in err
+        assert _digests(out) == before  # no index file, no shard
+        assert (out / MANIFEST_NAME).read_bytes() == manifest_before
+
+
+def test_compact_names_the_shard_record_and_key_of_a_bad_mask(grown, capsys):
+    """A record whose class map holds a value that is neither a class nor the ignore index (beside
+    ignored pixels, so the largest value is not the odd one): `compact` stops naming the shard, the
+    record and its key, and publishes nothing."""
+    import xxhash
+
+    import readers
+    from tests._shards import Sample, write_tfrecord_shard
+
+    _, _, out = grown
+    manifest = Manifest.load(out)
+    num_classes, ignore = manifest.num_classes, manifest.mask["ignore_index"]
+    shard = manifest.shards("train")[1]
+    path = out / shard.file
+    records = [r for r in readers.open(out).records("train") if r.key in set(shard_keys(str(out), shard))]
+    order = shard_keys(str(out), shard)
+    samples = [Sample(r.key, r.image.copy(), r.mask.copy()) for r in sorted(records, key=lambda r: order.index(r.key))]
+    bad = samples[1]
+    bad.mask[:3, :] = ignore
+    bad.mask[5, 5] = num_classes + 2
+    write_tfrecord_shard(str(path), samples)
+    doc = json.loads((out / MANIFEST_NAME).read_text())
+    entry = doc["splits"]["train"]["shards"][1]
+    entry["bytes"], entry["digest"] = path.stat().st_size, "xxh3_128:" + xxhash.xxh3_128_hexdigest(path.read_bytes())
+    (out / MANIFEST_NAME).write_text(json.dumps(doc))
+    before = _digests(out)
+    capsys.readouterr()
+    assert run_cli(["compact", str(out), "--target-shard-size", "1MB"]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}: record 1 (key {bad.key!r})" in err and f"mask value {num_classes + 2} (1 pixels)" in err, err
+    assert "Traceback" not in err
+    assert _digests(out) == before

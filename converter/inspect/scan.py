@@ -49,10 +49,11 @@ from converter.discover.content import ContentTie
 from converter.inspect.scan_images import (band_spec_from_tie, decode_for_scan, find_band_folders, format_images,
                                            image_verdict, images_section)
 from converter.inspect.scan_readings import format_readings, reading_problems, readings_section
-from converter.options import ANNOTATION_FORMATS, LabelOptions, MaskSemantics, SourceSpec, Task
+from converter.options import ANNOTATION_FORMATS, ExifMode, LabelOptions, MaskSemantics, SourceSpec, Task
 from converter.run.execute import map_unordered
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
 from converter.transform.decode import DecodeError, decode_mask, read_source
+from converter.transform.exif import apply_orientation, orientation_of
 from converter.transform.sample import UnknownColorError, relative_key_path
 from converter.inspect.scan_core import (
     EXAMPLES,
@@ -123,11 +124,12 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
         s.errors.append(bad_input(e, sample.key))
         return s
     s.mask_size = (mask.width, mask.height)
-    if image is not None and (mask.height, mask.width) != image.shape[:2]:
-        s.errors.append(BadInput(
-            sample.mask, f"mask is {mask.width}x{mask.height} but its image {sample.image} is "
-            f"{image.shape[1]}x{image.shape[0]}", "masks must have the same size as their images",
-            sample.key, "size_mismatch"))
+    if image is not None:
+        try:  # sizes as convert's --exif auto judges them: a mismatch, or a pair they cannot decide
+            apply_orientation(ExifMode.AUTO, orientation_of(src), image.shape[:2], (mask.height, mask.width),
+                              sample.image, sample.mask)
+        except DecodeError as e:
+            s.errors.append(bad_input(e, sample.key))
     if values is not None:
         s.mask_size = (mask.width, mask.height)
         return s

@@ -148,6 +148,39 @@ def _stored_mask(rec: Any, spec: Any) -> Any:
     return rec.mask
 
 
+def _copy_record(ctx: WorkerContext, copies: dict, copy: CopyRecord, transform: SampleTransformer,
+                 encode: SampleEncoding) -> tuple[Any, SampleEntry, np.ndarray, int, Any]:
+    """(the re-encoded record, its sample entry, class counts, ignored pixels, its stored image) of a copy."""
+    records, old_samples, old_spec = _copy_source(ctx, copies, copy.shard)
+    rec = records[copy.index]
+    where = f"{os.path.join(ctx.out_dir, copy.shard)}: record {copy.index}"
+    if rec.key != copy.key:
+        raise ValueError(f"{where} has key {rec.key!r}, the manifest says {copy.key!r}. Run `imgshard verify` and "
+                         "re-convert with --rebuild.")
+    encoded, counts, ignored = _copied(transform, encode, rec, old_spec, where)
+    return encoded, copy.entry or old_samples[copy.index], counts, ignored, rec.image
+
+
+def _copied(transform: SampleTransformer, encode: SampleEncoding, rec: Any, spec: Any,
+            where: str) -> tuple[Any, np.ndarray, int]:
+    """A copied record re-encoded, and its class counts; a mask that cannot be read or holds a value
+    that is neither a class nor the ignore index is a `ValueError` naming the shard and record (`where`)."""
+    try:
+        mask = _stored_mask(rec, spec)
+        if mask is not None and mask.ndim == 2 and mask.size:
+            ignore = transform.semantics.ignore_index if transform.semantics is not None else -1
+            if int(mask.max()) >= transform.num_classes:  # only then: a second pass finds the odd values
+                odd = mask[(mask >= transform.num_classes) & (mask != ignore)]
+                if odd.size:
+                    raise ValueError(f"mask value {int(odd[0])} ({odd.size} pixels) is neither a class "
+                                     f"(0-{transform.num_classes - 1}) nor the ignore index {ignore}")
+        counts, ignored = transform.count_classes(mask, rec.label)
+        return encode(SampleArrays(rec.key, rec.image, rec.mask, rec.label)), counts, ignored
+    except (ValueError, TypeError, OSError, KeyError) as e:
+        raise ValueError(f"{where} (key {rec.key!r}): its mask cannot be copied: {e}. Nothing was published; "
+                         "run `imgshard verify OUT --deep`, and re-convert with --rebuild if it is damaged.") from e
+
+
 def content_changed(new: SampleEntry, old: SampleEntry, source_base: str) -> bool:
     """Whether a re-converted sample's sources differ in content from the old record's."""
     def same_file(a: SourceFingerprint | None, b: SourceFingerprint | None) -> bool:
@@ -326,17 +359,10 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                         else:
                             result.added += 1
                 if copy is not None:
-                    records, old_samples, old_spec = _copy_source(ctx, copies, copy.shard)
-                    rec = records[copy.index]
-                    if rec.key != copy.key:
-                        raise ValueError(
-                            f"{os.path.join(ctx.out_dir, copy.shard)}: record {copy.index} has key {rec.key!r}, "
-                            f"the manifest says {copy.key!r}. Run `imgshard verify` and re-convert with --rebuild."
-                        )
-                    writer.add(encode(SampleArrays(rec.key, rec.image, rec.mask, rec.label)))
-                    entries.append(copy.entry or old_samples[copy.index])
-                    counts, ignored = transform.count_classes(_stored_mask(rec, old_spec), rec.label)
-                    sums.add(rec.image)
+                    encoded, entry, counts, ignored, stored = _copy_record(ctx, copies, copy, transform, encode)
+                    writer.add(encoded)
+                    entries.append(entry)
+                    sums.add(stored)
                 if counts is not None:
                     class_pixels += counts
                     class_images += counts > 0

@@ -198,7 +198,10 @@ def resolve_kind(kinds: Sequence[SourceKind], requested: ImageKind, bands: tuple
 
 
 def check_encoding(kind: ImageKind, encoding: str) -> None:
-    """Encoded images (PNG/JPEG/WebP) hold 8-bit RGB; refuse other kinds by name."""
+    """Encoded images (PNG/JPEG/WebP) hold 8-bit RGB, PNG also one channel of 8 or 16 bits
+    (lossless); refuse other kinds by name."""
+    if encoding == "png" and kind.channels == 1:
+        return
     if encoding != "raw" and not kind.legacy:
         lossy = encoding in ("jpeg", "webp")
         raise _refuse(f"--image-encoding {encoding} {'is lossy and 8-bit' if lossy else 'stores 8-bit RGB'}; these "
