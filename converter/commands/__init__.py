@@ -160,8 +160,15 @@ def _from_spec_file(args: argparse.Namespace) -> SourceSpec:
     if given:
         raise ValueError(f"--spec {args.spec} names the sources; drop {', '.join(given)}. "
                          f"Received: --spec with {', '.join(given)}")
-    return dataclasses.replace(load_spec(args.spec, storage_options(args)).source,
-                               annotations=annotation_options(args))
+    source = load_spec(args.spec, storage_options(args)).source
+    return dataclasses.replace(source, annotations=_merged_annotation_options(source.annotations, args))
+
+
+def _merged_annotation_options(from_spec: AnnotationOptions, args: argparse.Namespace) -> AnnotationOptions:
+    """The spec's annotation options (`annotation_options`), each overridden by a flag given."""
+    given, default = annotation_options(args), AnnotationOptions()
+    return AnnotationOptions(**{k: getattr(given if getattr(given, k) != getattr(default, k) else from_spec, k)
+                                for k in ("overlap", "keep_crowd", "rle_class")})
 
 
 def _repeated_pairs(args: argparse.Namespace) -> SourceSpec:

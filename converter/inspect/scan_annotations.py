@@ -12,7 +12,6 @@ a placeholder category left out), bad inputs, and the one command that converts.
 from __future__ import annotations
 
 import functools
-import os
 import shlex
 from collections import Counter
 from dataclasses import dataclass, field
@@ -92,7 +91,8 @@ class AnnotationScanReport:
                                 "overlap_pixels": self.overlap_pixels, "overlap_files": self.overlap_files,
                                 "ignored_pixels": self.ignored_pixels},
                 "pairs": self.splits, "total_pairs": sum(self.splits.values()), "classes": self.classes_table,
-                "bad": [b.to_json() for b in self.bad], "bad_counts": dict(sorted(Counter(b.kind for b in self.bad).items())),
+                "bad": [b.to_json() for b in self.bad],
+                "bad_counts": dict(sorted(Counter(b.kind for b in self.bad).items())),
                 "images": {"sizes_wxh": self.sizes_wxh}, "verdict": self.verdict}
 
 
@@ -151,39 +151,10 @@ def _verdict(spec: SourceSpec, found: Discovery, bad: list[BadInput], ok: list, 
             "hints": [hint] if hint else []}
 
 
-def write_annotation_spec(report: AnnotationScanReport, path: str) -> str:
-    """`scan --write-spec FILE` for annotation files: each split's annotation file (or folder of per-image
-    files) with its image folder and format, and the annotation options; returns the convert command."""
-    from converter.discover.spec_file import spec_document, write_spec
-    from converter.inspect.scan_spec import NothingToWrite
-
-    v, spec, found = report.verdict, report.spec, report.found
-    if v["status"] == "no_data" or spec is None or found is None or not found.sources or spec.root is None:
-        raise NothingToWrite(f"--write-spec {path}: scan found nothing to convert, so no spec was written. "
-                             f"Received: {report.source}")
-    root = absolute(spec.root)
-    doc = spec_document(list(found.sources), root, os.path.dirname(os.path.abspath(path)), classes=spec.classes,
-                        detected={"layout": found.layout, "why": found.why})
-    a = spec.annotations
-    options: dict[str, Any] = {}
-    if a.overlap is not Overlap.TOOL:
-        options["overlap"] = a.overlap.value
-    if a.keep_crowd:
-        options["keep_crowd"] = True
-    if a.rle_class:
-        options["rle_class"] = a.rle_class
-    if options:
-        doc["annotation_options"] = options
-    write_spec(path, doc)
-    words = shlex.split(v["command"])
-    rest = words[words.index("--max-bad"):words.index("--max-bad") + 2] if "--max-bad" in words else []
-    size = words[words.index("--size") + 1]
-    return shlex.join(["imgshard", "convert", "--spec", path, "OUT", "--size", size, *rest])
-
-
 def format_annotation_report(r: AnnotationScanReport, *, limit: int = 20) -> str:
     out = [f"Source: {r.source}", f"Annotations: {r.format} ({r.why})", f"Overlaps: {r.overlap_rule}; "
-           f"{r.overlap_pixels} overlapping pixel(s) in {r.overlap_files} image(s) (--overlap {'|'.join(Overlap.values())})"]
+           f"{r.overlap_pixels} overlapping pixel(s) in {r.overlap_files} image(s) "
+           f"(--overlap {'|'.join(Overlap.values())})"]
     out.append("Samples: " + (", ".join(f"{k} {v}" for k, v in r.splits.items()) or "none")
                + f" (total {sum(r.splits.values())})")
     out.append("Image sizes (WxH): " + ", ".join(f"{k} x{v}" for k, v in list(r.sizes_wxh.items())[:8]))
@@ -202,5 +173,4 @@ def format_annotation_report(r: AnnotationScanReport, *, limit: int = 20) -> str
     return "\n".join(out)
 
 
-__all__ = ["AnnotationScanReport", "format_annotation_report", "scan_annotation", "scan_annotations",
-           "write_annotation_spec"]
+__all__ = ["AnnotationScanReport", "format_annotation_report", "scan_annotation", "scan_annotations"]
