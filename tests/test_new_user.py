@@ -230,12 +230,9 @@ def test_carvana_gif_masks_beside_a_row_major_rle_csv(tmp_path, capsys):
     assert_exact(shaped, tmp_path / "out")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Carvana's train_masks.csv runs go along the rows (the kernels' `mask.flatten()`), against the Kaggle "
-    "column-major convention the rlecsv reader assumes; without train_masks/ scan's command decodes every "
-    "mask transposed-and-refolded (a 32x48 mask read as 48x32 columns) with exit 0 and no warning. Needs a "
-    "run-order option (`--rle-order rows`) and a scan check (h27)"))
 def test_carvana_rle_csv_alone_is_read_along_the_rows(tmp_path, capsys):
+    """Carvana's train_masks.csv runs go along the rows: scan sees it from the shapes and its command says
+    `--rle-order rows` (issue 27)."""
     shaped = R.make_carvana(tmp_path / "carvana")
     for sample in shaped.samples.values():
         sample.meaning = lambda p, arr=R._white(sample.mask): arr  # noqa: B023
@@ -243,6 +240,7 @@ def test_carvana_rle_csv_alone_is_read_along_the_rows(tmp_path, capsys):
         f.unlink()
     (shaped.root / "train_masks").rmdir()
     report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert "--rle-order rows" in report["verdict"]["command"]
     assert_exact(shaped, tmp_path / "out")
 
 
