@@ -582,3 +582,40 @@ def tag_orientation(shaped: Shaped, stem: str, mask_drawn_as_shown: bool) -> Non
     if mask_drawn_as_shown:
         Image.open(sample.mask).transpose(Image.Transpose.ROTATE_270).save(sample.mask)
         sample.shown = True
+
+
+def add_zip_residue(root: Path) -> None:
+    """What a zip made on macOS or Windows leaves: __MACOSX/ mirroring the tree with '._<name>'
+    AppleDouble files, .DS_Store and Thumbs.db in every folder."""
+    import os
+
+    for dirpath, _, files in list(os.walk(root)):
+        rel = Path(dirpath).relative_to(root)
+        mac = root / "__MACOSX" / rel
+        mac.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            (mac / f"._{f}").write_bytes(APPLEDOUBLE)
+        (Path(dirpath) / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(100))
+        (Path(dirpath) / "Thumbs.db").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(100))
+
+
+def make_cellpose(root: Path, seed: int = 12) -> Shaped:
+    """Cellpose's training folders: train/NNN_img.png (RGB) beside train/NNN_masks.png (uint16 I;16
+    instance ids: 0 background, one id per cell, ids in the hundreds). The meaning for a semantic
+    model: cell (any id) vs background."""
+    rng = np.random.default_rng(seed)
+    (root / "train").mkdir(parents=True)
+    shaped = Shaped(root, num_classes=2)
+    for n in range(4):
+        h, w = 48, 48
+        _photo(root / "train" / f"{n:03d}_img.png", h, w, rng)
+        lab = Image.new("I", (w, h), 0)
+        draw = ImageDraw.Draw(lab)
+        first = int(rng.integers(1, 250))
+        for i in range(25):
+            cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(2.5, 5)
+            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=first + i)
+        Image.fromarray(np.asarray(lab).astype(np.uint16)).save(root / "train" / f"{n:03d}_masks.png")
+        shaped.samples[f"{n:03d}_img"] = Sample(root / "train" / f"{n:03d}_img.png",
+                                                root / "train" / f"{n:03d}_masks.png", _nonzero, "train")
+    return shaped

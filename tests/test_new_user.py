@@ -230,12 +230,9 @@ def test_carvana_gif_masks_beside_a_row_major_rle_csv(tmp_path, capsys):
     assert_exact(shaped, tmp_path / "out")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Carvana's train_masks.csv runs go along the rows (the kernels' `mask.flatten()`), against the Kaggle "
-    "column-major convention the rlecsv reader assumes; without train_masks/ scan's command decodes every "
-    "mask transposed-and-refolded (a 32x48 mask read as 48x32 columns) with exit 0 and no warning. Needs a "
-    "run-order option (`--rle-order rows`) and a scan check (h27)"))
 def test_carvana_rle_csv_alone_is_read_along_the_rows(tmp_path, capsys):
+    """Carvana's train_masks.csv runs go along the rows: scan sees it from the shapes and its command says
+    `--rle-order rows` (issue 27)."""
     shaped = R.make_carvana(tmp_path / "carvana")
     for sample in shaped.samples.values():
         sample.meaning = lambda p, arr=R._white(sample.mask): arr  # noqa: B023
@@ -243,6 +240,7 @@ def test_carvana_rle_csv_alone_is_read_along_the_rows(tmp_path, capsys):
         f.unlink()
     (shaped.root / "train_masks").rmdir()
     report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert "--rle-order rows" in report["verdict"]["command"]
     assert_exact(shaped, tmp_path / "out")
 
 
@@ -330,4 +328,33 @@ def test_segnet_camvid_annot_folders_pair_per_split(tmp_path, capsys):
     shaped = R.make_segnet_camvid(tmp_path / "CamVid")
     report, data = convert_as_told(shaped, tmp_path, capsys)
     assert data.num_classes == 12
+    assert_exact(shaped, tmp_path / "out")
+
+
+@pytest.mark.parametrize("make", [R.make_camvid, R.make_isic, R.make_tgs], ids=["camvid", "isic2018", "tgs"])
+def test_zip_residue_never_changes_the_records(tmp_path, capsys, make):
+    """__MACOSX/ with '._*' AppleDouble twins, .DS_Store, Thumbs.db: the same records, no bad input."""
+    shaped = make(tmp_path / "src")
+    R.add_zip_residue(shaped.root)
+    report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert "--max-bad" not in report["verdict"]["command"]
+    assert_exact(shaped, tmp_path / "out")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Cellpose-style 16-bit instance-id masks (0 = background, one id per cell, ids in the hundreds) are read "
+    "as class ids: scan says 'K = max value + 1' and proposes `--num-classes 136` (here), a semantic dataset "
+    "of 136 classes, most never present; `--mask-semantics binary` would not do either (threshold 128 drops "
+    "ids below 128). Should: scan names the values as instance ids (one blob each, ids not shared between "
+    "files) and proposes foreground = any id (or refuses naming the flag). Also: `NNN_img.png` + "
+    "`NNN_masks.png` in one folder is not detected (scan SRC: 'no known layout')"))
+def test_cellpose_instance_id_masks_are_not_hundreds_of_classes(tmp_path, capsys):
+    shaped = R.make_cellpose(tmp_path / "cellpose")
+    train = shaped.root / "train"
+    code = cli_main(["scan", "--images", str(train), "--masks", str(train), "--image-suffix", "_img",
+                     "--mask-suffix", "_masks", "--json", "--workers", "1"])
+    report = json.loads(capsys.readouterr().out)
+    command = report["verdict"]["command"]
+    assert command and "--num-classes" not in command, command
+    assert run_command(command, tmp_path / "out") == 0
     assert_exact(shaped, tmp_path / "out")
