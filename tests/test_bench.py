@@ -25,7 +25,8 @@ READER_ROWS = {
     "p4_imgshard_sparse", "p5_imgshard_compact", "p5_imgshard_compact_expand", "p6_imgshard_npz_deflate",
     "p6_np_load_deflate",
     "p6_imgshard_npz_none", "p6_np_load_none", "p8_plain_big", "p8_augment_float32", "p8_augment_compact",
-    "p8_augment_device_feed", "p9_bands_float32", "p9_bands_augment",
+    "p8_augment_device_feed", "p9_bands_float32", "p9_bands_augment", "p10_keras_compact", "p10_keras_float32",
+    "p10_pydataset_ceiling",
 }
 CONVERT_ROWS = {"decode_floor", "bare_transform", "naive_pillow", "convert_w1", "convert_w2"}
 

@@ -187,11 +187,35 @@ def test_grey_mode_on_multiband_is_refused(tmp_path: Path) -> None:
         _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_kind=ImageKind(mode="grey"))
 
 
-@pytest.mark.parametrize("encoding", ["jpeg", "webp", "png"])
-def test_encoded_storage_is_refused_for_uint16(tmp_path: Path, encoding: str) -> None:
+@pytest.mark.parametrize("encoding", ["jpeg", "webp"])
+def test_lossy_storage_is_refused_for_uint16(tmp_path: Path, encoding: str) -> None:
     _grey_dataset(tmp_path / "src", 65535, n=2)
     with pytest.raises(ImageKindError, match=rf"--image-encoding {encoding}.*uint16.*--image-encoding raw"):
         _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_encoding=encoding)
+
+
+def test_png_storage_is_refused_for_multiband(tmp_path: Path) -> None:
+    _band_tiffs(tmp_path / "src", 4, compression="zlib", photometric="minisblack", planarconfig="contig")
+    with pytest.raises(ImageKindError, match=r"--image-encoding png stores 8-bit RGB.*4 channel"):
+        _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_encoding="png")
+
+
+@pytest.mark.parametrize("fmt,compression", [("tfrecord", None), ("tfrecord", "gzip"), ("npz", None)])
+def test_png16_storage_of_16bit_grey_is_exact(tmp_path: Path, fmt: str, compression: str | None) -> None:
+    """(gzip TFRecord without a seed: TensorFlow's reader and `tf.io.decode_png` decode it.)"""
+    _grey_dataset(tmp_path / "src", 65535, n=4)
+    _convert(tmp_path / "src", tmp_path / "raw", (16, 20), format=fmt)
+    _convert(tmp_path / "src", tmp_path / "png", (16, 20), format=fmt, image_encoding="png", compression=compression)
+    raw, png = _by_key(tmp_path / "raw"), _by_key(tmp_path / "png")
+    assert sorted(raw) == sorted(png)
+    for key in raw:
+        assert png[key].dtype == np.uint16 and png[key].shape == (16, 20, 1)
+        np.testing.assert_array_equal(png[key], raw[key])
+    ds = readers.open(str(tmp_path / "png"))
+    x = np.concatenate([b.numpy() for b, _ in ds.tf_dataset("train", 2, shuffle=False, normalize=False,
+                                                            one_hot=False)])
+    assert x.dtype == np.uint16
+    np.testing.assert_array_equal(np.sort(x.ravel()), np.sort(np.concatenate([v.ravel() for v in raw.values()])))
 
 
 def test_float_images_are_refused(tmp_path: Path) -> None:
@@ -610,3 +634,79 @@ def test_preview_draws_chosen_bands_stretched_and_refuses_a_missing_band(tmp_pat
                           cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "--display-bands names band 5; these images have 4 band(s)" in proc.stderr
+
+
+# -- 8-bit grey and alpha: --image-mode keep / grey, --alpha keep ---------------------------------------
+
+
+def _rgba_and_grey(root: Path) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(9)
+    (root / "images").mkdir(parents=True)
+    out = {}
+    for i in range(3):
+        rgba = np.stack([_texture(rng, 16, 20, 255, i + c).astype(np.uint8) for c in range(4)], -1)
+        Image.fromarray(rgba, "RGBA").save(root / "images" / f"a{i}.png")
+        out[f"a{i}"] = rgba
+    _masks(root / "masks", list(out), [v[..., 0] for v in out.values()])
+    return out
+
+
+def test_alpha_is_dropped_by_default_and_kept_with_the_flag(tmp_path: Path) -> None:
+    images = _rgba_and_grey(tmp_path / "src")
+    _convert(tmp_path / "src", tmp_path / "drop", (16, 20))
+    _convert(tmp_path / "src", tmp_path / "keep", (16, 20), image_kind=ImageKind(alpha="keep"))
+    dropped, kept = _by_key(tmp_path / "drop"), _by_key(tmp_path / "keep")
+    for name, rgba in images.items():
+        np.testing.assert_array_equal(dropped[name], rgba[..., :3])
+        np.testing.assert_array_equal(kept[name], rgba)
+    manifest = json.loads((tmp_path / "keep" / "imgshard.json").read_text())
+    assert (manifest["image"]["dtype"], manifest["image"]["channels"]) == ("uint8", 4)
+    proc = _scan("--images", str(tmp_path / "src" / "images"), "--masks", str(tmp_path / "src" / "masks"))
+    assert "3 image(s) have an alpha channel: dropped (--alpha keep keeps it)" in proc.stdout
+
+
+def test_8bit_grey_stays_one_channel_with_keep(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    (tmp_path / "src" / "images").mkdir(parents=True)
+    greys = {f"g{i}": _texture(rng, 14, 18, 255, i).astype(np.uint8) for i in range(3)}
+    for name, g in greys.items():
+        Image.fromarray(g).save(tmp_path / "src" / "images" / f"{name}.png")
+    _masks(tmp_path / "src" / "masks", list(greys), list(greys.values()))
+    _convert(tmp_path / "src", tmp_path / "rgb", (14, 18))  # auto: 8-bit as RGB, as every earlier version
+    _convert(tmp_path / "src", tmp_path / "keep", (14, 18), image_kind=ImageKind(mode="keep"))
+    rgb, keep = _by_key(tmp_path / "rgb"), _by_key(tmp_path / "keep")
+    for name, g in greys.items():
+        np.testing.assert_array_equal(rgb[name], np.repeat(g[..., None], 3, 2))
+        np.testing.assert_array_equal(keep[name], g[..., None])
+
+
+# -- bucket sources and output carry the kinds ---------------------------------------------------------
+
+
+def test_band_folders_in_a_bucket_convert_to_a_bucket_as_locally(tmp_path: Path, s3_bucket: str, s3_server: str) -> None:
+    from readers.storage import open_store
+
+    from converter.options import SplitSource
+
+    _band_folders(tmp_path / "src", n=3)
+    url = f"{s3_bucket}/sat"
+    store = open_store(url)
+    for path in sorted((tmp_path / "src").rglob("*")):
+        if path.is_file():
+            store.put(path.relative_to(tmp_path / "src").as_posix(), path.read_bytes())
+    creds = {"endpoint_url": s3_server, "key": "imgshard-test", "secret": "imgshard-test"}
+
+    def spec(root: str, **kw) -> SourceSpec:
+        return SourceSpec(root=root, sources=(SplitSource(
+            "train", f"{root}/train_red", f"{root}/train_gt", bands=tuple(f"{root}/train_{b}" for b in BANDS)),), **kw)
+
+    options = OutputOptions(size=(20, 24), labels=LabelOptions(num_classes=2))
+    convert(spec(str(tmp_path / "src")), str(tmp_path / "local"), options, RunOptions(workers=1))
+    convert(spec(url, storage_options=creds), f"{s3_bucket}/out", options,
+            RunOptions(workers=2, storage_options=tuple(creds.items())))
+    local = {r.key: r.image for r in readers.open(str(tmp_path / "local")).records("train")}
+    remote = {r.key: r.image for r in readers.open(f"{s3_bucket}/out", storage_options=creds).records("train")}
+    assert sorted(local) == sorted(remote) and len(local) == 3
+    for key, image in local.items():
+        assert image.dtype == np.uint16 and image.shape == (20, 24, 4)
+        np.testing.assert_array_equal(remote[key], image)

@@ -90,6 +90,16 @@ def test_jpeg_cut_and_closed_with_end_marker_is_truncated_not_grey(texture, para
     assert e.value.kind == "truncated" and "of its 96 rows" in e.value.reason and e.value.path == "cut.jpg"
 
 
+def test_jpeg_cut_inside_its_last_restart_interval_is_truncated(texture):
+    """Every restart marker present (so only the last interval is walked), the data cut inside it."""
+    data = _jpeg(texture, restart_marker_rows=1)
+    last = max(data.rfind(bytes([0xFF, m])) for m in range(0xD0, 0xD8))
+    cut = data[:last + 2 + (len(data) - last) // 2].rstrip(b"\xff") + b"\xff\xd9"
+    with pytest.raises(DecodeError, match="ends after about 80 of its 96 rows") as e:
+        decode_image(_src(cut), 10**8)
+    assert e.value.kind == "truncated"
+
+
 def test_jpeg_header_declaring_more_rows_than_its_data_holds_is_truncated(texture):
     data = _with_size(_jpeg(texture), 2 * H, W)
     assert Image.open(io.BytesIO(data)).size == (W, 2 * H)
@@ -189,3 +199,31 @@ def test_max_bad_counts_them_and_publishes_only_the_good_samples(bad_names_src, 
     proc = run_hostile(["convert", str(src), str(tmp_path / "out2"), "--size", "16x16",
                         "--max-bad", str(len(kinds) - 1), "-q"])
     assert_named_error(proc, codes=[65])  # one fewer allowed: refused
+
+
+def _class_folders(root: Path, names: list[bytes], rng: np.random.Generator) -> None:
+    for name in names:
+        folder = os.path.join(os.fsencode(root), name)
+        os.makedirs(folder, exist_ok=True)
+        for i in range(2):
+            Image.fromarray(synth.textured_image(20, 24, rng)).save(os.fsdecode(os.path.join(folder, b"img%d.png" % i)))
+
+
+def test_class_folders_latin1_image_name_is_bad_name_and_latin1_class_folder_is_refused(tmp_path):
+    rng = np.random.default_rng(3)
+    src = tmp_path / "src"
+    _class_folders(src, [b"cat", b"dog"], rng)
+    Image.fromarray(synth.textured_image(20, 24, rng)).save(os.fsdecode(os.fsencode(src / "cat") + b"/\xe9t\xe9.png"))
+    proc = run_hostile(["convert", str(src), str(tmp_path / "out"), "--size", "16x16", "--workers", "1"])
+    assert_named_error(proc, "cat/\\xe9t\\xe9.png", "not valid UTF-8", codes=[65])
+    proc = run_hostile(["convert", str(src), str(tmp_path / "out"), "--size", "16x16", "--max-bad", "1", "-q"])
+    assert proc.returncode == 0, proc.stderr
+    import readers
+
+    assert sorted(r.key for r in readers.open(tmp_path / "out").records("train")) == [
+        "cat/img0.png", "cat/img1.png", "dog/img0.png", "dog/img1.png"]
+
+    _class_folders(src, [b"caf\xe9"], rng)  # a class name must be text: the whole run is refused, by name
+    for command in (["convert", str(src), str(tmp_path / "out2"), "--size", "16x16", "--max-bad", "9"],
+                    ["scan", str(src)]):
+        assert_named_error(run_hostile(command), "class folder name(s) caf\\xe9 are not valid UTF-8", codes=[65])

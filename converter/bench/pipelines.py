@@ -201,7 +201,7 @@ def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, shape: Sh
 
 
 def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, say: Say) -> Pipelines:
-    """Every reader pipeline (rows 1-6 and 8), built once, in table order."""
+    """Every reader pipeline (rows 1-6, 8, 9 and 10), built once, in table order."""
     import readers
 
     ds = readers.open(tfr)
@@ -211,7 +211,8 @@ def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, 
     shape = Shape(h, w, ds.num_classes, first.mask.dtype.itemsize)
     return [*png_pipelines(opts, sources, shape), *saved_pipelines(opts, ds, split, work, shape, say),
             *imgshard_pipelines(opts, ds, split, shape), *npz_pipelines(opts, sources, split, work, shape, say),
-            *augment_pipelines(opts, sources, work, shape, say), *band_rows(opts, work, say)]
+            *augment_pipelines(opts, sources, work, shape, say), *band_rows(opts, work, say),
+            *_keras_rows(opts, ds, split, shape)]
 
 
 def band_rows(opts: BenchOptions, work: str, say: Say) -> Pipelines:
@@ -224,6 +225,14 @@ def band_rows(opts: BenchOptions, work: str, say: Say) -> Pipelines:
     from converter.bench.bands import band_pipelines
 
     return band_pipelines(opts, work, say)
+
+
+def _keras_rows(opts: BenchOptions, ds: Any, split: str, shape: Shape) -> Pipelines:
+    """Rows 10 (`converter.bench.kerasfeed`): keras_dataset as Keras feeds a PyDataset."""
+    from converter.bench.kerasfeed import keras_pipelines
+
+    read = stored_bytes_per_sample([s.path for s in ds.shards(split)], ds.splits[split])
+    return keras_pipelines(opts, ds, split, shape, lambda key, label, mode: _row(key, label, shape.io(mode, read)))
 
 
 __all__ = ["AUGMENT_RECIPE", "Io", "Shape", "reader_pipelines", "stored_bytes_per_sample"]

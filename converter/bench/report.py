@@ -41,6 +41,18 @@ def _ratio(result: "BenchResult", a: str, b: str, *, cpu: bool = False) -> float
     return x / y if y and not math.isnan(x) and not math.isnan(y) else float("nan")
 
 
+def keras_targets(result: "BenchResult") -> list[Target]:
+    """Issue 30: keras_dataset against tf_dataset and against its feeder's ceiling."""
+    return [
+        Target("keras_dataset compact vs tf_dataset compact", _ratio(result, "p10_keras_compact", "p5_imgshard_compact"),
+               0.5, True),
+        Target("keras_dataset float32 vs tf_dataset float32", _ratio(result, "p10_keras_float32", "p4_imgshard_float32"),
+               0.5, True),
+        Target("keras_dataset float32 vs in-memory PyDataset (ceiling)",
+               100 * _ratio(result, "p10_keras_float32", "p10_pydataset_ceiling"), 80, True, "%"),
+    ]
+
+
 def targets(result: "BenchResult") -> list[Target]:
     """Every target of issues 4 and 19 that this run measured (ratios of medians)."""
     out = [
@@ -66,7 +78,7 @@ def targets(result: "BenchResult") -> list[Target]:
         Target("tool overhead over bare decode+resize+lookup (CPU time)",
                100 * (_ratio(result, "bare_transform", "convert_w1", cpu=True) - 1), 15, False, "%"),
     ]
-    out += storage_targets(result)
+    out += storage_targets(result) + keras_targets(result)
     conv = result.memory.get("converter")
     if conv and len(conv) == 2:
         small, large = (conv[k] for k in sorted(conv, key=int))

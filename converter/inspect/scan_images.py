@@ -164,6 +164,9 @@ def _image_stems(folder: str) -> tuple[str, ...]:
 
 
 def _first_size(folder: str) -> tuple[int, int] | None:
+    """(height, width) of the folder's first image when it is a single band; None otherwise (colour
+    photos: a second folder of them is another version, labelme2voc's JPEG overlays or Carvana's
+    train_hq/, never a band)."""
     names = sorted(n for n in file_names(folder) if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS)
     if not names:
         return None
@@ -172,7 +175,7 @@ def _first_size(folder: str) -> tuple[int, int] | None:
         arr, _ = decode_native(read_source(path, path), 1 << 31)
     except DecodeError:
         return None
-    return arr.shape[:2]
+    return arr.shape[:2] if arr.ndim == 2 or arr.shape[2] == 1 else None
 
 
 def find_band_folders(images: str, masks: str | None) -> list[str]:

@@ -12,6 +12,9 @@ hold: every 8x8 block of a Huffman-coded JPEG costs at least one bit, so a 1 KB 
 claiming 9000x9000 (1.27 million blocks) is cut short, not a picture, and is refused
 before libjpeg allocates 240 MB for it.
 
+With restart markers (most cameras write them), only the last interval is walked when the
+scan holds every marker it needs: a scan that ends early lacks the markers after the cut.
+
 Checked: baseline and extended sequential Huffman JPEGs (SOF0, SOF1), the kind cameras and
 phones write, interleaved or not, with or without restart markers. Progressive (SOF2),
 lossless and arithmetic-coded files get the size bound only. Without the C extension (no
@@ -20,6 +23,7 @@ compiler at install) the scan walk is skipped.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -147,6 +151,22 @@ def _tables(segment: bytes, tables: list) -> None:
         at += 17 + total
 
 
+_RESTART = re.compile(rb"\xff[\xd0-\xd7]")
+_SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+
+def _last_interval(data: bytes, pos: int, mcus: int, restart: int) -> tuple[int, int]:
+    """(offset, MCUs before it) of where to walk a scan with restart markers: from its last restart
+    marker when the scan holds every one it needs (the intervals before it are then whole, and only
+    the last can end early); from `pos` otherwise (the walk finds where the data ends)."""
+    end = _SCAN_END.search(data, pos)
+    markers = [m.start() for m in _RESTART.finditer(data, pos, end.start() if end else len(data))]
+    intervals = -(-mcus // restart)
+    if not markers or len(markers) != intervals - 1:
+        return pos, 0
+    return markers[-1] + 2, (intervals - 1) * restart
+
+
 def _walk_scan(data: bytes, pos: int, segment: bytes, frame: _Frame, tables: list, restart: int) -> int:
     """Walk one scan's codes; returns the offset of the marker after it."""
     n = segment[0] if segment else 0
@@ -167,7 +187,11 @@ def _walk_scan(data: bytes, pos: int, segment: bytes, frame: _Frame, tables: lis
     if any(b > 3 for b in layout):
         return len(data)
     mcus = per_row * mcu_rows
-    done, end, status = _jpegscan.count_mcus(data, pos, mcus, restart, layout, tuple(tables))
+    start, skipped = pos, 0
+    if restart:  # restart markers: every interval before the last is whole if its marker follows it
+        start, skipped = _last_interval(data, pos, mcus, restart)
+    done, end, status = _jpegscan.count_mcus(data, start, mcus - skipped, restart, layout, tuple(tables))
+    done += skipped
     if status == 2:
         raise JpegDataError("corrupt", f"the JPEG scan data is damaged (an invalid Huffman code or a missing "
                                        f"restart marker after about {done // per_row * mcu_height} rows)")

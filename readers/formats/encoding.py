@@ -55,6 +55,8 @@ WEBP_METHOD = 4
 PNG_COMPRESS_LEVEL = 6
 
 _PIL_FORMATS = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}
+#: The mode Pillow decodes a stored image to, by (channels, dtype): grey PNG 8 and 16 bits.
+_PIL_MODE = {(3, "uint8"): "RGB", (1, "uint8"): "L", (1, "uint16"): "I;16"}
 
 
 def mask_codec_for(image_codec: str) -> str:
@@ -65,12 +67,20 @@ def mask_codec_for(image_codec: str) -> str:
 # -- encoding (converter workers) ----------------------------------------------------------------
 
 def encode_image(image: np.ndarray, codec: str, quality: int | None = None) -> bytes:
-    """The stored bytes of a (H, W, 3) uint8 image in `codec` (not "raw")."""
+    """The stored bytes of a (H, W, 3) uint8 image in `codec` (not "raw"); PNG also takes one
+    channel of uint8 or uint16 (a 16-bit greyscale PNG: lossless, every bit)."""
     from PIL import Image
 
     check_choice(codec, IMAGE_CODECS[1:], "image codec")
-    pil = Image.fromarray(np.ascontiguousarray(image, np.uint8), "RGB")
     out = io.BytesIO()
+    if codec == "png" and image.ndim == 3 and image.shape[2] == 1 and image.dtype in (np.uint8, np.uint16):
+        grey = np.ascontiguousarray(image[:, :, 0], image.dtype.newbyteorder("="))
+        Image.fromarray(grey).save(out, format="PNG", compress_level=PNG_COMPRESS_LEVEL, optimize=False)  # L / I;16
+        return out.getvalue()
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"--image-encoding {codec} stores 8-bit RGB (PNG also one channel of 8 or 16 bits). "
+                         f"Received: {image.dtype} {image.shape}")
+    pil = Image.fromarray(np.ascontiguousarray(image, np.uint8), "RGB")
     if codec == "png":
         pil.save(out, format="PNG", compress_level=PNG_COMPRESS_LEVEL, optimize=False)
     elif codec == "jpeg":
@@ -115,9 +125,11 @@ def decode_image(data: Any, spec: "RecordSpec") -> np.ndarray:
             if pil.size != (spec.width, spec.height):  # before decoding: a hostile header allocates nothing
                 raise ValueError(f"is {pil.size[0]}x{pil.size[1]}, the manifest says {spec.width}x{spec.height}")
             pil.load()
-            if pil.mode != "RGB":
-                raise ValueError(f"decodes to mode {pil.mode!r}, expected 'RGB'")
+            want = _PIL_MODE.get((spec.channels, spec.image_dtype), "RGB")
+            if pil.mode != want:
+                raise ValueError(f"decodes to mode {pil.mode!r}, expected {want!r}")
             array = np.asarray(pil)
+            array = array.reshape(array.shape[:2] + (spec.channels,)) if array.ndim == 2 else array
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise ValueError(f"image is not a valid {codec.upper()} ({describe(e)})") from e
     if array.shape != spec.image_shape:
@@ -193,7 +205,7 @@ class EncodedColumn:
 
 
 def image_column(parts: Sequence[Any], spec: "RecordSpec", path: str) -> EncodedColumn:
-    return EncodedColumn(parts, decode_image, spec, path, spec.image_shape, np.uint8)
+    return EncodedColumn(parts, decode_image, spec, path, spec.image_shape, spec.image_np_dtype.newbyteorder("="))
 
 
 def mask_column(parts: Sequence[Any], spec: "RecordSpec", path: str) -> EncodedColumn:
@@ -295,7 +307,7 @@ def tf_decode_one_image(data: "tf.Tensor", spec: "RecordSpec") -> "tf.Tensor":
     if spec.image_codec == "jpeg":
         image = tf.io.decode_jpeg(data, channels=3, dct_method="INTEGER_ACCURATE")
     elif spec.image_codec == "png":
-        image = tf.io.decode_png(data, channels=3)
+        image = tf.io.decode_png(data, channels=spec.channels, dtype=tf.dtypes.as_dtype(spec.image_dtype))
     else:
         image = tf.io.decode_image(data, channels=3, expand_animations=False)
     return tf.ensure_shape(image, spec.image_shape)
@@ -346,7 +358,7 @@ def tf_decode_batch(strings: "tf.Tensor", spec: "RecordSpec", what: str) -> "tf.
     import tensorflow as tf
 
     if what == "image":
-        fn, shape, dtype = tf_decode_one_image, spec.image_shape, tf.uint8
+        fn, shape, dtype = tf_decode_one_image, spec.image_shape, tf.dtypes.as_dtype(spec.image_dtype)
     else:
         fn = tf_decode_one_mask
         shape = spec.mask_shape
