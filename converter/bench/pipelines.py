@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from converter.bench import baselines
+from converter.bench.augbench import rotate_pipelines
 from converter.bench.options import BenchOptions
 from converter.bench.result import Row
 from converter.bench.rounds import forever, tf_iterator
@@ -165,7 +166,9 @@ AUGMENT_RECIPE = dict(hflip=0.5, scale=(0.75, 1.5), brightness=0.2, contrast=0.2
 
 def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, shape: Shape, say: Say) -> Pipelines:
     """Pipeline 8: shards converted at 1.25x the training size (640x640 for 512x512), read
-    plain and with `Augment(**AUGMENT_RECIPE, crop=size)`, float32 + one-hot and compact."""
+    plain and with `Augment(**AUGMENT_RECIPE, crop=size)`, float32 + one-hot and compact;
+    pipeline 9 on the same shards: the rotate=10 recipe against albumentations and Keras
+    layers (`converter.bench.augbench`)."""
     import readers
     from readers.augment import Augment
 
@@ -197,6 +200,7 @@ def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, shape: Sh
               note=recipe), tf_iterator(compact)),
         (_row("p8_augment_device_feed", f"8. {b} shards, augment_on='device': the host's part", device_io,
               note="uint8 + 19 floats/sample; the GPU augments"), tf_iterator(device, lambda x, y: (x[0], y))),
+        *rotate_pipelines(opts, ds, split, read, shape, say),
     ]
 
 
