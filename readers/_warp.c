@@ -480,6 +480,22 @@ static void fill_row(const Job *job, float *planes, int count, void *out) {
     finish_row(&plain, planes, NULL, count, NULL, NULL, out);
 }
 
+/* The classes of one output row: the nearest source value where inside, else `fill`. */
+HOT static void classes_u8(const uint8_t *src, const int32_t *near, const uint8_t *valid, int fill, uint16_t *cls,
+                           int count) {
+    for (int x = 0; x < count; x++) cls[x] = (uint16_t)(valid[x] ? src[near[x]] : fill);
+}
+
+HOT static void classes_u16(const uint16_t *src, const int32_t *near, const uint8_t *valid, int fill, uint16_t *cls,
+                            int count) {
+    for (int x = 0; x < count; x++) cls[x] = (uint16_t)(valid[x] ? src[near[x]] : fill);
+}
+
+HOT static void class_map_u8(const uint8_t *src, const int32_t *near, const uint8_t *valid, uint8_t fill, uint8_t *o,
+                             int count) {
+    for (int x = 0; x < count; x++) o[x] = valid[x] ? src[near[x]] : fill;
+}
+
 static inline int mask_value(const Job *job, const uint8_t *src, size_t index) {
     return job->mask_itemsize == 1 ? src[index] : ((const uint16_t *)src)[index];
 }
@@ -495,7 +511,10 @@ static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, c
     if (C > 0 && job->hot_vecs) { /* the row's classes, then 8 pixels -> C vectors, each byte stored once */
         float *hot = (float *)job->out_masks + row * (size_t)C;
         uint16_t *cls = job->cls_row;
-        for (int x = 0; x < w; x++) cls[x] = (uint16_t)(valid[x] ? mask_value(job, src, near[x]) : job->mask_fill);
+        if (job->mask_itemsize == 1)
+            classes_u8(src, near, valid, job->mask_fill, cls, w);
+        else
+            classes_u16((const uint16_t *)src, near, valid, job->mask_fill, cls, w);
         const size_t blocks = (size_t)w / 8;
         one_hot_blocks((const uint8_t *)cls, 2, blocks, C, (const __m256i *)job->hot_vecs, hot, job->stream);
         one_hot_scatter((const uint8_t *)(cls + 8 * blocks), 2, (size_t)w - 8 * blocks, C, job->ignore,
@@ -516,8 +535,7 @@ static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, c
         return;
     }
     if (K == 1 && job->mask_itemsize == 1) {
-        uint8_t *o = (uint8_t *)job->out_masks + row;
-        for (int x = 0; x < w; x++) o[x] = valid[x] ? src[near[x]] : (uint8_t)job->mask_fill;
+        class_map_u8(src, near, valid, (uint8_t)job->mask_fill, (uint8_t *)job->out_masks + row, w);
         return;
     }
     for (int x = 0; x < w; x++) {
