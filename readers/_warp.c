@@ -480,6 +480,7 @@ static void fill_row(const Job *job, float *planes, int count, void *out) {
     finish_row(&plain, planes, NULL, count, NULL, NULL, out);
 }
 
+#if WARP_AVX2
 /* The classes of one output row: the nearest source value where inside, else `fill`. */
 HOT static void classes_u8(const uint8_t *src, const int32_t *near, const uint8_t *valid, int fill, uint16_t *cls,
                            int count) {
@@ -490,6 +491,7 @@ HOT static void classes_u16(const uint16_t *src, const int32_t *near, const uint
                             int count) {
     for (int x = 0; x < count; x++) cls[x] = (uint16_t)(valid[x] ? src[near[x]] : fill);
 }
+#endif
 
 HOT static void class_map_u8(const uint8_t *src, const int32_t *near, const uint8_t *valid, uint8_t fill, uint8_t *o,
                              int count) {
