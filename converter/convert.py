@@ -20,11 +20,13 @@ import numpy as np
 from converter import __version__
 from converter.discover.layout import BadInput
 from converter.discover.sources import discover_sources
+from converter.publish.band_stats import split_stats
 from converter.transform.kinds import resolve_options
 from converter.run.execute import local_start, run_tasks
 from converter.plan import fptable
 from converter.run.lock import OutputLock, wait_for_orphans
 from converter.options import OutputOptions, RunOptions, SourceSpec
+from converter.plan.names import refuse_taken_names
 from converter.plan.scope import check_prune, check_spec, run_scope, sources_record
 from converter.plan.shards import Plan, PlanError, make_plan, refuse_damaged
 from converter.fsutil import remove_files
@@ -174,11 +176,14 @@ def _mask_spec(options: OutputOptions, classes: tuple[ClassInfo, ...]) -> dict |
             "ignore_index": ignore_index_for(n), "codec": options.mask_codec}
 
 
-def _image_spec(options: OutputOptions) -> dict:
+def _image_spec(options: OutputOptions, splits: dict | None = None) -> dict:
     h, w = options.size
     image = {"height": h, "width": w, **options.image_kind.manifest_entry(), "codec": options.image_encoding.value}
     if options.quality is not None:
         image["quality"] = options.quality
+    stats = split_stats(splits) if splits and not options.image_kind.legacy else None
+    if stats is not None:
+        image["stats"] = stats  # per-band mean / std of the train split: normalize="stats"
     return image
 
 
@@ -273,6 +278,7 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
     plan = make_plan(found.samples, base_manifest, options, run, len(classes), next_index, root=out_dir,
                      run_id=bucket.run_id if bucket is not None else None,
                      scope_splits=None if scope is None else {e["split"] for e in scope})
+    refuse_taken_names(out_dir, old, [t.file for t in plan.tasks])  # never over a published shard
     if scope is not None:
         plan.sources = sources_record(base_manifest, scope, spec.spec_text, run.rebuild)
     if run.rebuild and old is not None:
@@ -576,7 +582,7 @@ def _assemble(previous: Manifest | None, result: ConvertResult, options: OutputO
         format=options.format.value,
         compression=options.compression,  # type: ignore[arg-type]
         options=options.to_json(),
-        image=_image_spec(options),
+        image=_image_spec(options, splits),
         mask=_mask_spec(options, classes),
         classes=classes,
         splits=split_entries,

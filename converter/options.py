@@ -58,10 +58,25 @@ class UnknownColor(Choice):
     IGNORE = "ignore"
 
 
+class ExifMode(Choice):
+    """EXIF orientation of segmentation images (`converter.transform.exif`)."""
+
+    AUTO = "auto"
+    APPLY = "apply"
+    IGNORE = "ignore"
+
+
 class OnChange(Choice):
     KEEP = "keep"
     REPLACE = "replace"
     FAIL = "fail"
+
+
+class RleOrder(Choice):
+    """Which way RLE CSV runs go (`converter.discover.annotations.rlecsv`)."""
+
+    COLUMNS = "columns"  # the Kaggle convention: down the columns first (1-based)
+    ROWS = "rows"  # along the rows (Carvana's train_masks.csv: the kernels' `mask.flatten()`)
 
 
 class Overlap(Choice):
@@ -79,9 +94,11 @@ class AnnotationOptions:
     overlap: Overlap = Overlap.TOOL
     keep_crowd: bool = False  # COCO iscrowd regions: their class (True) or the ignore index (False)
     rle_class: str | None = None  # RLE CSV without a ClassId column: the class name of its runs
+    rle_order: RleOrder = RleOrder.COLUMNS  # RLE CSV runs: down the columns (Kaggle) or along the rows
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overlap", Overlap.parse(self.overlap, "--overlap"))
+        object.__setattr__(self, "rle_order", RleOrder.parse(self.rle_order, "--rle-order"))
         if not isinstance(self.keep_crowd, bool):
             raise TypeError(f"--keep-crowd must be True or False. Received: {self.keep_crowd!r}")
         if self.rle_class is not None and not str(self.rle_class).strip():
@@ -165,6 +182,8 @@ class OutputOptions:
     labels: "LabelOptions | None" = None
     #: The stored image kind (`converter.imagekind`): dtype, channels, bands; None: uint8 RGB.
     image_kind: ImageKind | None = None
+    #: Segmentation: EXIF orientation decided from the mask's size (auto), or applied / ignored.
+    exif: ExifMode = ExifMode.AUTO
 
     def __post_init__(self) -> None:
         kind = self.image_kind
@@ -200,6 +219,7 @@ class OutputOptions:
         object.__setattr__(self, "compression", check_compression(self.format, self.compression))
         object.__setattr__(self, "mask_encoding", MaskEncoding.parse(self.mask_encoding, "--mask-encoding"))
         object.__setattr__(self, "unknown_color", UnknownColor.parse(self.unknown_color, "--unknown-color"))
+        object.__setattr__(self, "exif", ExifMode.parse(self.exif, "--exif"))
         if not isinstance(self.color_tolerance, int) or not 0 <= self.color_tolerance <= 255:
             raise ValueError(f"--color-tolerance must be an integer in 0..255. Received: {self.color_tolerance!r}")
         if not isinstance(self.seed, int):
@@ -240,6 +260,8 @@ class OutputOptions:
         d.pop("image_kind")
         if not kind.is_default:  # type: ignore[union-attr]  # uint8 RGB: as every earlier version wrote
             d["image_kind"] = kind.to_json()  # type: ignore[union-attr]
+        if self.exif is ExifMode.AUTO:
+            d.pop("exif")  # absent: auto, as every earlier version decided (by sizes)
         return d
 
     @classmethod
@@ -348,14 +370,29 @@ class SplitSource:
     split_list: str | None = None
     recursive: bool = True  # False: only the files directly in each folder (no mirrored sub-folders)
     skip_unpaired: bool = False  # images without a mask are skipped, not bad inputs (VOC's JPEGImages)
+    #: Band folders in channel order (the first is `images`): one single-band file per band
+    #: (`converter.discover.bands`); () for one image file per sample.
+    bands: tuple[str, ...] = ()
+    annotations: str | None = None  # an annotation file or folder instead of masks (`converter.discover.annotations`)
+    annotation_format: str | None = None  # its format: one of `ANNOTATION_FORMATS`
 
     def __post_init__(self) -> None:
         check_split_name(self.split, "split")
+        bands = self.bands
+        if isinstance(bands, (str, os.PathLike)) or not all(isinstance(b, (str, os.PathLike)) and os.fspath(b)
+                                                             for b in bands):
+            raise ValueError(f"bands of split {self.split!r} must be a list of folder paths. Received: {bands!r}")
+        object.__setattr__(self, "bands", tuple(os.fspath(b) for b in bands))
+        if (self.annotations is None) != (self.annotation_format is None) or (
+                self.annotation_format is not None and self.annotation_format not in ANNOTATION_FORMATS):
+            raise ValueError(f"annotations of split {self.split!r} need their format, one of "
+                             f"{list(ANNOTATION_FORMATS)}. Received: annotations={self.annotations!r}, "
+                             f"format={self.annotation_format!r}")
         for name in ("recursive", "skip_unpaired"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} of split {self.split!r} must be true or false. "
                                 f"Received: {getattr(self, name)!r}")
-        for name in ("images", "masks", "split_list"):
+        for name in ("images", "masks", "split_list", "annotations"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (str, os.PathLike)) or not os.fspath(value)):
                 raise ValueError(f"{name} of split {self.split!r} must be a folder path. Received: {value!r}")
@@ -448,7 +485,11 @@ class SourceSpec:
         from converter.discover.files import absolute
 
         if self.root is None and self.sources:
-            return absolute(os.path.commonpath([absolute(s.images) for s in self.sources]))
+            paths = [absolute(s.images) for s in self.sources]
+            if any("://" in p for p in paths):  # URLs: the common prefix up to a '/'
+                common = os.path.commonprefix(paths)
+                return common if all(p == common for p in paths) else common[:common.rfind("/")]
+            return absolute(os.path.commonpath(paths))
         return absolute(self.root if self.root is not None else self.images)  # type: ignore[arg-type]
 
     @property

@@ -24,12 +24,14 @@ from readers import errors
 from readers.errors import ShardError
 from readers.manifest import Manifest, ManifestError
 
-__all__ = ["Dataset", "Manifest", "ManifestError", "Record", "ShardError", "device", "errors", "open"]
+__all__ = ["Dataset", "Manifest", "ManifestError", "Record", "ResumableInput", "ShardError", "device", "errors",
+           "mix", "open"]
 
 # Imported on first use: the converter imports `readers.manifest` and `readers.formats`
 # and should not pay for the reading engine (tens of ms per run).
 _LAZY = {"Dataset": ("readers.dataset", "Dataset"), "open": ("readers.dataset", "open"),
-         "Record": ("readers.formats.spec", "Record"), "device": ("readers.device", None)}
+         "Record": ("readers.formats.spec", "Record"), "device": ("readers.device", None),
+         "ResumableInput": ("readers.resume", "ResumableInput"), "mix": ("readers.mix", "mix")}
 
 
 def __getattr__(name: str) -> Any:

@@ -68,6 +68,13 @@ _RGB_TO_YIQ = np.array([[0.299, 0.587, 0.114], [0.596, -0.274, -0.322], [0.211, 
 _YIQ_TO_RGB = np.linalg.inv(_RGB_TO_YIQ)
 
 
+#: Bounds of `Augment.scale`: finite reciprocals in float32, and no zoom beyond any use.
+SCALE_LIMITS = (1e-3, 1e3)
+#: Bounds of `Augment.crop`: a side, and the pixels of one crop (2**28: 3 GiB as float32 RGB).
+MAX_CROP_SIDE = 1 << 15
+MAX_CROP_PIXELS = 1 << 28
+
+
 def _fail(field: str, expected: str, value: Any) -> None:
     raise ValueError(f"Augment.{field} must be {expected}. Received: {field}={value!r}")
 
@@ -89,9 +96,11 @@ class Augment:
         vflip: probability of an up-down flip, in [0, 1].
         rot90: also turn by a random multiple of 90 degrees (uniform over 0/90/180/270).
         rotate: maximum rotation in degrees, in [0, 180]: uniform in [-rotate, rotate].
-        scale: (min, max) zoom factor, 0 < min <= max: uniform in [min, max]; 2.0 shows
-            the content twice as large (a smaller part of the image fills the crop).
-        crop: (height, width) of the output; None: the stored size. The crop window is
+        scale: (min, max) zoom factor, 0.001 <= min <= max <= 1000 (`SCALE_LIMITS`):
+            uniform in [min, max]; 2.0 shows the content twice as large (a smaller part
+            of the image fills the crop).
+        crop: (height, width) of the output, each side at most 32768 and at most 2**28
+            pixels (`MAX_CROP_SIDE`, `MAX_CROP_PIXELS`); None: the stored size. The crop window is
             placed uniformly at random in the transformed image; where that image is
             smaller than the crop, the rest is padding (`fill` / ignore index).
         brightness: maximum delta, a fraction of the full range, in [0, 1].
@@ -123,14 +132,18 @@ class Augment:
         if not _number(self.rotate) or not 0 <= self.rotate <= 180:
             _fail("rotate", "a maximum angle in degrees in [0, 180]", self.rotate)
         s = self.scale
+        lo, hi = SCALE_LIMITS
         if (not isinstance(s, (tuple, list)) or len(s) != 2 or not all(_number(v) for v in s)
-                or not 0 < s[0] <= s[1]):
-            _fail("scale", "a (min, max) pair of factors with 0 < min <= max", s)
+                or not lo <= s[0] <= s[1] <= hi):
+            _fail("scale", f"a (min, max) pair of factors with {lo} <= min <= max <= {hi:g} (the sampler divides "
+                  "by them in float32)", s)
         object.__setattr__(self, "scale", (float(s[0]), float(s[1])))
         c = self.crop
         if c is not None:
-            if not isinstance(c, (tuple, list)) or len(c) != 2 or not all(_integer(v) and v >= 1 for v in c):
-                _fail("crop", "None or a (height, width) pair of positive ints", c)
+            if (not isinstance(c, (tuple, list)) or len(c) != 2
+                    or not all(_integer(v) and 1 <= v <= MAX_CROP_SIDE for v in c) or c[0] * c[1] > MAX_CROP_PIXELS):
+                _fail("crop", f"None or a (height, width) pair of ints in [1, {MAX_CROP_SIDE}], at most "
+                      f"{MAX_CROP_PIXELS} pixels (each batch holds crop-sized images)", c)
             object.__setattr__(self, "crop", (int(c[0]), int(c[1])))
         for name, top in (("brightness", 1.0), ("saturation", 1.0), ("hue", 0.5)):
             value = getattr(self, name)

@@ -18,12 +18,17 @@ first: `ShardCache.fetch` returns the path of a verified local copy of an object
   every use) are deleted until the folder holds at most `max_bytes`. An object larger
   than the bound is not cached (it is read into memory as without a cache). Deleting a
   copy another process has open or mapped is safe: it keeps reading it.
+* **Never fatal**: a full or failing cache disk (no space, quota, read-only, I/O error,
+  permissions on the folder) raises `CacheFault`; the reader then reads that object
+  into memory as without a cache, with one warning per cache folder
+  (`readers.remote.RemoteFile.open`), and tries the cache again for the next object.
 
 Standard library only (xxhash when a digest is checked).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -31,6 +36,8 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from readers.errors import CacheFault
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +51,26 @@ _CHUNK_BYTES = 8 << 20
 _verified: set[tuple[str, int, int, int]] = set()
 _verified_lock = threading.Lock()
 _evict_lock = threading.Lock()
+
+
+#: errno values that can only come from the local disk: a download failing with one of
+#: them is a cache fault, not a network one.
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
+
+
+def _disk_errno(e: BaseException, directory: str) -> int | None:
+    """The errno of a local disk fault in `e`'s chain (a store wraps the write error it
+    met), or None when nothing in it comes from the disk."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        code = getattr(e, "errno", None)
+        if code in _DISK_ERRNOS:
+            return code
+        if code in (errno.EACCES, errno.EPERM) and not os.access(directory, os.W_OK):
+            return code
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _new_locks() -> None:  # a forked child must not inherit a lock a loader thread held
@@ -95,12 +122,22 @@ class ShardCache:
 
     def fetch(self, remote: Any) -> str:
         """The path of a verified local copy of `remote` (a `readers.remote.RemoteFile`),
-        downloaded when there is none or the one there is damaged."""
+        downloaded when there is none or the one there is damaged. Raises `CacheFault` when
+        the disk cannot take it (the caller reads the object into memory instead)."""
         path = self.path_of(remote)
-        if self._usable(path, remote):
-            return path
-        self._download(remote, path)
-        self.evict(keep=path)
+        try:
+            if self._usable(path, remote):
+                return path
+            self._download(remote, path)
+            self.evict(keep=path)
+        except CacheFault:
+            raise
+        except OSError as e:
+            code = _disk_errno(e, self.directory)
+            if code is None or isinstance(e, FileNotFoundError):
+                raise
+            raise CacheFault(code, f"cache folder {self.directory}: {os.strerror(code)} (while caching "
+                                   f"{remote.url})") from e
         return path
 
     def _usable(self, path: str, remote: Any) -> bool:
@@ -133,6 +170,8 @@ class ShardCache:
                 raise remote.error("the object has disappeared since the dataset was opened; a newer convert "
                                    "may have replaced the dataset: open it again") from None
             except OSError as e:
+                if _disk_errno(e, self.directory) is not None:
+                    raise  # the disk, not the network: `fetch` makes it a CacheFault
                 raise remote.error(f"cannot download it into the cache ({e})") from e
             st = os.stat(tmp)
             if st.st_size != remote.size:
@@ -197,4 +236,4 @@ def _remove(path: str) -> None:
         pass
 
 
-__all__ = ["CACHE_MAX_BYTES", "ShardCache", "file_digest"]
+__all__ = ["CACHE_MAX_BYTES", "CacheFault", "ShardCache", "file_digest"]

@@ -22,9 +22,13 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from readers.augment import check_augment, check_start_step, sample_ids
+from readers.bandnorm import BandStats, normalize_mode
+from readers.order import check_sharding_mode, replica_batch_count
+from readers.resume import check_resume
 from readers.errors import FIX_HINT, ShardError, describe, shard_error
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
 from readers.formats import FileFormat, check_compression
+from readers.formats.classrange import check_record
 from readers.formats._allocator import tune_allocator
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import Record, RecordSpec, ShardRef
@@ -285,6 +289,7 @@ class Dataset:
                         shard.path, f"record key {record.key!r} differs from the manifest's {keys[count]!r}",
                         record=count,
                     )
+                check_record(record.mask if self._spec.segmentation else record.label, self._spec, shard.path, count)
                 count += 1
                 yield record
             if count != shard.records:
@@ -299,7 +304,7 @@ class Dataset:
         shuffle: bool = True,
         seed: int | None = None,
         one_hot: bool = True,
-        normalize: bool = True,
+        normalize: bool | str = True,
         repeat: bool = False,
         drop_remainder: bool = False,
         input_context: "tf.distribute.InputContext | None" = None,
@@ -308,6 +313,10 @@ class Dataset:
         epoch: int = 0,
         start_step: int = 0,
         augment_on: str = "host",
+        resume: Any = None,
+        sharding: str = "files",
+        sampling: str = "uniform",
+        repeat_threshold: float | None = None,
     ) -> "tf.data.Dataset":
         """A `tf.data.Dataset` of (x, y) batches for `model.fit`.
 
@@ -315,69 +324,102 @@ class Dataset:
             split: split name (see `splits`).
             batch_size: records per batch (per replica when `input_context` is given:
                 pass `input_context.get_per_replica_batch_size(global_batch_size)`).
-            shuffle: shuffle the shard order every epoch and the records through a
-                bounded buffer. False: the order equals `records(split)`.
-            seed: makes the shuffle (and so the order of the output) reproducible;
-                without one the order differs from run to run.
+            shuffle: shuffle shards and records (bounded buffer); False: `records(split)` order.
+            seed: makes the shuffle (the order of the output) reproducible; else it varies.
             one_hot: y as float32 one-hot (H, W, C) (or (C,) for classification) where
                 the ignore index is an all-zero row; False: the class map as stored
                 ((H, W) uint8/uint16) or the int64 label.
-            normalize: x as float32 in [0, 1]; False: the uint8 image (compact mode:
-                expand on the accelerator with `readers.device.ExpandOnDevice`).
+            normalize: x as float32 in [0, 1] (divided by the dtype's range: 255 or 65535);
+                "stats": float32 (x - mean) / std per band, with the statistics `convert`
+                stored (`readers.bandnorm`); False: the image as stored, uint8 or uint16
+                (compact mode: expand on the accelerator with `readers.device.ExpandOnDevice`).
             repeat: repeat forever (infinite cardinality; give `steps_per_epoch`).
             drop_remainder: drop the last partial batch (static batch dimension).
-            input_context: a `tf.distribute.InputContext`; this pipeline then reads the
-                shard files i with i % num_input_pipelines == input_pipeline_id. With
-                fewer shards than pipelines a warning is given and every pipeline reads
-                all files and keeps every num_input_pipelines-th record instead.
-            shuffle_buffer: records in the shuffle buffer. Default: as many as fit in
-                256 MB (`readers.formats.pipeline.SHUFFLE_BUFFER_BYTES`) at the shards'
-                average record size, at least one batch, at most the whole split.
+            input_context: a `tf.distribute.InputContext`: this pipeline reads the shard files
+                i % num_input_pipelines == input_pipeline_id (fewer files than pipelines: a
+                warning, and each keeps every num_input_pipelines-th record).
+            shuffle_buffer: records in the shuffle buffer. Default: as many as fit in 256 MB
+                (`SHUFFLE_BUFFER_BYTES`), at least one batch, at most the whole split.
             augment: a `readers.augment.Augment` for every batch (docs/AUGMENT.md).
             epoch, start_step: the first pass is epoch `epoch` from batch `start_step`, later
                 ones the next epochs; the stream is a pure function of (seed, epoch, step).
             augment_on: "host", or "device" for `readers.device.augment_batch` (compact mode).
+            resume: a `readers.ResumableInput`, also in `fit`'s callbacks (docs/READERS.md).
+            sharding: with `input_context`, "files" (above) or "global": the order of an epoch
+                is fixed by (seed, epoch) alone, pipeline r reads slice r of each global step
+                (`readers.order`; every pipeline reads all files).
+            sampling, repeat_threshold: "repeat-factor" with threshold t: LVIS repeat-factor
+                sampling from the class presence in the index files (`readers.sampling`).
 
-        The cardinality is known (batches per epoch, accounting for drop_remainder), so
-        Keras shows the epoch length. Shard sizes were checked at `open`. Read errors
-        name the shard file: uncompressed TFRecord and all NPZ shards are read by
-        loader threads that raise `ShardError` naming the file and record (it surfaces
-        from TensorFlow as an `OpError` whose message holds it); so are gzip TFRecord
-        shards with a seed (read whole); without one they go through TensorFlow's reader,
-        checked per file so that an `InvalidArgumentError` names a file that gives fewer
-        records than its manifest count (`readers.formats.tfrecord.reader._checked_reader`).
+        The cardinality is known (batches per epoch), so Keras shows the epoch length.
+        Read errors name the shard file and record (`ShardError`, inside TensorFlow's
+        `OpError` message; gzip TFRecord read by TensorFlow: checked per file against its
+        manifest count, `readers.formats.tfrecord.reader._checked_reader`).
 
-        Speed: uncompressed TFRecord shards are memory-mapped and their image/mask bytes
-        gathered straight into aligned batches (one copy; see
-        `readers.formats.tfrecord.reader.load_mapped` and `readers.formats.batching`); NPZ
-        shards are inflated by loader threads; float32 / 255 and one-hot rows are written
-        straight from the records into the batch, one pass per output, in C
-        (`readers.formats.expand.RecordExpander`; no `tf.data` map); encoded images/masks
-        are decoded per batch, in parallel (`readers.formats.encoding`). The first call tunes glibc malloc for megabyte blocks
-        (`readers.formats._allocator.tune_allocator`; ``IMGSHARD_TUNE_MALLOC=0`` opts out).
+        Speed: docs/READERS.md, "How a batch is built" (`readers.formats.batching`).
         """
+        normalize, standardize = normalize_mode(normalize)
+        stats = BandStats.from_manifest(self._manifest.image, self._path) if standardize else None
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), drop_remainder=bool(drop_remainder),
                                   shuffle_buffer=shuffle_buffer, augment=check_augment(augment), epoch=epoch,
                                   start_step=start_step, augment_on=augment_on)
         tune_allocator()
-        shards = self.shards(split)
-        total = sum(s.records for s in shards)
-        if input_context is not None:
-            shards, options, total = self._pipeline_share(split, shards, options, input_context)
-        batches = total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
+        shards, options, total = self._pipeline_share(split, options, input_context, check_sharding_mode(sharding))
+        options, total = self._sampled(split, shards, options, total, sampling, repeat_threshold)
+        batches = _batch_count(total, options)
         check_start_step(options.start_step, batches)
+        options = resumed_options(resume, options, batches)
         ids = sample_ids(shards) if options.augment is not None else None
         ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
-        return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None)
+        if stats is not None:
+            ds = _standardized(ds, stats, options)
+        return finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None,
+                                resumed=resume is not None)
 
-    def _pipeline_share(self, split: str, shards: list[ShardRef], options: PipelineOptions,
-                        input_context: "tf.distribute.InputContext") -> tuple[list[ShardRef], PipelineOptions, int]:
-        """What one input pipeline of `input_context` reads: (its shards, its options, its records)."""
+    def _sampled(self, split: str, shards: list[ShardRef], options: PipelineOptions, total: int, sampling: str,
+                 threshold: float | None) -> tuple[PipelineOptions, int]:
+        """`options` with the repeat factors of `shards` (sampling="repeat-factor") and the
+        draws per epoch; unchanged for "uniform"."""
+        from readers.sampling import check_sampling, epoch_length, repeat_factors
+
+        check_sampling(sampling, threshold)
+        if sampling == "uniform":
+            return options, total
+        if options.record_shard is not None:
+            raise ValueError("sampling='repeat-factor' with fewer shard files than input pipelines needs "
+                             "sharding='global'. Received: sharding='files'")
+        factors = repeat_factors(self._class_presence(split), float(threshold))  # type: ignore[arg-type]
+        starts = np.concatenate([[0], np.cumsum([r.records for r in self.shards(split)])])
+        mine = np.concatenate([factors[starts[r.position]:starts[r.position + 1]] for r in shards]) if shards \
+            else np.zeros(0)
+        return PipelineOptions(**{**_fields(options), "repeat_factors": mine}), epoch_length(mine)
+
+    def _class_presence(self, split: str) -> np.ndarray:
+        """(samples, classes) bool: the classes in each sample of `split`, from the index files."""
+        from readers.index import ref_classes
+
+        parts = [ref_classes(ref, self.num_classes) for ref in self.shards(split)]
+        if any(p is None for p in parts):
+            raise ValueError(f"sampling='repeat-factor' needs each sample's classes, stored in the index files at "
+                             f"conversion; split {split!r} of {self._path} was converted before imgshard stored them. "
+                             "Re-convert it with `imgshard convert ... --rebuild`. Received: index files without "
+                             "'classes'")
+        return np.concatenate(parts) if parts else np.zeros((0, self.num_classes), bool)
+
+    def _pipeline_share(self, split: str, options: PipelineOptions, input_context: "tf.distribute.InputContext | None",
+                        sharding: str = "files") -> tuple[list[ShardRef], PipelineOptions, int]:
+        """What one input pipeline of `input_context` reads: (its shards, its options, its
+        records; for sharding="global" all of them, `options.replicas` picks its batches)."""
+        shards = self.shards(split)
         total = sum(s.records for s in shards)
+        if input_context is None:
+            return shards, options, total
         num = int(input_context.num_input_pipelines)
         index = int(input_context.input_pipeline_id)
         _check_sharding(num, index, "input_context.num_input_pipelines", "input_context.input_pipeline_id")
+        if sharding == "global":
+            return shards, PipelineOptions(**{**_fields(options), "replicas": (num, index)}), total
         if len(shards) >= num:
             shards = [s for s in shards if s.position % num == index]
             total = sum(s.records for s in shards)
@@ -410,6 +452,10 @@ class Dataset:
         shard_index: int = 0,
         augment: "Augment | None" = None,
         epoch: int = 0,
+        resume: Any = None,
+        sharding: str = "files",
+        sampling: str = "uniform",
+        repeat_threshold: float | None = None,
     ) -> Any:
         """A `keras.utils.PyDataset` of (x, y) NumPy batches with random access.
 
@@ -421,21 +467,71 @@ class Dataset:
         `readers.pydataset`). `augment` and `epoch` as in `tf_dataset` (the same
         TensorFlow batch function, so batch i of epoch e holds the same pixels when the
         two see the same samples); the order is a pure function of (seed, epoch).
+        `resume`: a `readers.ResumableInput`, as in `tf_dataset` (the first epoch after a
+        restart is the rest of the interrupted one). `sharding="global"`: every process
+        reads all files and takes slice `shard_index` of each global step of the order
+        fixed by (seed, epoch) (`readers.order`). `sampling`, `repeat_threshold`: as in `tf_dataset`.
         """
-        from readers.pydataset import make_pydataset
+        from readers.pydataset import batches_per_epoch, make_pydataset
 
+        if normalize_mode(normalize)[1]:
+            raise ValueError("keras_dataset takes normalize=True or False; for per-band statistics use "
+                             "tf_dataset(..., normalize='stats'), or normalize=False and "
+                             "readers.bandnorm.BandStats.from_manifest(...).numpy(x). Received: normalize='stats'")
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), augment=check_augment(augment), epoch=epoch)
         tune_allocator()
+        if check_sharding_mode(sharding) == "global":
+            _check_sharding(num_shards, shard_index, "num_shards", "shard_index")
+            options = PipelineOptions(**{**_fields(options), "replicas": (num_shards, shard_index)})
+            num_shards, shard_index = 1, 0
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
+        options, total = self._sampled(split, shards, options, sum(s.records for s in shards), sampling,
+                                       repeat_threshold)
+        options = resumed_options(resume, options, batches_per_epoch(total, options))
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
         ids = sample_ids(shards) if options.augment is not None else None
-        return make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
-                              use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size, ids=ids)
+        seq = make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
+                             use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size, ids=ids)
+        if resume is not None:
+            resume.attach(seq)
+        return seq
+
+    def pipeline_parts(self) -> tuple[Any, RecordSpec]:
+        """(format adapter, record layout): what a pipeline over this dataset's shards needs
+        (`readers.mix`)."""
+        return self._adapter, self._spec
+
+    # -- Grain ----------------------------------------------------------------------------------
+    def grain_source(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> Any:
+        """A Grain `RandomAccessDataSource` over `split` (`readers.grain_source.GrainSource`):
+        item i is record i of `records(split)` as ``{"image", "mask" | "label", "key"}``,
+        the arrays as stored. num_shards/shard_index select shard files as in `records`.
+        Grain itself is not imported (install the `grain` extra to use it). Recipe:
+        docs/READERS.md, "Grain"."""
+        from readers.grain_source import make_source
+
+        return make_source(self, split, num_shards, shard_index, _grain_source_at)
+
+    def grain_batch_map(self, *, augment: "Augment | None" = None, seed: int | None = None, one_hot: bool = True,
+                        normalize: bool = True, epoch: int = 0, batches_per_epoch: int | None = None) -> Any:
+        """The (index, batch) -> (x, y) map for a batched Grain pipeline over `grain_source`:
+        `augment` drawn from (seed, epoch + index // batches_per_epoch, key), then the
+        expansion of `tf_dataset` (`readers.grain_source.GrainBatchMap`)."""
+        from readers.grain_source import GrainBatchMap
+
+        options = PipelineOptions(1, seed=seed, one_hot=bool(one_hot), normalize=bool(normalize),
+                                  augment=check_augment(augment), epoch=epoch)
+        return GrainBatchMap(self._spec, options, batches_per_epoch)
 
 
-def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
-                     distributed: bool) -> "tf.data.Dataset":
+def _grain_source_at(path: str, split: str, num_shards: int, shard_index: int) -> Any:
+    """`Dataset(path).grain_source(...)`: how a pickled `GrainSource` reopens its dataset."""
+    return Dataset(path).grain_source(split, num_shards=num_shards, shard_index=shard_index)
+
+
+def finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
+                     distributed: bool, resumed: bool = False) -> "tf.data.Dataset":
     """Cardinality (unless resumed: the first pass is shorter), repeat, prefetch, options."""
     import tensorflow as tf
 
@@ -449,7 +545,45 @@ def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: i
     tf_options.deterministic = (not options.shuffle) or options.seed is not None
     if distributed:
         tf_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return ds.with_options(tf_options)
+    ds = ds.with_options(tf_options)
+    if resumed and options.start_step > 0 and not repeat:
+        _report_cardinality(ds, batches)
+    return ds
+
+
+def _standardized(ds: "tf.data.Dataset", stats: BandStats, options: PipelineOptions) -> "tf.data.Dataset":
+    """`ds` with normalize='stats' applied on the host."""
+    if options.augment_on == "device":
+        raise ValueError("normalize='stats' standardises on the host; with augment_on='device' use "
+                         "normalize=False and standardise after readers.device.augment_batch. "
+                         "Received: normalize='stats', augment_on='device'")
+    return ds.map(stats.tf_map(), num_parallel_calls=-1, deterministic=True)  # -1: tf.data.AUTOTUNE
+
+
+def _batch_count(total: int, options: PipelineOptions) -> int:
+    """Batches per epoch of a pipeline reading `total` records (its share with `options.replicas`)."""
+    if options.replicas is not None:
+        return replica_batch_count(total, options.batch_size, *options.replicas, options.drop_remainder)
+    return total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
+
+
+def resumed_options(resume: Any, options: PipelineOptions, batches: int) -> PipelineOptions:
+    """`options` with the seed, epoch and start step that `resume` gives (`readers.resume`)."""
+    if resume is None:
+        return options
+    seed, epoch, step = check_resume(resume).claim(options.seed, options.epoch, options.start_step, batches,
+                                     options.effective_seed())
+    return PipelineOptions(**{**_fields(options), "seed": seed, "epoch": epoch, "start_step": step})
+
+
+def _report_cardinality(ds: "tf.data.Dataset", batches: int) -> None:
+    """Make Keras see a whole epoch's batches (`cardinality`) although the first pass is
+    the rest of a resumed epoch: Keras then ends that epoch when the pass ends and runs
+    the later ones whole (with an unknown cardinality it would cut every later epoch to
+    the first pass's length)."""
+    import tensorflow as tf
+
+    ds.cardinality = lambda: tf.constant(batches, tf.int64)  # type: ignore[method-assign]
 
 
 def _fields(options: PipelineOptions) -> dict[str, Any]:

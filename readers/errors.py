@@ -43,10 +43,54 @@ def shard_error(path: str | os.PathLike, problem: str, *, record: int | None = N
     return ShardError(f"{where}: {problem}. {FIX_HINT}", path=path, record=record)
 
 
+class CacheFault(OSError):
+    """The local cache folder cannot hold or give back an object (full, read-only, failing
+    disk): the object is read into memory instead (`readers.remote.RemoteFile.open`)."""
+
+
+class DatasetChangedError(ShardError):
+    """A shard this `Dataset` listed is gone because a newer manifest no longer lists it:
+    `compact`, `convert --prune` or `--on-change replace` rewrote the dataset after it was
+    opened. The readers do not switch to the new manifest on their own (its records,
+    count and order may differ from what the pipeline was built on): open it again."""
+
+
+#: What to do when a shard is gone because the dataset was rewritten (docs/READERS.md).
+REOPEN_HINT = (
+    "The dataset was rewritten after it was opened: `imgshard compact`, `convert --prune` or "
+    "`--on-change replace` published a new manifest and removed the old shards. Open it again "
+    "(`readers.open(OUT)`) and build a new pipeline (a `model.fit` in progress: restart it from its "
+    "last checkpoint with the new pipeline)."
+)
+
+
+def missing_shard_error(path: str | os.PathLike, *, record: int | None = None) -> ShardError:
+    """The error for a listed shard that is no longer on disk: `DatasetChangedError` when the
+    dataset's current manifest no longer lists it (rewritten since it was opened), else a
+    `ShardError` saying the dataset is damaged."""
+    from readers.manifest import MANIFEST_NAME, Manifest
+
+    path = os.fspath(path)
+    root, name = os.path.split(path)
+    try:
+        listed = any(s.file == name for _, s in Manifest.load(root).iter_shards())
+    except (OSError, ValueError):  # no manifest at all (the folder was removed) or a damaged one
+        listed = not os.path.exists(os.path.join(root, MANIFEST_NAME))
+        if listed:
+            return shard_error(path, "is gone, and so is the dataset's manifest", record=record)
+    if listed:
+        return shard_error(path, "is missing, though the dataset's manifest lists it (deleted by hand, or the "
+                                 "dataset is damaged)", record=record)
+    where = f"shard {path}" + (f", record {record}" if record is not None else "")
+    return DatasetChangedError(f"{where} is gone and the dataset's current manifest no longer lists it. {REOPEN_HINT}",
+                               path=path, record=record)
+
+
 def describe(e: BaseException) -> str:
     """One line about an exception: its type and message, without dumping data."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-__all__ = ["FIX_HINT", "ManifestError", "ShardError", "describe", "shard_error"]
+__all__ = ["FIX_HINT", "REOPEN_HINT", "CacheFault", "DatasetChangedError", "ManifestError", "ShardError", "describe",
+           "missing_shard_error", "shard_error"]

@@ -28,7 +28,12 @@ field               dtype   meaning
 ``image_mtime_ns``  <i8     its mtime (ns) when converted
 ``image_digest``    S       ``ALGORITHM:HEX`` of its content
 ``mask_*``          ...     the same for the mask; ``mask_size`` -1 when there is none
+``classes``         u1[m]   optional (written since issue 30): the classes present in
+                            the sample, a bitmask (`numpy.packbits`, little bit order,
+                            m = ceil(classes / 8)); read by repeat-factor sampling
 ==================  ======  ======================================================
+
+Index files written before the ``classes`` column still open (`ref_classes` gives None).
 
 This module needs only NumPy (xxhash is imported when a digest is checked) so that
 both the readers and the converter use it.
@@ -47,6 +52,7 @@ from readers.digest import digest_bytes
 from readers.manifest import IndexRef, ManifestError, SampleEntry, ShardEntry, SourceFingerprint
 
 INDEX_SUFFIX = ".idx.npy"
+_NPY_MAGIC = b"\x93NUMPY"
 INDEX_ALGORITHM = "xxh3_128"
 _NAME_HEX = 16
 _INDEX_RE = re.compile(r"^[A-Za-z0-9_.]+-\d{5,}(?:-r[0-9a-f]{8})?\.[a-z]+\.[0-9a-f]{%d}%s$" % (_NAME_HEX, re.escape(INDEX_SUFFIX)))
@@ -56,6 +62,8 @@ _INT_FIELDS = {"record": "<i4", "label": "<i8", "image_size": "<i8", "image_mtim
                "mask_size": "<i8", "mask_mtime_ns": "<i8"}
 FIELDS = ("key", "record", "label", "image_path", "image_size", "image_mtime_ns", "image_digest",
           "mask_path", "mask_size", "mask_mtime_ns", "mask_digest")
+#: The optional last field: per-sample class presence as a bitmask (uint8 subarray).
+CLASSES_FIELD = "classes"
 
 
 class IndexFileError(ManifestError):
@@ -80,8 +88,9 @@ def _utf8(values: Sequence[str]) -> np.ndarray:
     return np.array(encoded, dtype=f"S{width}")
 
 
-def build_table(samples: Sequence[SampleEntry]) -> np.ndarray:
-    """The index rows of `samples` (record i = samples[i])."""
+def build_table(samples: Sequence[SampleEntry], classes: np.ndarray | None = None) -> np.ndarray:
+    """The index rows of `samples` (record i = samples[i]); `classes`: (n, K) bool class
+    presence per sample, stored as the optional bitmask field, or (n, m) uint8 bitmasks."""
     n = len(samples)
     cols: dict[str, np.ndarray] = {
         "key": _utf8([s.key for s in samples]),
@@ -96,8 +105,14 @@ def build_table(samples: Sequence[SampleEntry]) -> np.ndarray:
         "mask_size": np.array([s.mask.size if s.mask else -1 for s in samples], "<i8"),
         "mask_mtime_ns": np.array([s.mask.mtime_ns if s.mask else 0 for s in samples], "<i8"),
     }
-    table = np.empty(n, dtype=[(f, cols[f].dtype) for f in FIELDS])
-    for f in FIELDS:
+    fields = [(f, cols[f].dtype) for f in FIELDS]
+    if classes is not None:
+        classes = np.asarray(classes)
+        bits = classes if classes.dtype == np.uint8 else np.packbits(classes.astype(bool), axis=1, bitorder="little")
+        cols[CLASSES_FIELD] = bits.reshape(n, -1)
+        fields.append((CLASSES_FIELD, np.uint8, (cols[CLASSES_FIELD].shape[1],)))
+    table = np.empty(n, dtype=fields)
+    for f, *_ in fields:
         table[f] = cols[f]
     return table
 
@@ -114,18 +129,36 @@ def index_ref(shard_file: str, data: bytes) -> IndexRef:
     return IndexRef(index_name(shard_file, digest), len(data), digest)
 
 
-def encode_index(shard_file: str, samples: Sequence[SampleEntry]) -> tuple[IndexRef, bytes]:
+def encode_index(shard_file: str, samples: Sequence[SampleEntry],
+                 classes: np.ndarray | None = None) -> tuple[IndexRef, bytes]:
     """(the manifest's reference, the file's bytes) of the index of `samples`."""
-    data = encode_table(build_table(samples))
+    data = encode_table(build_table(samples, classes))
     return index_ref(shard_file, data), data
 
 
 def decode_index(data: bytes, where: str, records: int | None = None) -> np.ndarray:
-    """Parse and check an index file's bytes (structure only; the digest is the caller's)."""
+    """Parse and check an index file's bytes (structure only; the digest is the caller's).
+
+    The header's shape is bounded by the bytes there are before anything is allocated: a
+    header claiming (4e9,) rows in a 2 KB file is damage, not a 682 GiB allocation; a zip
+    (an ``.npz``) or anything else that is not one ``.npy`` document is refused."""
+    fix = "Check the dataset with `imgshard verify OUT`; re-convert with --rebuild."
+    if not bytes(data[:6]) == _NPY_MAGIC:
+        what = "a zip archive" if bytes(data[:4]) == b"PK\x03\x04" else "not a .npy file"
+        raise IndexFileError(f"{where}: not a readable index file (it is {what}, expected one NumPy .npy "
+                             f"array). {fix}")
     try:
+        buf = io.BytesIO(data)
+        version = np.lib.format.read_magic(buf)
+        shape, _, dtype = (np.lib.format.read_array_header_1_0(buf) if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0(buf))
+        needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if needed > len(data) - buf.tell():
+            raise ValueError(f"its header claims shape {shape} of {dtype.itemsize}-byte rows ({needed} bytes), "
+                             f"but the file holds {len(data) - buf.tell()} bytes after the header")
         table = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise IndexFileError(f"{where}: not a readable index file ({type(e).__name__}: {e}).") from e
+    except (ValueError, OSError, EOFError, TypeError, SyntaxError) as e:
+        raise IndexFileError(f"{where}: not a readable index file ({type(e).__name__}: {e}). {fix}") from e
     check_table(table, where, records)
     return table
 
@@ -133,9 +166,13 @@ def decode_index(data: bytes, where: str, records: int | None = None) -> np.ndar
 def check_table(table: np.ndarray, where: str, records: int | None = None) -> None:
     """The index's content is what this module writes: fields, types, rows, unique keys."""
     names = table.dtype.names
-    if table.ndim != 1 or names is None or tuple(names) != FIELDS:
-        raise IndexFileError(f"{where}: expected a 1-D structured array with fields {list(FIELDS)}. "
-                             f"Received: shape {table.shape}, fields {list(names or ())}.")
+    if table.ndim != 1 or names is None or tuple(names) not in (FIELDS, FIELDS + (CLASSES_FIELD,)):
+        raise IndexFileError(f"{where}: expected a 1-D structured array with fields {list(FIELDS)} (and "
+                             f"optionally {CLASSES_FIELD!r}). Received: shape {table.shape}, fields {list(names or ())}.")
+    if CLASSES_FIELD in names and (table.dtype[CLASSES_FIELD].base != np.uint8
+                                   or len(table.dtype[CLASSES_FIELD].shape) != 1):
+        raise IndexFileError(f"{where}: field {CLASSES_FIELD!r} must be a uint8 bitmask per row, received "
+                             f"{table.dtype[CLASSES_FIELD]}.")
     for f in _STR_FIELDS:
         if table.dtype[f].kind != "S":
             raise IndexFileError(f"{where}: field {f!r} must hold bytes (S), received {table.dtype[f]}.")
@@ -150,6 +187,22 @@ def check_table(table: np.ndarray, where: str, records: int | None = None) -> No
         raise IndexFileError(f"{where}: holds an empty key or a negative image size.")
     if len(np.unique(table["key"])) != len(table):
         raise IndexFileError(f"{where}: lists a key twice.")
+    for f in _STR_FIELDS:
+        _check_utf8(table[f], f, where)
+
+
+def _check_utf8(column: np.ndarray, field: str, where: str) -> None:
+    """Every value of a bytes field is UTF-8 (what the writer stores); the first that is not is named."""
+    try:
+        np.char.decode(column, "utf-8")
+    except UnicodeDecodeError:
+        for row, value in enumerate(column.tolist()):
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise IndexFileError(f"{where}: row {row}'s {field} is not UTF-8 ({value!r}: {e.reason} at byte "
+                                     f"{e.start}); the file is damaged. Check the dataset with `imgshard verify "
+                                     "OUT`; re-convert with --rebuild.") from None
 
 
 def read_bounded(root: str, path: str, expected: int, shard_file: str) -> bytes:
@@ -160,7 +213,8 @@ def read_bounded(root: str, path: str, expected: int, shard_file: str) -> bytes:
     try:
         check_inside(root, path)
         with open_regular_file(path) as f:
-            return f.read(expected + 1)
+            # never more than the file holds: a damaged "bytes" of 1 TiB allocates nothing
+            return f.read(min(max(expected, 0), os.fstat(f.fileno()).st_size) + 1)
     except FileNotFoundError:
         raise IndexFileError(f"Index file {path} of shard {shard_file} is missing. Check the dataset with "
                              "`imgshard verify OUT`; re-convert with --rebuild.") from None
@@ -226,6 +280,22 @@ def read_index_object(remote: Any, records: int) -> np.ndarray:
     except ShardError as e:
         raise IndexFileError(str(e)) from e
     return decode_index(data, remote.url, records)
+
+
+def ref_classes(shard: Any, num_classes: int) -> np.ndarray | None:
+    """(records, num_classes) bool: the classes present in each record of a `ShardRef`,
+    from its index file's ``classes`` field; None where the index has none (written
+    before it, or a version-1/2 manifest)."""
+    if shard.entry.index is None:
+        return None
+    table = ref_table(shard)
+    if CLASSES_FIELD not in table.dtype.names:
+        return None
+    bits = np.unpackbits(table[CLASSES_FIELD], axis=1, bitorder="little")
+    if bits.shape[1] < num_classes:
+        raise IndexFileError(f"{shard.entry.index.file}: its {CLASSES_FIELD!r} field holds {bits.shape[1]} bits, "
+                             f"the dataset has {num_classes} classes. Re-convert with --rebuild.")
+    return bits[:, :num_classes].astype(bool)
 
 
 def ref_keys(shard: Any) -> list[str]:

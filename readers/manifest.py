@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Iterator, Mapping, Sequence
@@ -277,6 +278,40 @@ def validate(d: Any, path: str = MANIFEST_NAME) -> None:
         _need(isinstance(shards, list), f"splits.{name}.shards", path, "a list", shards)
         for i, shard in enumerate(shards):
             _validate_shard(shard, f"splits.{name}.shards[{i}]", path, version)
+    _validate_names(d["splits"], path)
+
+
+#: ``split-00003.tfrecord`` (a run id in a bucket: ``split-00003-r1a2b3c4d.tfrecord``): the split and the number.
+_SHARD_NUMBER_RE = re.compile(r"^(.+)-(\d{5,})(?:-r[0-9a-f]{8})?\.[A-Za-z0-9.]+$")
+
+
+def shard_number(split: str, file: Any) -> int:
+    """The number a shard name of `split` carries (``train-00003.tfrecord`` -> 3); -1 for other names."""
+    m = _SHARD_NUMBER_RE.match(file) if isinstance(file, str) else None
+    return int(m.group(2)) if m and m.group(1) == split else -1
+
+
+def _validate_names(splits: Mapping, path: str) -> None:
+    """No shard or index file listed twice (in any split), and every split's `next_shard_index` above
+    the number of each shard it lists: one damaged digit there would make the next run write its new
+    shard under a published shard's name."""
+    seen: dict[str, str] = {}
+    for name, split in splits.items():
+        top = -1
+        for i, shard in enumerate(split.get("shards", [])):
+            at = f"splits.{name}.shards[{i}]"
+            index = shard.get("index")
+            for field, file in (("file", shard["file"]), ("index.file", index.get("file") if isinstance(index, dict)
+                                                          else None)):
+                if isinstance(file, str):
+                    _need(file not in seen, f"{at}.{field}", path, f"a name listed once (also at {seen.get(file)})",
+                          file)
+                    seen[file] = f"{at}.{field}"
+            top = max(top, shard_number(name, shard["file"]))
+        if "next_shard_index" in split:
+            _need(split["next_shard_index"] > top, f"splits.{name}.next_shard_index", path,
+                  f"above the number of every shard the split lists (its highest is {top})",
+                  split["next_shard_index"])
 
 
 def _refuse_number(text: str) -> Any:
@@ -436,6 +471,9 @@ class ShardEntry:
     index: IndexRef | None = None
     #: Bytes of the sources of the shard's records (version 3; summed from `samples` before).
     source_bytes: int = 0
+    #: Images beyond 8-bit RGB: per channel the sum and sum of squares of the stored images,
+    #: then their pixel count (`converter.publish.band_stats`); () when not kept.
+    band_sums: tuple[float, ...] = ()
 
     @property
     def keys(self) -> list[str]:
@@ -457,6 +495,7 @@ class ShardEntry:
             "class_pixels": list(self.class_pixels),
             "ignore_pixels": self.ignore_pixels,
             **({"class_images": list(self.class_images)} if self.class_images else {}),
+            **({"band_sums": list(self.band_sums)} if self.band_sums else {}),
         }
         if self.index is not None:
             d["index"] = self.index.to_json()
@@ -485,6 +524,7 @@ class ShardEntry:
             class_images=tuple(int(c) for c in d.get("class_images", ())),
             index=index,
             source_bytes=int(d.get("source_bytes", 0)),
+            band_sums=tuple(float(v) for v in d.get("band_sums", ())),
         )
         if samples and len(samples) != entry.records:
             raise ManifestError(
@@ -525,10 +565,13 @@ class SplitEntry:
         return {"next_shard_index": self.next_shard_index, "shards": [s.to_json() for s in self.shards]}
 
     @classmethod
-    def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME, version: int = MANIFEST_VERSION) -> "SplitEntry":
+    def from_json(cls, d: Mapping, manifest_path: str = MANIFEST_NAME, version: int = MANIFEST_VERSION,
+                  name: str = "") -> "SplitEntry":
         return cls(
             shards=tuple(ShardEntry.from_json(s, manifest_path, version) for s in d.get("shards", ())),
-            next_shard_index=int(d.get("next_shard_index", 0)),
+            # absent (older manifests): past every listed shard's number, so no name is ever reused
+            next_shard_index=int(d.get("next_shard_index", 1 + max(
+                [-1] + [shard_number(name, s.get("file")) for s in d.get("shards", ())]))),
         )
 
 
@@ -620,7 +663,7 @@ class Manifest:
             splits = {}
             for name, s in d["splits"].items():
                 _check_relative(name, "split name", manifest_path)
-                splits[name] = SplitEntry.from_json(s, manifest_path, version)
+                splits[name] = SplitEntry.from_json(s, manifest_path, version, name)
             return cls(
                 version=version,
                 tool_version=str(d.get("tool_version", "?")),

@@ -31,9 +31,11 @@ from readers.augment import host_kernel_takes
 from readers.augment_host import augment_expand
 from readers.formats.base import RandomAccessShard
 from readers.formats.encoding import parallel_for
-from readers.formats.expand import expand_numpy
+from readers.formats.batching import expansion_is_identity
+from readers.formats.expand import RecordExpander, expand_numpy
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import RecordSpec
+from readers.order import replica_batch, replica_batch_count
 
 
 
@@ -71,16 +73,20 @@ def _build_class() -> type:
             self._augment = None
             self.epoch = int(options.epoch)
             self._order = self._epoch_order()
+            self._skip = 0  # batches of this epoch done before a restart (`start_resumed_epoch`)
 
         def _epoch_order(self) -> np.ndarray:
-            return epoch_order(self._seed, self.epoch, len(self._shard_of), self.options.shuffle)
+            return epoch_order(self._seed, self.epoch, len(self._shard_of), self.options.shuffle,
+                               self.options.repeat_factors)
 
         @property
         def num_samples(self) -> int:
             return int(len(self._order))
 
         def __len__(self) -> int:
-            return math.ceil(self.num_samples / self.options.batch_size)
+            return batches_per_epoch(self.num_samples, self.options) - self._skip
+
+        start_resumed_epoch = _start_resumed_epoch
 
         def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
             if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
@@ -90,21 +96,21 @@ def _build_class() -> type:
                 index += n
             if not 0 <= index < n:
                 raise IndexError(f"batch index must be in [0, {n}). Received: {index}")
-            bs = self.options.batch_size
-            picked = self._order[index * bs:(index + 1) * bs]
+            picked = _picked(self._order, self.options, index + self._skip)
+            if self.options.augment is None:
+                return plain_batch(self, picked)
             images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
-            if self.options.augment is not None:
-                return augmented_batch(self, picked, images, targets)
-            return expand_numpy(images, targets, self.spec, one_hot=self.options.one_hot,
-                                normalize=self.options.normalize)
+            return augmented_batch(self, picked, images, targets)
 
         def __getstate__(self) -> dict:
             state = dict(self.__dict__)
             state["_augment"] = None  # a tf.function; rebuilt on first use in a worker
+            state.pop("_expander", None)
             return state
 
         def on_epoch_end(self) -> None:
             self.epoch += 1
+            self._skip = 0
             self._order = self._epoch_order()
 
         def keys_order(self) -> np.ndarray:
@@ -112,6 +118,52 @@ def _build_class() -> type:
             return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
 
     return ShardPyDataset
+
+
+def batches_per_epoch(samples: int, options: PipelineOptions) -> int:
+    """Batches of one epoch (of this replica's share with `options.replicas`, `readers.order`)."""
+    if options.replicas is not None:
+        return replica_batch_count(samples, options.batch_size, *options.replicas, drop_remainder=False)
+    return math.ceil(samples / options.batch_size)
+
+
+def _picked(order: np.ndarray, options: PipelineOptions, index: int) -> np.ndarray:
+    """Positions in `order` of batch `index`'s samples."""
+    bs = options.batch_size
+    if options.replicas is not None:
+        return replica_batch(order, bs, *options.replicas, index)
+    return order[index * bs:(index + 1) * bs]
+
+
+def _start_resumed_epoch(seq: Any) -> None:
+    """Back to epoch `options.epoch` (Keras' `fit` ends an epoch of its input before the
+    first one begins), where batch i is batch `options.start_step + i` until the epoch
+    ends (`readers.ResumableInput` calls this when training begins)."""
+    seq.epoch = int(seq.options.epoch)
+    seq._order = seq._epoch_order()
+    seq._skip = int(seq.options.start_step)
+
+
+def plain_batch(seq: Any, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A `ShardPyDataset` batch without augmentation. Float / one-hot output is written
+    straight from each record into the batch (`RecordExpander`, in C: one pass per output,
+    no compact batch); compact output, encoded and bucket shards read a compact batch."""
+    spec, opts = seq.spec, seq.options
+    shards, records = seq._shard_of[picked], seq._record_of[picked]
+    readers = seq.readers
+    if (spec.encoded or expansion_is_identity(spec, one_hot=opts.one_hot, normalize=opts.normalize)
+            or any(readers[int(i)].ranged for i in np.unique(shards))):
+        images, targets = read_batch(readers, shards, records, spec)
+        return expand_numpy(images, targets, spec, one_hot=opts.one_hot, normalize=opts.normalize)
+    expander = seq.__dict__.get("_expander")
+    if expander is None:
+        expander = seq._expander = RecordExpander(spec, one_hot=opts.one_hot, normalize=opts.normalize)
+    (x_shape, x_dtype), (y_shape, y_dtype) = expander.layout(len(picked))
+    x, y = np.empty(x_shape, x_dtype), np.empty(y_shape, y_dtype)
+    for j in range(len(picked)):
+        image, target = readers[int(shards[j])].read(int(records[j]))
+        expander.fill(x, y, j, image, target)
+    return x, y
 
 
 def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records: np.ndarray,
@@ -138,8 +190,14 @@ def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records
     return images, targets
 
 
-def epoch_order(seed: int, epoch: int, n: int, shuffle: bool) -> np.ndarray:
-    """The sample order of `epoch`: a pure function of (seed, epoch)."""
+def epoch_order(seed: int, epoch: int, n: int, shuffle: bool, factors: np.ndarray | None = None) -> np.ndarray:
+    """The sample order of `epoch`: a pure function of (seed, epoch); with repeat
+    `factors`, each sample as often as `readers.sampling.epoch_counts` draws it."""
+    if factors is not None:
+        from readers.sampling import epoch_counts
+
+        base = np.repeat(np.arange(n), epoch_counts(factors, seed, epoch))
+        return np.random.default_rng([seed, epoch]).permutation(base) if shuffle else base
     if not shuffle:
         return np.arange(n)
     return np.random.default_rng([seed, epoch]).permutation(n)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from readers.digest import DIGEST_ALGORITHMS, algorithm_of, digest_bytes
-from readers.errors import FIX_HINT, ShardError
+from readers.errors import FIX_HINT, CacheFault, ShardError
 from readers.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, ManifestError, parse_manifest_bytes
 from readers.sources import ByteSource, FileSource, MemorySource, RangedSource, SourceStat
 
@@ -99,9 +99,12 @@ class RemoteFile:
         """The bytes: the verified local copy (with a cache), ranged reads, or one whole checked read."""
         if self.cached:
             try:
-                return FileSource(self.cache.fetch(self), name=self.url)
-            except FileNotFoundError:  # evicted by another process between the check and the open
-                return FileSource(self.cache.fetch(self), name=self.url)
+                try:
+                    return FileSource(self.cache.fetch(self), name=self.url)
+                except FileNotFoundError:  # evicted by another process between the check and the open
+                    return FileSource(self.cache.fetch(self), name=self.url)
+            except CacheFault as e:  # a full or failing cache disk: this object is read into memory
+                _warn_cache_fault(self.cache.directory, e)
         if ranged:
             return RangedSource(self)
         return MemorySource(self.url, self.read_whole(), self.stat)
@@ -142,6 +145,24 @@ class RemoteFile:
             raise self.error(f"a read of bytes {start}-{end} returned {len(data)} bytes (the object is "
                              "truncated or was rewritten)")
         return data
+
+
+_warned_caches: set[str] = set()
+
+
+def _warn_cache_fault(directory: str, e: OSError) -> None:
+    """One warning per cache folder and process; later faults are logged at debug level."""
+    import logging
+    import warnings
+
+    if directory in _warned_caches:
+        logging.getLogger(__name__).debug("cache fault, reading into memory: %s", e)
+        return
+    _warned_caches.add(directory)
+    message = (f"{e.strerror or e}. Reading objects into memory instead while the cache folder cannot take them (as for "
+               "objects larger than cache_max_bytes); free space there or pass another cache_dir.")
+    logging.getLogger(__name__).warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def remote_file(store: Any, objects: dict[str, Any], name: str, size: int, digest: str, cache: Any,

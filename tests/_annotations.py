@@ -179,7 +179,10 @@ def make_yolo(root: Path, seed: int = 1, names_as: str = "list", roboflow: bool 
     root.mkdir(parents=True, exist_ok=True)
     listed = "\n".join(f"  {i}: {n}" for i, n in enumerate(names)) if names_as == "dict" else \
         "\n".join(f"  - {n}" for n in names)
-    (root / "data.yaml").write_text(f"train: ../train/images\nval: ../valid/images\nnc: 3\nnames:\n{listed}\n")
+    if names_as == "classes_txt":
+        (root / "classes.txt").write_text("\n".join(names) + "\n")
+    else:
+        (root / "data.yaml").write_text(f"train: ../train/images\nval: ../valid/images\nnc: 3\nnames:\n{listed}\n")
     for si, split in enumerate(("train", "valid")):
         images = root / split / "images" if roboflow else root / "images" / split
         labels = root / split / "labels" if roboflow else root / "labels" / split

@@ -121,6 +121,7 @@ def test_coco_keep_crowd_flag_and_overlap_rules(tmp_path):
 @pytest.mark.parametrize("make, layout", [
     (lambda p: A.make_yolo(p, names_as="list"), "yolo"),
     (lambda p: A.make_yolo(p, names_as="dict", roboflow=False), "yolo"),
+    (lambda p: A.make_yolo(p, names_as="classes_txt"), "yolo"),
     (lambda p: A.make_labelme(p), "labelme"),
     (lambda p: A.make_labelme(p, labels_txt=False), "labelme"),
     (lambda p: A.make_cvat(p), "cvat"),
@@ -128,7 +129,7 @@ def test_coco_keep_crowd_flag_and_overlap_rules(tmp_path):
     (lambda p: A.make_instances(p, grouped=True), "instances"),
     (lambda p: A.make_rlecsv(p), "rlecsv"),
     (lambda p: A.make_rlecsv(p, class_column=False), "rlecsv"),
-], ids=["yolo_roboflow_list", "yolo_ultralytics_dict", "labelme_labels_txt", "labelme_found", "cvat_xml",
+], ids=["yolo_roboflow_list", "yolo_ultralytics_dict", "yolo_classes_txt", "labelme_labels_txt", "labelme_found", "cvat_xml",
         "instances", "instances_grouped", "rlecsv_classid", "rlecsv_airbus"])
 def test_export_converts_bit_exact_against_its_reference(tmp_path, make, layout):
     exp = make(tmp_path / "src")
@@ -136,12 +137,12 @@ def test_export_converts_bit_exact_against_its_reference(tmp_path, make, layout)
     assert_converts(exp, tmp_path / "out")
 
 
-def _scan_command(exp: A.Export, tmp_path, capsys) -> dict:
+def _scan_command(exp: A.Export, tmp_path, capsys, expect: int = 0) -> dict:
     """`imgshard scan SRC --json`: the report; its one command is then run as a user would paste it."""
     capsys.readouterr()  # what the generator printed (pycocotools)
     code = cli_main(["scan", str(exp.root), "--workers", "1", "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert code == 0, report["verdict"]
+    assert code == expect, report["verdict"]
     args = shlex.split(report["verdict"]["command"])[1:]
     args[args.index("OUT")] = str(tmp_path / "cli_out")
     args[args.index("--size") + 1] = f"{SIZE[0]}x{SIZE[1]}"
@@ -210,15 +211,17 @@ def test_cvat_mask_rle_past_its_box_and_unknown_label_named(tmp_path):
         convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
 
 
-def test_rle_csv_runs_past_the_image_are_a_bad_input_naming_csv_and_row(tmp_path):
+@pytest.mark.parametrize("runs", ["1 99999", "1 99999999999999999999999", "5 x"])
+def test_rle_csv_runs_past_the_image_are_a_bad_input_naming_csv_and_row(tmp_path, runs):
     exp = A.make_rlecsv(tmp_path / "src")
     text = (exp.root / "train.csv").read_text().splitlines()
     name = text[1].split(",")[0]
-    text.insert(2, f"{name},2,1 99999")
+    text.insert(2, f"{name},2,{runs}")
     (exp.root / "train.csv").write_text("\n".join(text) + "\n")
     with pytest.raises(BadInputError) as e:
         convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
-    assert "train.csv" in str(e.value) and "row 3" in str(e.value) and "past" in str(e.value)
+    assert "train.csv" in str(e.value) and "row 3" in str(e.value)
+    assert ("past" if runs == "1 99999" else "not integers") in str(e.value)
 
 
 def test_labelme_cron_reconverts_only_the_image_whose_shape_changed(tmp_path):
@@ -366,3 +369,201 @@ def test_dsb_labels_csv_and_instance_folders_agree_and_both_are_offered(tmp_path
         ref = A.reference(image, exp.expected[key], SIZE)[1]
         np.testing.assert_array_equal(masks["rlecsv"][ident], ref)
         np.testing.assert_array_equal(masks["instances"][ident], ref)
+
+
+@pytest.mark.parametrize("rule", ["tool", "first", "ignore"])
+def test_overlap_rules_on_two_overlapping_shapes(tmp_path, rule):
+    root = tmp_path / "lm"
+    h, w = 30, 40
+    A.write_image(root / "a.png", h, w, A.rng_for(11, 0))
+    a = [[2.0, 3.0], [30.0, 4.0], [25.0, 26.0], [4.0, 22.0]]
+    b = [[15.0, 10.0], [38.0, 12.0], [36.0, 29.0], [14.0, 27.0]]
+    c = [[16.0, 12.0], [20.0, 12.0], [20.0, 16.0], [16.0, 16.0]]  # inside b, same class: no clash
+    shapes = [{"label": "x", "points": a, "shape_type": "polygon"}, {"label": "y", "points": b, "shape_type": "polygon"},
+              {"label": "y", "points": c, "shape_type": "polygon"}]
+    (root / "a.json").write_text(json.dumps({"shapes": shapes, "imagePath": "a.png", "imageHeight": h,
+                                             "imageWidth": w}))
+    ma, mb, mc = (A.labelme_shape_to_mask((h, w), p, "polygon") for p in (a, b, c))
+    expected = np.zeros((h, w), np.int64)
+    if rule == "tool":
+        expected[ma], expected[mb | mc] = 1, 2
+    elif rule == "first":
+        expected[mb | mc], expected[ma] = 2, 1
+    else:
+        expected[ma], expected[mb | mc] = 1, 2
+        expected[ma & (mb | mc)] = A.IGNORE
+    assert (ma & mb).any() and (mb & mc).any()
+    spec = SourceSpec(root=str(root), annotations=AnnotationOptions(overlap=rule))
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
+    np.testing.assert_array_equal(next(readers.open(tmp_path / "out").records("train")).mask, expected)
+
+
+@pytest.mark.parametrize("make", [A.make_coco, A.make_yolo, A.make_labelme], ids=["coco", "yolo", "labelme"])
+def test_write_spec_pins_format_and_annotation_files_and_its_command_converts(tmp_path, capsys, make):
+    exp = make(tmp_path / "src")
+    spec_path = tmp_path / "source.json"
+    capsys.readouterr()
+    assert cli_main(["scan", str(exp.root), "--workers", "1", "--write-spec", str(spec_path), "-q"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    doc = json.loads(spec_path.read_text())
+    pairs = [p for items in doc["splits"].values() for p in items]
+    assert pairs and all(p["format"] == make.__name__[5:] and "annotations" in p for p in pairs)
+    args = shlex.split(line[line.index("imgshard convert"):])[1:]
+    args[args.index("OUT")] = str(tmp_path / "out")
+    args[args.index("--size") + 1] = f"{SIZE[0]}x{SIZE[1]}"
+    assert cli_main(args + ["--workers", "1", "-q"]) == 0
+    data = readers.open(tmp_path / "out")
+    assert data.splits == exp.splits()
+    records = {r.key: r for split in data.splits for r in data.records(split)}
+    for key, image in exp.images.items():
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64),
+                                      A.reference(image, exp.expected[key], SIZE)[1], err_msg=key)
+    if make is A.make_coco:  # a new split's annotation file appears: the spec does not look at it
+        A.make_coco(tmp_path / "src", splits=("test",), per_split=2)
+        assert cli_main(args + ["--workers", "1", "-q"]) == 0
+        assert readers.open(tmp_path / "out").splits == exp.splits()
+
+
+def test_exif_rotated_photo_is_oriented_as_the_annotation_tool_showed_it(tmp_path):
+    """labelme (like CVAT, Ultralytics and Roboflow) annotates the photo as shown: EXIF orientation applied."""
+    from PIL import ImageOps
+
+    root = tmp_path / "lm"
+    root.mkdir()
+    stored = Image.fromarray(A.synth.textured_image(24, 40, A.rng_for(12, 0)))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 clockwise to show: the shown photo is 24 wide, 40 high
+    stored.save(root / "phone.jpg", exif=exif, quality=95)
+    shown = ImageOps.exif_transpose(Image.open(root / "phone.jpg"))
+    w, h = shown.size
+    assert (w, h) == (24, 40)
+    pts = [[2.0, 3.0], [20.0, 5.0], [18.0, 36.0], [3.0, 30.0]]
+    (root / "phone.json").write_text(json.dumps({"shapes": [{"label": "x", "points": pts, "shape_type": "polygon"}],
+                                                 "imagePath": "phone.jpg", "imageHeight": h, "imageWidth": w}))
+    convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=(20, 12)), RunOptions(workers=1))
+    record = next(readers.open(tmp_path / "out").records("train"))
+    expected = A.labelme_shape_to_mask((h, w), pts, "polygon").astype(np.int64)
+    ref_mask = np.asarray(Image.fromarray(expected.astype(np.int32), "I").resize((12, 20), Image.Resampling.NEAREST))
+    np.testing.assert_array_equal(record.mask, ref_mask)
+    ref_image = np.asarray(shown.convert("RGB").resize((12, 20), Image.Resampling.BILINEAR))
+    np.testing.assert_array_equal(record.image, ref_image)
+
+
+@pytest.mark.parametrize("make", [A.make_coco, A.make_labelme, A.make_yolo, A.make_cvat, A.make_instances,
+                                  A.make_rlecsv], ids=lambda f: f.__name__[5:])
+def test_annotation_sources_in_a_bucket_convert_as_the_local_folder(tmp_path, s3_bucket, make):
+    from readers.storage import open_store
+
+    exp = make(tmp_path / "src")
+    url = f"{s3_bucket}/raw"
+    store = open_store(url)
+    for path in sorted(exp.root.rglob("*")):
+        if path.is_file():
+            store.put(path.relative_to(exp.root).as_posix(), path.read_bytes())
+    convert(SourceSpec(root=url), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    data = readers.open(tmp_path / "out")
+    assert data.splits == exp.splits()
+    records = {r.key: r for split in data.splits for r in data.records(split)}
+    for key, image in exp.images.items():
+        ref_image, ref_mask = A.reference(image, exp.expected[key], SIZE)
+        np.testing.assert_array_equal(records[key].image, ref_image, err_msg=key)
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64), ref_mask, err_msg=key)
+
+
+def test_cvat_xml_entity_bomb_and_broken_xml_are_named(tmp_path):
+    exp = A.make_cvat(tmp_path / "src")
+    lol = "".join(f'<!ENTITY l{i} "{"&l%d;" % (i - 1) * 10}">' for i in range(1, 10))
+    bomb = f'<?xml version="1.0"?><!DOCTYPE annotations [<!ENTITY l0 "lol">{lol}]><annotations><version>1.1' \
+           '</version><image id="0" name="frame_000000.png" width="40" height="30"><tag label="&l9;"/></image>' \
+           '</annotations>'
+    for text, says in ((bomb, "amplification"), ("<annotations><version>1.1</version><image id='0'", "invalid XML")):
+        (exp.root / "annotations.xml").write_text(text)
+        with pytest.raises(AnnotationFileError, match=says) as e:
+            convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE),
+                    RunOptions(workers=1))
+        assert "annotations.xml" in str(e.value)
+
+
+def test_labelme_mask_shape_placed_over_its_box(tmp_path):
+    """labelme >= 5.3 `mask` shapes: points [[xmin, ymin], [xmax, ymax]], `mask` = base64 PNG of
+    mask[ymin:ymax + 1, xmin:xmax + 1] (labelme's utils.img_arr_to_b64)."""
+    import base64
+    import io
+
+    root = tmp_path / "lm"
+    h, w = 30, 36
+    A.write_image(root / "a.png", h, w, A.rng_for(13, 0))
+    full = A._blob(A.rng_for(13, 1), h, w).astype(bool)
+    ys, xs = np.nonzero(full)
+    xmin, ymin, xmax, ymax = int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())
+    buf = io.BytesIO()
+    Image.fromarray(full[ymin:ymax + 1, xmin:xmax + 1]).save(buf, format="PNG")
+    shapes = [{"label": "x", "points": [[0, 0], [35, 0], [35, 5]], "shape_type": "polygon"},
+              {"label": "y", "points": [[xmin, ymin], [xmax, ymax]], "shape_type": "mask",
+               "mask": base64.b64encode(buf.getvalue()).decode("ascii")}]
+    (root / "a.json").write_text(json.dumps({"shapes": shapes, "imagePath": "a.png", "imageHeight": h,
+                                             "imageWidth": w}))
+    expected = np.zeros((h, w), np.int64)
+    expected[A.labelme_shape_to_mask((h, w), shapes[0]["points"], "polygon")] = 1
+    expected[full] = 2
+    convert(SourceSpec(root=str(root)), str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
+    np.testing.assert_array_equal(next(readers.open(tmp_path / "out").records("train")).mask, expected)
+
+
+def test_rle_csv_severstal_v1_imageid_classid_column(tmp_path):
+    exp = A.make_rlecsv(tmp_path / "src")
+    rows = (exp.root / "train.csv").read_text().splitlines()
+    out = ["ImageId_ClassId,EncodedPixels"]
+    for row in rows[1:]:
+        name, cls, runs = row.split(",")
+        out += [f"{name}_{c},{runs if str(c) == cls else ''}" for c in (1, 2, 3, 4)]  # every class listed
+    (exp.root / "train.csv").write_text("\n".join(out) + "\n")
+    assert_converts(exp, tmp_path / "out")
+
+
+def test_coco_without_image_sizes_takes_the_image_size(tmp_path):
+    exp = A.make_coco(tmp_path / "src", splits=("train",))
+    path = exp.root / "train" / "_annotations.coco.json"
+    doc = json.loads(path.read_text())
+    for im in doc["images"]:
+        del im["height"], im["width"]
+    path.write_text(json.dumps(doc))
+    assert_converts(exp, tmp_path / "out")
+
+
+def test_spec_annotation_options_are_followed_and_a_flag_overrides_them(tmp_path, capsys):
+    exp = A.make_coco(tmp_path / "src", splits=("train",), per_split=3)
+    spec_path = tmp_path / "source.json"
+    capsys.readouterr()
+    assert cli_main(["scan", str(exp.root), "--workers", "1", "--write-spec", str(spec_path), "-q", "--keep-crowd"]) == 0
+    assert json.loads(spec_path.read_text())["annotation_options"] == {"keep_crowd": True}
+    base = ["convert", "--spec", str(spec_path), "--size", "30x44", "--workers", "1", "-q"]
+    assert cli_main(base[:3] + [str(tmp_path / "a")] + base[3:]) == 0
+    assert cli_main(base[:3] + [str(tmp_path / "b")] + base[3:] + ["--overlap", "ignore"]) == 0
+    key = next(k for k in exp.images if "img_000" in k)
+    a = {r.key: r.mask for r in readers.open(tmp_path / "a").records("train")}[key]
+    b = {r.key: r.mask for r in readers.open(tmp_path / "b").records("train")}[key]
+    assert not (a == A.IGNORE).any()  # crowd kept, as the spec says
+    assert (b == A.IGNORE).any() and not np.array_equal(a, b)  # --overlap ignore given: overlaps ignored
+
+
+def test_rle_csv_along_the_rows_found_by_scan_and_written_to_the_spec(tmp_path, capsys):
+    exp = A.make_rlecsv(tmp_path / "src")
+    rows = (exp.root / "train.csv").read_text().splitlines()
+    out = [rows[0]]
+    for row in rows[1:]:
+        name, cls, runs = row.split(",")
+        if runs:
+            h, w = np.asarray(Image.open(exp.images[f"train/{name}"])).shape[:2]
+            runs = A.kaggle_rle(A.decode_kaggle_rle(runs, h, w).T.copy())  # the same shape, runs along the rows
+        out.append(f"{name},{cls},{runs}")
+    (exp.root / "train.csv").write_text("\n".join(out) + "\n")
+    report = _scan_command(exp, tmp_path, capsys, expect=65)  # exit 65: convert needs the flag it names
+    assert "--rle-order rows" in report["verdict"]["command"]
+    records = {r.key: r for r in readers.open(tmp_path / "cli_out").records("train")}
+    for key, image in exp.images.items():
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64),
+                                      A.reference(image, exp.expected[key], SIZE)[1], err_msg=key)
+    spec_path = tmp_path / "source.json"
+    cli_main(["scan", str(exp.root), "--workers", "1", "--write-spec", str(spec_path), "-q"])
+    assert json.loads(spec_path.read_text())["annotation_options"] == {"rle_order": "rows"}

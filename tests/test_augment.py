@@ -224,10 +224,21 @@ def test_start_step_past_the_epoch_is_an_error(small):
     ("scale", (0.0, 1.0)), ("scale", (2.0, 1.0)), ("scale", 1.5), ("crop", (0, 4)), ("crop", (4.5, 4)),
     ("crop", 512), ("brightness", 1.5), ("contrast", 1.0), ("saturation", -0.2), ("hue", 0.6),
     ("fill", 256), ("fill", (1, 2)), ("fill", (0, 0, 300)), ("fill", True),
+    # issue 25: reciprocals that overflow float32 (1 / 1e-39 = inf), crops with no upper bound
+    ("scale", (1e-39, 1.0)), ("scale", (1.0, 1e39)), ("crop", (10**9, 10**9)), ("crop", (40000, 4)),
+    ("crop", (30000, 30000)),
 ])
 def test_every_field_is_validated(field, value):
     with pytest.raises(ValueError, match=rf"Augment\.{field} must be .*Received: {field}="):
         Augment(**{field: value})
+
+
+def test_scale_and_crop_bounds_are_inclusive_and_float32_safe():
+    from readers.augment import MAX_CROP_PIXELS, MAX_CROP_SIDE, SCALE_LIMITS
+
+    a = Augment(scale=SCALE_LIMITS, crop=(MAX_CROP_SIDE, MAX_CROP_PIXELS // MAX_CROP_SIDE))
+    assert np.all(np.isfinite(np.float32(1) / np.float32(a.scale)))
+    assert np.isinf(np.float32(1) / np.float32(1e-39))  # what the lower bound keeps out
 
 
 def test_augment_argument_must_be_an_augment(small):

@@ -251,6 +251,14 @@ def test_equal_choices_stop_with_the_flags(tmp_path):
         discover(SourceSpec(root=str(root)))
     assert f"--masks {root / 'gt_a'}" in str(e.value) and f"--masks {root / 'gt_b'}" in str(e.value)
     assert cli_main(["convert", str(root), str(tmp_path / "out"), "--size", "8x8", "-q"]) == 65
+    line = next(x for x in str(e.value).splitlines() if "gt_b" in x)  # the flags that pick one, as printed
+    flags = shlex.split(line.split("(")[0])
+    assert _convert(*flags, str(tmp_path / "picked")) == 0
+    data = readers.open(tmp_path / "picked")
+    assert sorted(r.key for r in data.records("train")) == sorted(f"train/{s}.png" for s in random_stems(3, 8))
+    for r in data.records("train"):
+        ref = reference(root / "images" / r.key[len("train/"):], root / "gt_b" / r.key[len("train/"):])
+        np.testing.assert_array_equal(r.mask.astype(np.int64), ref[1])
 
 
 def test_no_command_when_nothing_converts(tmp_path, capsys):
@@ -366,3 +374,96 @@ def test_scan_of_a_spec_prints_a_spec_command(tmp_path, capsys):
     assert report.verdict["command"].startswith(f"imgshard convert --spec {path} OUT ")
     assert run_command(report.verdict["command"], tmp_path / "out") == 0
     assert_records(tree, tmp_path / "out")
+
+
+# -- colour masks without a class table ------------------------------------------------------------------
+
+
+def test_colour_masks_without_a_table_take_the_colours_present(tmp_path, capsys):
+    """Classes = the colours present in ascending RGB order, named #rrggbb; written on request, then used."""
+    root = tmp_path / "colour"
+    palette = np.array([[220, 20, 60], [0, 0, 142], [128, 64, 128], [0, 0, 0], [250, 170, 30]], np.uint8)
+    masks = {}
+    for i, stem in enumerate(random_stems(5, 11)):
+        rng = np.random.default_rng(i)
+        hw = _image(root / "images" / f"{stem}.png", rng)
+        picks = palette[: 3 + i % 3]  # not every file holds every colour
+        values = picks[synth.random_mask(hw[0], hw[1], len(picks), rng)]
+        _mkdir(root / "masks")
+        Image.fromarray(values).save(root / "masks" / f"{stem}.png")
+        masks[f"train/{stem}.png"] = (root / "images" / f"{stem}.png", values)
+    present = np.unique(np.concatenate([v.reshape(-1, 3) for _, v in masks.values()]), axis=0)  # rows, sorted
+    report = scan_json(capsys, str(root))
+    assert report["verdict"]["command"] is None and report["exit"] == 65
+    assert [c["name"] for c in report["classes"]] == ["#{:02x}{:02x}{:02x}".format(*c) for c in present]
+    table = tmp_path / "classes.csv"
+    report = scan_json(capsys, str(root), "--write-classes", str(table), "--write-spec", str(tmp_path / "s.json"))
+    assert table.read_text().splitlines()[1:] == [f"#{r:02x}{g:02x}{b:02x},{r},{g},{b}" for r, g, b in present]
+    for command, out in ((report["verdict"]["command"], tmp_path / "o1"), (report["verdict"]["spec_command"],
+                                                                           tmp_path / "o2")):
+        assert run_command(command, out) == 0
+        data = readers.open(out)
+        records = {r.key: r for r in data.records("train")}
+        assert set(records) == set(masks)
+        for key, (image, values) in masks.items():
+            h, w = SIZE
+            ids = np.argmax((values[:, :, None, :] == present[None, None]).all(-1), axis=-1).astype(np.uint8)
+            ref = np.asarray(Image.fromarray(ids).resize((w, h), Image.Resampling.NEAREST))
+            np.testing.assert_array_equal(records[key].mask, ref)
+            np.testing.assert_array_equal(records[key].image, reference(image, image)[0])
+
+
+# -- the spec scan writes, for the name layouts ----------------------------------------------------------
+
+
+def _records(out: Path) -> dict:
+    data = readers.open(out)
+    return {r.key: r for split in data.splits for r in data.records(split)}
+
+
+@pytest.mark.parametrize("make", ["make_voc", "make_labelme", "make_cityscapes", "make_ade", "make_unet", "make_isic",
+                                  "make_index16"])
+def test_written_spec_converts_as_the_command_does(tmp_path, capsys, make):
+    """For every name layout: `convert --spec` (the spec scan wrote) gives the records scan's command gives,
+    and the manifest records the spec."""
+    from tests import _layouts as L
+
+    ds = getattr(L, make)(tmp_path / "src")
+    spec = tmp_path / "spec.json"
+    report = scan_json(capsys, str(ds.root), "--write-spec", str(spec))
+    v = report["verdict"]
+    assert v["command"] and v["spec_command"]
+    assert run_command(v["command"], tmp_path / "a") == 0
+    assert run_command(v["spec_command"], tmp_path / "b") == 0
+    a, b = _records(tmp_path / "a"), _records(tmp_path / "b")
+    assert set(a) == set(b) == {p.key for p in ds.pairs}
+    for key in a:
+        np.testing.assert_array_equal(a[key].image, b[key].image, err_msg=key)
+        np.testing.assert_array_equal(a[key].mask, b[key].mask, err_msg=key)
+    assert readers.open(tmp_path / "a").classes == readers.open(tmp_path / "b").classes
+    recorded = json.loads((tmp_path / "b" / "imgshard.json").read_text())["sources"]["spec"]
+    assert recorded == load_spec(str(spec)).text
+
+
+def test_replace_and_prune_never_touch_another_splits_records(tmp_path, capsys):
+    """A train source changes and another is deleted; a val-only run with --on-change replace keeps the old
+    train records exactly, and says nothing of train (issue 25, item 12)."""
+    tree = _three_splits(tmp_path)
+    out = tmp_path / "out"
+    assert _convert(*_pair_args(tree, ("train",)), str(out)) == 0
+    assert _convert(*_pair_args(tree, ("val",)), str(out)) == 0
+    before = _records(out)
+    train_keys = sorted(k for k in tree.pairs if k.startswith("train/"))
+    changed_image = tree.pairs[train_keys[0]][0]
+    Image.fromarray(synth.textured_image(26, 30, np.random.default_rng(77))).save(changed_image)
+    tree.pairs[train_keys[1]][0].unlink()
+    capsys.readouterr()
+    assert cli_main(["convert", *_pair_args(tree, ("val",)), str(out), "--on-change", "replace", "--workers", "1",
+                     "--size", f"{SIZE[0]}x{SIZE[1]}", "--mask-semantics", "index", "--num-classes", str(CLASSES)]) == 0
+    err = capsys.readouterr().err
+    assert "Nothing new" in err and "train/" not in err  # the summary says nothing of the other split
+    after = _records(out)
+    assert set(after) == set(before)
+    for key in train_keys[:2]:
+        np.testing.assert_array_equal(after[key].image, before[key].image)
+        np.testing.assert_array_equal(after[key].mask, before[key].mask)

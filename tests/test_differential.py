@@ -115,8 +115,9 @@ def _class_counts(case: Case, samples: list[SampleArrays]) -> tuple[tuple[int, .
     return tuple(int(v) for v in pixels), ignore, tuple(int(v) for v in images)
 
 
-def write_case(root: Path, case: Case) -> list[SampleArrays]:
-    """Write `case` with the converter's encoders and a manifest; returns the samples in order."""
+def write_case(root: Path, case: Case, edit=None) -> list[SampleArrays]:
+    """Write `case` with the converter's encoders and a manifest; returns the samples in order.
+    `edit(shard_index, samples)`: damage a shard's samples before they are written."""
     rng = np.random.default_rng(case.seed)
     root.mkdir(parents=True)
     encoder = encoder_for(case.fmt)
@@ -124,6 +125,8 @@ def write_case(root: Path, case: Case) -> list[SampleArrays]:
     shards, truth = [], []
     for index, count in enumerate(case.records):
         samples = _samples(case, count, len(truth), rng)
+        if edit is not None:
+            samples = edit(index, samples)
         name = f"train-{index:05d}{encoder.suffix}"
         with ShardWriter(str(root), name, encoder, compression=case.compression, capacity=count) as writer:
             for sample in samples:
@@ -304,3 +307,58 @@ def test_every_reader_path_equals_the_reference_up_to_1024x2048(case, inflater, 
     use_inflater(inflater, monkeypatch)
     truth = write_case(tmp_path / "ds", case)
     check_every_path(tmp_path / "ds", case, truth, batch_size=2 if case.height * case.width > 1 << 18 else 16)
+
+
+# -- damaged input: the same named error on every path --------------------------------------------
+
+def _out_of_range(case: Case, shard: int, record: int, pos: tuple[int, int]):
+    """An `edit` putting a value that is neither a class nor the ignore index into one record
+    (a class map pixel, or the label)."""
+    def edit(index: int, samples: list[SampleArrays]) -> list[SampleArrays]:
+        if index != shard:
+            return samples
+        s = samples[record]
+        if case.kind == "classification":
+            samples[record] = SampleArrays(s.key, s.image, None, case.num_classes + 2)
+        else:
+            mask = s.mask.copy()
+            mask[pos] = case.num_classes + 1
+            samples[record] = SampleArrays(s.key, s.image, mask, None)
+        return samples
+    return edit
+
+
+def check_same_error_on_every_path(root: Path, needle: str) -> None:
+    """`records()`, `keras_dataset()`, `tf_dataset()` (ordered/shuffled/seeded, one-hot and
+    compact) and `verify --deep` all refuse the dataset, each error holding `needle`."""
+    ds = readers.open(root)
+    with pytest.raises(readers.ShardError) as e:
+        list(ds.records("train"))
+    assert needle in str(e.value), str(e.value)
+    seq = ds.keras_dataset("train", 2, shuffle=False)
+    with pytest.raises(readers.ShardError) as e:
+        for i in range(len(seq)):
+            seq[i]
+    assert needle in str(e.value), str(e.value)
+    for kwargs in ({"shuffle": False}, {"shuffle": True}, {"shuffle": True, "seed": 4},
+                   {"shuffle": False, "one_hot": False, "normalize": False}):
+        with pytest.raises((readers.ShardError, tf.errors.OpError)) as e:
+            for _ in ds.tf_dataset("train", 2, **kwargs):
+                pass
+        assert needle in str(e.value), (kwargs, str(e.value)[-800:])
+    report = verify(root, deep=True)
+    assert not report.ok and any(p.record == int(needle.rsplit(" ", 1)[1]) for p in report.errors)
+
+
+@pytest.mark.parametrize("kind", ["class_map", "uint16", "classification"])
+@pytest.mark.parametrize(("fmt", "compression"), FORMATS, ids=["-".join(f) for f in FORMATS])
+def test_a_class_value_out_of_range_is_the_same_named_error_on_every_path(kind, fmt, compression, tmp_path):
+    """A value that is neither a class nor the ignore index used to become an all-zero
+    one-hot row (an ignored pixel) silently; now every path names shard and record."""
+    case = Case(fmt, compression, 9, 13, (3, 4), "smooth", kind, 300 if kind == "uint16" else 6, 31)
+    write_case(tmp_path / "ds", case, _out_of_range(case, 1, 2, (4, 7)))
+    shard = tmp_path / "ds" / f"train-00001.{'tfrecord' if fmt == 'tfrecord' else 'npz'}"
+    check_same_error_on_every_path(tmp_path / "ds", f"shard {shard}, record 2")
+    text = "is not a class" if kind == "classification" else f"class value {case.num_classes + 1} at (row 4, column 7)"
+    with pytest.raises(readers.ShardError, match=text.replace("(", r"\(").replace(")", r"\)")):
+        list(readers.open(tmp_path / "ds").records("train"))

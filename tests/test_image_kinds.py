@@ -187,11 +187,35 @@ def test_grey_mode_on_multiband_is_refused(tmp_path: Path) -> None:
         _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_kind=ImageKind(mode="grey"))
 
 
-@pytest.mark.parametrize("encoding", ["jpeg", "webp", "png"])
-def test_encoded_storage_is_refused_for_uint16(tmp_path: Path, encoding: str) -> None:
+@pytest.mark.parametrize("encoding", ["jpeg", "webp"])
+def test_lossy_storage_is_refused_for_uint16(tmp_path: Path, encoding: str) -> None:
     _grey_dataset(tmp_path / "src", 65535, n=2)
     with pytest.raises(ImageKindError, match=rf"--image-encoding {encoding}.*uint16.*--image-encoding raw"):
         _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_encoding=encoding)
+
+
+def test_png_storage_is_refused_for_multiband(tmp_path: Path) -> None:
+    _band_tiffs(tmp_path / "src", 4, compression="zlib", photometric="minisblack", planarconfig="contig")
+    with pytest.raises(ImageKindError, match=r"--image-encoding png stores 8-bit RGB.*4 channel"):
+        _convert(tmp_path / "src", tmp_path / "out", (8, 8), image_encoding="png")
+
+
+@pytest.mark.parametrize("fmt,compression", [("tfrecord", None), ("tfrecord", "gzip"), ("npz", None)])
+def test_png16_storage_of_16bit_grey_is_exact(tmp_path: Path, fmt: str, compression: str | None) -> None:
+    """(gzip TFRecord without a seed: TensorFlow's reader and `tf.io.decode_png` decode it.)"""
+    _grey_dataset(tmp_path / "src", 65535, n=4)
+    _convert(tmp_path / "src", tmp_path / "raw", (16, 20), format=fmt)
+    _convert(tmp_path / "src", tmp_path / "png", (16, 20), format=fmt, image_encoding="png", compression=compression)
+    raw, png = _by_key(tmp_path / "raw"), _by_key(tmp_path / "png")
+    assert sorted(raw) == sorted(png)
+    for key in raw:
+        assert png[key].dtype == np.uint16 and png[key].shape == (16, 20, 1)
+        np.testing.assert_array_equal(png[key], raw[key])
+    ds = readers.open(str(tmp_path / "png"))
+    x = np.concatenate([b.numpy() for b, _ in ds.tf_dataset("train", 2, shuffle=False, normalize=False,
+                                                            one_hot=False)])
+    assert x.dtype == np.uint16
+    np.testing.assert_array_equal(np.sort(x.ravel()), np.sort(np.concatenate([v.ravel() for v in raw.values()])))
 
 
 def test_float_images_are_refused(tmp_path: Path) -> None:
@@ -356,3 +380,333 @@ def test_model_fit_augmented_on_16bit_grey_and_4band(tmp_path: Path) -> None:
         model.compile("sgd", "categorical_crossentropy")
         history = model.fit(ds.tf_dataset("train", batch_size=2, augment=aug, seed=0), epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"][0])
+
+
+# -- band folders ------------------------------------------------------------------------------------
+
+BANDS = ("red", "green", "blue", "nir")
+
+
+def _band_folders(root: Path, n: int = 5, seed: int = 4) -> dict[str, np.ndarray]:
+    """38-Cloud style: train_<band>/<band>_patch_<i>.TIF (uint16, full range) and train_gt/gt_patch_<i>.TIF;
+    names written in a shuffled order; returns base -> (H, W, 4) stack."""
+    rng = np.random.default_rng(seed)
+    for band in BANDS + ("gt",):
+        (root / f"train_{band}").mkdir(parents=True)
+    stacks = {}
+    for i in rng.permutation(n):
+        base = f"patch_{i * 3 + 1}"
+        stack = np.stack([_texture(rng, 26, 30, 65535, i + b) for b in range(len(BANDS))], -1)
+        for b, band in reversed(list(enumerate(BANDS))):
+            tifffile.imwrite(root / f"train_{band}" / f"{band}_{base}.TIF", stack[..., b])
+        tifffile.imwrite(root / "train_gt" / f"gt_{base}.TIF", (stack[..., 3] > 32768).astype(np.uint8))
+        stacks[base] = stack
+    return stacks
+
+
+def test_band_folders_with_prefix_tokens_convert_bit_exact(tmp_path: Path) -> None:
+    stacks = _band_folders(tmp_path / "src")
+    # a decoy: a red band with no nir file is a bad input naming the missing band file
+    tifffile.imwrite(tmp_path / "src" / "train_red" / "red_patch_99.TIF", np.ones((26, 30), np.uint16))
+    tifffile.imwrite(tmp_path / "src" / "train_gt" / "gt_patch_99.TIF", np.ones((26, 30), np.uint8))
+    args = [sys.executable, "-m", "converter.cli", "convert", str(tmp_path / "src"), str(tmp_path / "out"),
+            "--bands", ",".join(f"train_{b}" for b in BANDS), "--masks", "train_gt", "--num-classes", "2",
+            "--size", "20x24", "-q"]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 65 and "Traceback" not in proc.stderr
+    assert "band file missing" in proc.stderr and "patch_99" in proc.stderr and "train_green" in proc.stderr
+    proc = subprocess.run(args + ["--max-bad", "1"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "out" / "imgshard.json").read_text())
+    assert manifest["image"]["bands"] == [f"train_{b}" for b in BANDS]
+    assert (manifest["image"]["dtype"], manifest["image"]["channels"]) == ("uint16", 4)
+    got = _by_key(tmp_path / "out")
+    assert sorted(got) == sorted(f"red_{b}" for b in stacks)
+    for base, stack in stacks.items():
+        reread = np.stack([tifffile.imread(tmp_path / "src" / f"train_{b}" / f"{b}_{base}.TIF") for b in BANDS], -1)
+        np.testing.assert_array_equal(reread, stack)
+        np.testing.assert_array_equal(got[f"red_{base}"], _expected(reread, (20, 24)))
+
+
+def test_band_folders_from_a_spec_file(tmp_path: Path) -> None:
+    from converter.discover.spec_file import load_spec
+
+    stacks = _band_folders(tmp_path / "src", n=3)
+    spec_path = tmp_path / "src" / "spec.json"
+    spec_path.write_text(json.dumps({"imgshard_source_spec": 1, "root": ".", "splits": {"train": [
+        {"bands": [f"train_{b}" for b in BANDS], "masks": "train_gt"}]}}))
+    spec = load_spec(str(spec_path)).source
+    convert(spec, str(tmp_path / "out"), OutputOptions(size=(26, 30), labels=LabelOptions(num_classes=2)),
+            RunOptions(workers=2))
+    got = _by_key(tmp_path / "out")
+    for base, stack in stacks.items():
+        np.testing.assert_array_equal(got[f"red_{base}"], stack)  # same size: every band exactly as stored
+
+
+def test_band_files_of_other_sizes_are_refused_by_name(tmp_path: Path) -> None:
+    _band_folders(tmp_path / "src", n=2)
+    bad = tmp_path / "src" / "train_nir" / "nir_patch_1.TIF"
+    tifffile.imwrite(bad, np.ones((20, 30), np.uint16))
+    spec = SourceSpec(root=str(tmp_path / "src"), sources=(
+        __import__("converter.options", fromlist=["SplitSource"]).SplitSource(
+            "train", str(tmp_path / "src" / "train_red"), str(tmp_path / "src" / "train_gt"),
+            bands=tuple(str(tmp_path / "src" / f"train_{b}") for b in BANDS)),))
+    with pytest.raises(BadInputError) as err:
+        convert(spec, str(tmp_path / "out"), OutputOptions(size=(8, 8), labels=LabelOptions(num_classes=2)),
+                RunOptions(workers=1))
+    assert any(b.path == str(bad) and "band file is 30x20" in b.reason for b in err.value.bad)
+
+
+# -- scan: kinds, bits used, band folders, and its one command ----------------------------------------
+
+
+def _scan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "converter.cli", "scan", *args, "--workers", "1"],
+                          capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                          timeout=180)
+
+
+def _run_command(line: str, out: Path) -> None:
+    import shlex
+
+    argv = shlex.split(line)
+    assert argv[:2] == ["imgshard", "convert"]
+    argv = [str(out) if a == "OUT" else a for a in argv[2:]]
+    proc = subprocess.run([sys.executable, "-m", "converter.cli", "convert", *argv, "-q", "--workers", "1"],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_scan_reports_12_of_16_bits_and_its_command_converts_bit_exact(tmp_path: Path) -> None:
+    _grey_dataset(tmp_path / "src", 4095, n=4)
+    for name in list((tmp_path / "src" / "images").iterdir()):  # one size: scan's --size keeps it
+        img = np.asarray(Image.open(name))[:30, :41]
+        Image.fromarray(img).save(name)
+    for name in list((tmp_path / "src" / "masks").iterdir()):
+        Image.fromarray(np.asarray(Image.open(name))[:30, :41]).save(name)
+    proc = _scan("--images", str(tmp_path / "src" / "images"), "--masks", str(tmp_path / "src" / "masks"), "--json")
+    report = json.loads(proc.stdout)
+    kinds = report["images"]["kinds"]
+    assert kinds["kinds"] == {"16-bit grey": 4} and kinds["bits_used"] == 12 and kinds["bit_depth"] == 16
+    assert kinds["stored"] == {"dtype": "uint16", "channels": 1}
+    _run_command(report["verdict"]["command"], tmp_path / "out")
+    src = {p.stem: np.asarray(Image.open(p)) for p in (tmp_path / "src" / "images").iterdir()}
+    for name, image in _by_key(tmp_path / "out").items():
+        np.testing.assert_array_equal(image[..., 0], src[name])
+
+
+def test_scan_warns_of_a_reduction_and_names_the_flag(tmp_path: Path) -> None:
+    _grey_dataset(tmp_path / "src", 4095, n=2)
+    proc = _scan("--images", str(tmp_path / "src" / "images"), "--masks", str(tmp_path / "src" / "masks"),
+                 "--image-mode", "rgb")
+    assert proc.returncode == 65 and "Traceback" not in proc.stderr  # 65: convert needs flags
+    assert "would lose 16-bit -> 8-bit" in proc.stdout and "--accept-reduction" in proc.stdout
+    assert "Stored as: uint8, 3 channel(s); reductions: 16-bit -> 8-bit" in proc.stdout
+
+
+def test_scan_finds_band_folders_and_its_command_converts_bit_exact(tmp_path: Path) -> None:
+    stacks = _band_folders(tmp_path / "src")
+    proc = _scan(str(tmp_path / "src"), "--json")
+    assert proc.returncode in (0, 65) and "Traceback" not in proc.stderr  # 65: the masks need a flag
+    report = json.loads(proc.stdout)
+    assert report["images"]["kinds"]["band_files"] == 4
+    command = report["verdict"]["command"]
+    assert "--bands train_blue,train_green,train_nir,train_red --masks train_gt" in command
+    _run_command(command, tmp_path / "out")
+    got = _by_key(tmp_path / "out")
+    order = ["blue", "green", "nir", "red"]  # scan's order: the folders' names
+    for base, stack in stacks.items():
+        expected = np.stack([stack[..., BANDS.index(b)] for b in order], -1)
+        np.testing.assert_array_equal(got[f"blue_{base}"], expected)  # same size: no resize
+
+
+# -- per-band statistics (normalize="stats") ---------------------------------------------------------
+
+
+def _split_dataset(root: Path, n_train: int, n_val: int) -> None:
+    """4-band uint16 TIFFs in train/ and val/ (different value ranges), masks beside them."""
+    rng = np.random.default_rng(21)
+    for split, n, top in (("train", n_train, 40000), ("val", n_val, 65535)):
+        (root / split / "images").mkdir(parents=True, exist_ok=True)
+        (root / split / "masks").mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            name = f"{split}_{i:02d}_{rng.integers(1000)}"
+            arr = np.stack([_texture(rng, 18, 22, top // (b + 1), i + b) for b in range(4)], -1)
+            tifffile.imwrite(root / split / "images" / f"{name}.tif", arr, photometric="minisblack",
+                             planarconfig="contig")
+            Image.fromarray((arr[..., 0] > top // 3).astype(np.uint8)).save(root / split / "masks" / f"{name}.png")
+
+
+def _convert_splits(root: Path, out: Path) -> None:
+    from converter.options import SplitSource
+
+    spec = SourceSpec(root=str(root), sources=tuple(
+        SplitSource(s, str(root / s / "images"), str(root / s / "masks")) for s in ("train", "val")))
+    convert(spec, str(out), OutputOptions(size=(18, 22), labels=LabelOptions(num_classes=2)),
+            RunOptions(workers=2, shard_size_bytes=4096))
+
+
+def test_band_stats_are_the_train_splits_and_survive_an_incremental_run(tmp_path: Path) -> None:
+    _split_dataset(tmp_path / "src", 5, 3)
+    _convert_splits(tmp_path / "src", tmp_path / "out")
+    _split_dataset(tmp_path / "src", 0, 0)  # nothing new
+    rng = np.random.default_rng(5)  # one more train image, added incrementally
+    extra = np.stack([_texture(rng, 18, 22, 30000, b) for b in range(4)], -1)
+    tifffile.imwrite(tmp_path / "src" / "train" / "images" / "zz.tif", extra, photometric="minisblack",
+                     planarconfig="contig")
+    Image.fromarray((extra[..., 0] > 9000).astype(np.uint8)).save(tmp_path / "src" / "train" / "masks" / "zz.png")
+    _convert_splits(tmp_path / "src", tmp_path / "out")
+    train = np.stack([tifffile.imread(p) for p in sorted((tmp_path / "src" / "train" / "images").iterdir())])
+    assert len(train) == 6
+    stats = json.loads((tmp_path / "out" / "imgshard.json").read_text())["image"]["stats"]
+    assert stats["split"] == "train" and stats["pixels"] == 6 * 18 * 22
+    flat = train.reshape(-1, 4).astype(np.float64)
+    np.testing.assert_allclose(stats["mean"], flat.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(stats["std"], flat.std(0), rtol=1e-6)
+
+    ds = readers.open(str(tmp_path / "out"))
+    x = np.concatenate([b.numpy() for b, _ in ds.tf_dataset("val", 2, shuffle=False, normalize="stats")])
+    val = np.stack([r.image for r in ds.records("val")]).astype(np.float64)
+    np.testing.assert_allclose(x, (val - flat.mean(0)) / flat.std(0), rtol=1e-4, atol=1e-4)
+
+
+def test_normalize_stats_is_refused_by_name_where_there_are_none(tmp_path: Path) -> None:
+    from converter.testing import synth
+
+    synth.make_camvid(tmp_path / "camvid", size=[(24, 32)], seed=0)
+    convert(SourceSpec(root=str(tmp_path / "camvid")), str(tmp_path / "out"), OutputOptions(size=(16, 16)))
+    ds = readers.open(str(tmp_path / "out"))
+    with pytest.raises(ValueError, match=r"normalize='stats' needs per-band statistics .*normalize=True"):
+        ds.tf_dataset("train", 2, normalize="stats")
+    with pytest.raises(ValueError, match=r"normalize must be True, False or 'stats'. Received: normalize='z'"):
+        ds.tf_dataset("train", 2, normalize="z")
+
+
+def test_uint16_band_datasets_load_in_tfds_equal_to_records(tmp_path: Path) -> None:
+    tfds = pytest.importorskip("tensorflow_datasets")
+    _band_tiffs(tmp_path / "src", 4, compression="zlib", photometric="minisblack", planarconfig="contig")
+    _convert(tmp_path / "src", tmp_path / "out", (20, 28))
+    builder = tfds.builder_from_directory(str(tmp_path / "out"))
+    examples = {e["key"].decode(): e for e in tfds.as_numpy(builder.as_dataset(split="train"))}
+    records = list(readers.open(str(tmp_path / "out")).records("train"))
+    assert sorted(examples) == sorted(r.key for r in records)
+    for r in records:
+        image = examples[r.key]["image"]
+        assert image.dtype == np.uint16 and image.shape == (20, 28, 4)
+        np.testing.assert_array_equal(image, r.image)
+
+
+def test_keras_dataset_and_device_expansion_carry_uint16(tmp_path: Path) -> None:
+    from readers.device import expand_batch
+
+    _grey_dataset(tmp_path / "src", 65535, n=3)
+    _convert(tmp_path / "src", tmp_path / "out", (12, 12))
+    ds = readers.open(str(tmp_path / "out"))
+    stored = {r.key: r.image for r in ds.records("train")}
+    seq = ds.keras_dataset("train", 3, shuffle=False, normalize=False, one_hot=False)
+    x, _ = seq[0]
+    assert x.dtype == np.uint16
+    np.testing.assert_array_equal(np.sort(x.ravel()), np.sort(np.concatenate([v.ravel() for v in stored.values()])))
+    xf, _ = ds.keras_dataset("train", 3, shuffle=False)[0]
+    np.testing.assert_allclose(xf, x / 65535.0, atol=1e-6)
+    on_device, _ = expand_batch(x, None)  # compact mode: uint16 crosses to the device, scaled there
+    np.testing.assert_allclose(np.asarray(on_device), x / 65535.0, atol=1e-6)
+
+
+def test_preview_draws_chosen_bands_stretched_and_refuses_a_missing_band(tmp_path: Path) -> None:
+    from converter.inspect.display import to_display
+    from converter.inspect.preview import PreviewOptions, dataset_samples
+
+    _band_tiffs(tmp_path / "src", 4, compression="zlib", photometric="minisblack", planarconfig="contig")
+    _convert(tmp_path / "src", tmp_path / "out", (20, 28))
+    stored = {r.key: r.image for r in readers.open(str(tmp_path / "out")).records("train")}
+    _, _, samples = dataset_samples(str(tmp_path / "out"), PreviewOptions(n=2, display_bands=(3, 2, 1)))
+    for s in samples:
+        bands = stored[s.key][..., [2, 1, 0]].astype(np.float64)
+        lo, hi = np.percentile(bands, 2, axis=(0, 1)), np.percentile(bands, 98, axis=(0, 1))
+        expected = np.clip(np.rint((bands - lo) * (255.0 / (hi - lo))), 0, 255).astype(np.uint8)
+        np.testing.assert_array_equal(s.image, expected)
+    assert to_display(np.zeros((2, 2, 3), np.uint8) + 7).tolist() == (np.zeros((2, 2, 3), np.uint8) + 7).tolist()
+    proc = subprocess.run([sys.executable, "-m", "converter.cli", "preview", str(tmp_path / "out"), "-o",
+                           str(tmp_path / "p.png"), "--display-bands", "5"], capture_output=True, text=True,
+                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--display-bands names band 5; these images have 4 band(s)" in proc.stderr
+
+
+# -- 8-bit grey and alpha: --image-mode keep / grey, --alpha keep ---------------------------------------
+
+
+def _rgba_and_grey(root: Path) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(9)
+    (root / "images").mkdir(parents=True)
+    out = {}
+    for i in range(3):
+        rgba = np.stack([_texture(rng, 16, 20, 255, i + c).astype(np.uint8) for c in range(4)], -1)
+        Image.fromarray(rgba, "RGBA").save(root / "images" / f"a{i}.png")
+        out[f"a{i}"] = rgba
+    _masks(root / "masks", list(out), [v[..., 0] for v in out.values()])
+    return out
+
+
+def test_alpha_is_dropped_by_default_and_kept_with_the_flag(tmp_path: Path) -> None:
+    images = _rgba_and_grey(tmp_path / "src")
+    _convert(tmp_path / "src", tmp_path / "drop", (16, 20))
+    _convert(tmp_path / "src", tmp_path / "keep", (16, 20), image_kind=ImageKind(alpha="keep"))
+    dropped, kept = _by_key(tmp_path / "drop"), _by_key(tmp_path / "keep")
+    for name, rgba in images.items():
+        np.testing.assert_array_equal(dropped[name], rgba[..., :3])
+        np.testing.assert_array_equal(kept[name], rgba)
+    manifest = json.loads((tmp_path / "keep" / "imgshard.json").read_text())
+    assert (manifest["image"]["dtype"], manifest["image"]["channels"]) == ("uint8", 4)
+    proc = _scan("--images", str(tmp_path / "src" / "images"), "--masks", str(tmp_path / "src" / "masks"))
+    assert "3 image(s) have an alpha channel: dropped (--alpha keep keeps it)" in proc.stdout
+
+
+def test_8bit_grey_stays_one_channel_with_keep(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    (tmp_path / "src" / "images").mkdir(parents=True)
+    greys = {f"g{i}": _texture(rng, 14, 18, 255, i).astype(np.uint8) for i in range(3)}
+    for name, g in greys.items():
+        Image.fromarray(g).save(tmp_path / "src" / "images" / f"{name}.png")
+    _masks(tmp_path / "src" / "masks", list(greys), list(greys.values()))
+    _convert(tmp_path / "src", tmp_path / "rgb", (14, 18))  # auto: 8-bit as RGB, as every earlier version
+    _convert(tmp_path / "src", tmp_path / "keep", (14, 18), image_kind=ImageKind(mode="keep"))
+    rgb, keep = _by_key(tmp_path / "rgb"), _by_key(tmp_path / "keep")
+    for name, g in greys.items():
+        np.testing.assert_array_equal(rgb[name], np.repeat(g[..., None], 3, 2))
+        np.testing.assert_array_equal(keep[name], g[..., None])
+
+
+# -- bucket sources and output carry the kinds ---------------------------------------------------------
+
+
+def test_band_folders_in_a_bucket_convert_to_a_bucket_as_locally(tmp_path: Path, s3_bucket: str, s3_server: str) -> None:
+    from readers.storage import open_store
+
+    from converter.options import SplitSource
+
+    _band_folders(tmp_path / "src", n=3)
+    url = f"{s3_bucket}/sat"
+    store = open_store(url)
+    for path in sorted((tmp_path / "src").rglob("*")):
+        if path.is_file():
+            store.put(path.relative_to(tmp_path / "src").as_posix(), path.read_bytes())
+    creds = {"endpoint_url": s3_server, "key": "imgshard-test", "secret": "imgshard-test"}
+
+    def spec(root: str, **kw) -> SourceSpec:
+        return SourceSpec(root=root, sources=(SplitSource(
+            "train", f"{root}/train_red", f"{root}/train_gt", bands=tuple(f"{root}/train_{b}" for b in BANDS)),), **kw)
+
+    options = OutputOptions(size=(20, 24), labels=LabelOptions(num_classes=2))
+    convert(spec(str(tmp_path / "src")), str(tmp_path / "local"), options, RunOptions(workers=1))
+    convert(spec(url, storage_options=creds), f"{s3_bucket}/out", options,
+            RunOptions(workers=2, storage_options=tuple(creds.items())))
+    local = {r.key: r.image for r in readers.open(str(tmp_path / "local")).records("train")}
+    remote = {r.key: r.image for r in readers.open(f"{s3_bucket}/out", storage_options=creds).records("train")}
+    assert sorted(local) == sorted(remote) and len(local) == 3
+    for key, image in local.items():
+        assert image.dtype == np.uint16 and image.shape == (20, 24, 4)
+        np.testing.assert_array_equal(remote[key], image)

@@ -95,7 +95,7 @@ def _camvid_palette(root, table, palette_colours: list[tuple[int, int, int]], in
         m.save(root / "train_labels" / f"f{i:03d}.png")
 
 
-def test_camvid_voc_ordered_palette_with_reordered_class_dict_is_read_by_colour(tmp_path):
+def test_camvid_voc_ordered_palette_with_reordered_class_dict_is_read_by_colour(tmp_path, caplog):
     """Regression 1: P masks with the VOC colour map (0 black, 1 dark red, 2 green, 3 olive) and
     a class_dict.csv naming those colours in another order: black is Void, not Animal."""
     root = tmp_path / "camvid"
@@ -118,7 +118,9 @@ def test_camvid_voc_ordered_palette_with_reordered_class_dict_is_read_by_colour(
     colour_of = {0: 3, 1: 1, 2: 0, 3: 2}  # palette index -> table row, from the colours above
     expected_differ = sum(int((np.vectorize(colour_of.get)(m) != m).sum()) for m in maps)
     assert check["pixels"] == expected_differ > 0 and check["settled_by"] and check["palette_order"] == "differs"
-    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    caplog.clear()
+    assert _run(r.verdict["command"], tmp_path / "out") == 0  # convert says it too (a warning)
+    assert "palette order differs from class_dict.csv; reading by colour" in caplog.text
     stored = _stored(tmp_path / "out")
     for i in range(5):
         np.testing.assert_array_equal(stored[f"train/f{i:03d}.png"], _by_colour(root / "train_labels" / f"f{i:03d}.png",
@@ -241,30 +243,31 @@ def test_real_pascal_voc_keeps_the_voc_classes_and_says_why(tmp_path):
 
 # -- two-level masks ----------------------------------------------------------------------------------
 
-def _salt(root) -> list[tuple[str, np.ndarray]]:
-    """Regression 4, shaped like the salt set: images/ + masks/, some masks 8-bit all zero, the
-    others 16-bit 0/65535. (At SRC, not below train/: a train/ holding images/ + masks/ is now
-    read as the instance-mask folders layout, `<id>/images/` + `<id>/masks/`.)"""
+def _salt(root, below: str = "") -> list[tuple[str, np.ndarray]]:
+    """Regression 4, shaped like the salt set: [train/]images/ + [train/]masks/, some masks 8-bit
+    all zero, the others 16-bit 0/65535."""
     out = []
+    top = root / below if below else root
     for i in range(6):
         rng = np.random.default_rng([4, i])
-        (root / "images").mkdir(parents=True, exist_ok=True)
-        (root / "masks").mkdir(parents=True, exist_ok=True)
-        Image.fromarray(synth.textured_image(32, 32, rng)).save(root / "images" / f"{i:04x}.png")
+        (top / "images").mkdir(parents=True, exist_ok=True)
+        (top / "masks").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(32, 32, rng)).save(top / "images" / f"{i:04x}.png")
         if i % 3 == 0:
             values = np.zeros((32, 32), np.uint8)
-            Image.fromarray(values, "L").save(root / "masks" / f"{i:04x}.png")
+            Image.fromarray(values, "L").save(top / "masks" / f"{i:04x}.png")
         else:
             values = np.where(synth.random_mask(32, 32, 2, rng) > 0, 65535, 0).astype(np.uint16)
-            Image.fromarray(values).save(root / "masks" / f"{i:04x}.png")
+            Image.fromarray(values).save(top / "masks" / f"{i:04x}.png")
         out.append((f"train/{i:04x}.png", values.astype(np.int64)))
     return out
 
 
-def test_binary_masks_mixed_8bit_zero_and_16bit_65535_keep_their_foreground(tmp_path):
+@pytest.mark.parametrize("below", ["", "train"])
+def test_binary_masks_mixed_8bit_zero_and_16bit_65535_keep_their_foreground(tmp_path, below):
     root = tmp_path / "salt"
-    masks = _salt(root)
-    assert Image.open(root / "masks" / "0001.png").mode.startswith("I")
+    masks = _salt(root, below)
+    assert Image.open(root / below / "masks" / "0001.png").mode.startswith("I")
     r = _scan(root)
     assert r.verdict["flags"] == ["--mask-semantics", "binary"], r.verdict
     assert "--ignore-index" not in r.verdict["command"]
@@ -484,3 +487,72 @@ def test_classes_flag_with_labelme_labels_txt_does_not_count_ignore_as_a_class(t
     for p in ds.pairs:
         v = np.asarray(Image.open(p.mask)).astype(np.int64)
         np.testing.assert_array_equal(stored[p.key], np.vectorize(ds.expected)(_nearest(v)), err_msg=p.key)
+
+
+def test_palette_colours_missing_from_the_table_with_indices_beyond_it_are_unknown_colours(tmp_path):
+    """Indices beyond the table's rows cannot be class ids: the colour reading stands, and its
+    colours the table does not name are reported (and ignored only on request) as unknown colours."""
+    root = tmp_path / "pal"
+    table = [("sky", (10, 20, 30)), ("road", (40, 50, 60))]
+    palette = [(10, 20, 30), (1, 2, 3), (3, 2, 1), (40, 50, 60), (99, 99, 99)]
+    maps = [np.asarray([0, 3, 4])[synth.random_mask(24, 32, 3, np.random.default_rng(i))] for i in range(3)]
+    _camvid_palette(root, table, palette, maps, by_hand=True)
+    r = _scan(root)
+    [check] = r.labels["readings"]
+    assert check["settled_by"].startswith("palette indices up to 4 are beyond the 2 rows")
+    assert [u.color for u in r.unknown_colors] == [(99, 99, 99)]
+    assert r.unknown_colors[0].pixels == sum(int((m == 4).sum()) for m in maps)
+    assert r.verdict["flags"] == ["--unknown-color", "ignore"]
+    assert not any("no rule settles" in p for p in r.verdict["problems"])
+
+
+def test_a_rare_class_missing_from_the_sampled_masks_is_not_read_as_background(tmp_path):
+    """Layouts look at 8 masks spread over the folder; the one mask holding class 2 (index 1 of 20)
+    is not among them. Scan sees every mask: three classes, not binary."""
+    root = tmp_path / "rare"
+    ids = [f"img_{i:03d}" for i in range(20)]
+    for i, name in enumerate(ids):
+        rng = np.random.default_rng([11, i])
+        (root / "JPEGImages").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(16, 20, rng)).convert("RGB").save(root / "JPEGImages" / f"{name}.jpg")
+        values = synth.random_mask(16, 20, 3 if i == 1 else 2, rng)
+        L._save_p(root / "SegmentationClass" / f"{name}.png", values, voc_palette_bytes(256))
+    assert 2 in np.asarray(Image.open(root / "SegmentationClass" / "img_001.png"))
+    r = _scan(root)
+    assert r.labels["semantics"] == "index" and "--num-classes" in r.verdict["flags"]
+    assert _run(r.verdict["command"], tmp_path / "out") == 0
+    stored = _stored(tmp_path / "out")
+    v = np.asarray(Image.open(root / "SegmentationClass" / "img_001.png")).astype(np.int64)
+    np.testing.assert_array_equal(stored["train/img_001.jpg"], _nearest(v))
+    assert (stored["train/img_001.jpg"] == 2).any()
+
+
+def test_a_stray_labels_txt_beside_a_colour_table_dataset_is_not_read(tmp_path):
+    root = tmp_path / "camvid"
+    table = [("sky", (10, 20, 30)), ("road", (40, 50, 60))]
+    _camvid_palette(root, table, [c for _, c in table], [synth.random_mask(16, 20, 2, np.random.default_rng(0))])
+    (root / "labels.txt").write_bytes(b"\xff\xfe n\x00o\x00t\x00 \x00n\x00a\x00m\x00e\x00s\x00")  # UTF-16 notes
+    r = _scan(root)
+    assert r.labels["semantics"] == "colour" and r.verdict["status"] in ("ok", "warnings")
+
+
+def test_unsettled_palette_reading_scan_says_so_and_convert_refuses_by_name(tmp_path, capsys):
+    """Palette colours the table does not name, while every index used is a row of it: colour and
+    index readings disagree and no rule settles it."""
+    root = tmp_path / "pal"
+    table = [("sky", (10, 20, 30)), ("road", (40, 50, 60)), ("car", (70, 80, 90))]
+    palette = [(10, 20, 30), (41, 50, 60), (70, 80, 90)]  # index 1's colour is off by one
+    maps = [synth.random_mask(16, 20, 3, np.random.default_rng(i)) for i in range(2)]
+    _camvid_palette(root, table, palette, maps, by_hand=True)
+    assert cli_main(["scan", str(root), "--workers", "1"]) == 65
+    out = capsys.readouterr().out
+    assert "NOT SETTLED" in out and "--mask-semantics index" in out
+    code = cli_main(["convert", str(root), str(tmp_path / "out"), "--size", "16x20", "--workers", "1", "-q"])
+    err = capsys.readouterr().err
+    assert code != 0 and "--mask-semantics index" in err and "index 1 = (41, 50, 60)" in err
+    assert "Traceback" not in err and not (tmp_path / "out" / "imgshard.json").exists()
+    assert cli_main(["convert", str(root), str(tmp_path / "out"), "--size", "16x20", "--workers", "1", "-q",
+                     "--mask-semantics", "index", "--classes", str(root / "class_dict.csv")]) == 0
+    stored = _stored(tmp_path / "out")
+    for i, m in enumerate(maps):
+        np.testing.assert_array_equal(stored[f"train/f{i:03d}.png"], m.astype(np.int64))  # source size kept

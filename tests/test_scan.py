@@ -222,11 +222,17 @@ def test_scan_cli_process_clean_source_exits_0_with_progress_on_stderr(camvid_sr
     assert "scan: 100%" in p.stderr
 
 
-def test_scan_missing_class_table_names_the_file(tmp_path):
+def test_scan_missing_class_table_lists_the_colours_and_convert_names_the_file(tmp_path):
+    """Issue 26 changed scan: colour masks without class_dict.csv are no longer refused; the colours
+    present are the classes, and no command is printed until the table is written. convert still
+    refuses without it, naming the file."""
     ds = synth.make_camvid(tmp_path / "src", splits={"train": 2}, size=(16, 16))
     os.unlink(ds.class_dict_path)
+    r = _scan(ds.root)
+    assert r.labels["classes_from_colours"] and r.verdict["command"] is None
+    assert "without a class table" in r.verdict["reason"] and all(c.name.startswith("#") for c in r.classes)
     with pytest.raises(FileNotFoundError, match="class_dict.csv"):
-        _scan(ds.root)
+        convert(SourceSpec(root=str(ds.root)), str(tmp_path / "out"), OutputOptions(size=(8, 8)), RunOptions(workers=1))
 
 
 def test_scan_empty_source_says_nothing_to_convert(tmp_path):

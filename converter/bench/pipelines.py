@@ -167,8 +167,7 @@ AUGMENT_RECIPE = dict(hflip=0.5, scale=(0.75, 1.5), brightness=0.2, contrast=0.2
 def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, shape: Shape, say: Say) -> Pipelines:
     """Pipeline 8: shards converted at 1.25x the training size (640x640 for 512x512), read
     plain and with `Augment(**AUGMENT_RECIPE, crop=size)`, float32 + one-hot and compact;
-    pipeline 9 on the same shards: the rotate=10 recipe against albumentations and Keras
-    layers (`converter.bench.augbench`)."""
+    pipeline 11 reads the same shards (`_rotate_rows`)."""
     import readers
     from readers.augment import Augment
 
@@ -200,12 +199,11 @@ def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, shape: Sh
               note=recipe), tf_iterator(compact)),
         (_row("p8_augment_device_feed", f"8. {b} shards, augment_on='device': the host's part", device_io,
               note="uint8 + 19 floats/sample; the GPU augments"), tf_iterator(device, lambda x, y: (x[0], y))),
-        *rotate_pipelines(opts, ds, split, read, shape, say),
     ]
 
 
 def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, say: Say) -> Pipelines:
-    """Every reader pipeline (rows 1-6 and 8), built once, in table order."""
+    """Every reader pipeline (rows 1-6 and 8-11), built once, in table order."""
     import readers
 
     ds = readers.open(tfr)
@@ -215,7 +213,39 @@ def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, 
     shape = Shape(h, w, ds.num_classes, first.mask.dtype.itemsize)
     return [*png_pipelines(opts, sources, shape), *saved_pipelines(opts, ds, split, work, shape, say),
             *imgshard_pipelines(opts, ds, split, shape), *npz_pipelines(opts, sources, split, work, shape, say),
-            *augment_pipelines(opts, sources, work, shape, say)]
+            *augment_pipelines(opts, sources, work, shape, say), *band_rows(opts, work, say),
+            *_keras_rows(opts, ds, split, shape), *_rotate_rows(opts, work, shape, say)]
+
+
+def band_rows(opts: BenchOptions, work: str, say: Say) -> Pipelines:
+    """Pipeline 9 (`converter.bench.bands`): uint16 4-band rows; none where tifffile is not installed."""
+    try:
+        import tifffile  # noqa: F401  (the `tiff` extra writes the sources)
+    except ImportError:
+        say("pipeline 9 (uint16 4-band) skipped: pip install 'imgshard[tiff]'")
+        return []
+    from converter.bench.bands import band_pipelines
+
+    return band_pipelines(opts, work, say)
+
+
+def _rotate_rows(opts: BenchOptions, work: str, shape: Shape, say: Say) -> Pipelines:
+    """Rows 11 (`converter.bench.augbench`) on pipeline 8's 1.25x shards: rotate=10 against
+    albumentations and Keras preprocessing layers."""
+    import readers
+
+    ds = readers.open(os.path.join(work, "augment_src"))
+    split = next(iter(ds.splits))
+    read = stored_bytes_per_sample([s.path for s in ds.shards(split)], ds.splits[split])
+    return rotate_pipelines(opts, ds, split, read, shape, say)
+
+
+def _keras_rows(opts: BenchOptions, ds: Any, split: str, shape: Shape) -> Pipelines:
+    """Rows 10 (`converter.bench.kerasfeed`): keras_dataset as Keras feeds a PyDataset."""
+    from converter.bench.kerasfeed import keras_pipelines
+
+    read = stored_bytes_per_sample([s.path for s in ds.shards(split)], ds.splits[split])
+    return keras_pipelines(opts, ds, split, shape, lambda key, label, mode: _row(key, label, shape.io(mode, read)))
 
 
 __all__ = ["AUGMENT_RECIPE", "Io", "Shape", "reader_pipelines", "stored_bytes_per_sample"]

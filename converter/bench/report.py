@@ -51,11 +51,23 @@ def rotate_targets(result: "BenchResult") -> list[Target]:
     hand-over) and against albumentations, float32 + one-hot and compact."""
     out = []
     for form, key in (("float32+one-hot", "float32"), ("compact", "compact")):
-        out += [Target(f"augmented rotate=10 {form}, CPU-ms per sample", _cpu_ms(result, f"p9_rotate_{key}"), 2.5,
+        out += [Target(f"augmented rotate=10 {form}, CPU-ms per sample", _cpu_ms(result, f"p11_rotate_{key}"), 2.5,
                        False, " ms"),
                 Target(f"augmented rotate=10 {form} vs albumentations",
-                       _ratio(result, f"p9_rotate_{key}", f"p9_albumentations_{key}"), 2, True)]
+                       _ratio(result, f"p11_rotate_{key}", f"p11_albumentations_{key}"), 2, True)]
     return out
+
+
+def keras_targets(result: "BenchResult") -> list[Target]:
+    """Issue 30: keras_dataset against tf_dataset and against its feeder's ceiling."""
+    return [
+        Target("keras_dataset compact vs tf_dataset compact", _ratio(result, "p10_keras_compact", "p5_imgshard_compact"),
+               0.5, True),
+        Target("keras_dataset float32 vs tf_dataset float32", _ratio(result, "p10_keras_float32", "p4_imgshard_float32"),
+               0.5, True),
+        Target("keras_dataset float32 vs in-memory PyDataset (ceiling)",
+               100 * _ratio(result, "p10_keras_float32", "p10_pydataset_ceiling"), 80, True, "%"),
+    ]
 
 
 def targets(result: "BenchResult") -> list[Target]:
@@ -84,7 +96,7 @@ def targets(result: "BenchResult") -> list[Target]:
         Target("tool overhead over bare decode+resize+lookup (CPU time)",
                100 * (_ratio(result, "bare_transform", "convert_w1", cpu=True) - 1), 15, False, "%"),
     ]
-    out += storage_targets(result)
+    out += storage_targets(result) + keras_targets(result)
     conv = result.memory.get("converter")
     if conv and len(conv) == 2:
         small, large = (conv[k] for k in sorted(conv, key=int))

@@ -14,8 +14,8 @@ does on JAX (the next batch is read while the device runs the last step; at most
     expanded on the device;
 (c) one float32 batch held in device memory and reused every step (the ceiling).
 
-The batches come through Keras' own `PyDatasetAdapter` (the iterator `model.fit` uses on
-JAX), with `workers` threads. `readers.device.augment_batch` (`augment_on="device"`) is
+The batches are read in order by the PyDataset's `workers` threads, 10 batches ahead, as
+Keras' PyDataset adapter reads them inside `model.fit`. `readers.device.augment_batch` (`augment_on="device"`) is
 TensorFlow code and is not measured here (said in the output).
 """
 
@@ -97,15 +97,21 @@ def _train_jax(step: Any, state: Any, batches: Iterator[tuple[Any, Any]], steps:
     result.step_seconds.extend([total / steps] * steps)
 
 
-def _forever(pydataset: Any) -> Iterator[tuple[Any, Any]]:
-    """Batches of a PyDataset through Keras' own adapter (worker threads), epoch after epoch."""
-    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+def _forever(pydataset: Any, ahead: int = 10) -> Iterator[tuple[Any, Any]]:
+    """Batches of a PyDataset in order, epoch after epoch, read by its `workers` threads
+    `ahead` batches ahead (what Keras' PyDataset adapter does inside `model.fit`)."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    adapter = PyDatasetAdapter(pydataset, shuffle=False)
-    while True:
-        for batch in adapter.get_numpy_iterator():
-            yield batch[0], batch[1]
-        adapter.on_epoch_end()
+    with ThreadPoolExecutor(max(1, int(getattr(pydataset, "workers", 1)))) as pool:
+        while True:
+            queued = [pool.submit(pydataset.__getitem__, i) for i in range(min(ahead, len(pydataset)))]
+            for i in range(len(pydataset)):
+                x, y = queued[i].result()[:2]
+                if i + ahead < len(pydataset):
+                    queued.append(pool.submit(pydataset.__getitem__, i + ahead))
+                queued[i] = None
+                yield x, y
+            pydataset.on_epoch_end()
 
 
 def run_train_bench_jax(compact_dir: str, *, size: tuple[int, int], batch_size: int, steps: int, warmup: int = 3,

@@ -18,6 +18,7 @@ from converter.commands import (
 from converter.commands.image_args import add_image_arguments, image_kind
 from converter.options import (
     DEFAULT_MAX_PIXELS,
+    ExifMode,
     LabelOptions,
     Fit,
     ImageEncoding,
@@ -59,6 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="snap mask colours within N per channel to their class (default 0: exact)")
     p.add_argument("--unknown-color", choices=UnknownColor.values(), default=UnknownColor.FAIL.value,
                    help="fail (default) or ignore: map unknown colours to the ignore index")
+    p.add_argument("--exif", choices=ExifMode.values(), default=ExifMode.AUTO.value,
+                   help="segmentation: EXIF orientation of images; auto (default) applies it where the mask fits "
+                        "the image as shown and not as stored, and refuses a pair the sizes cannot decide "
+                        "(exif_ambiguous); apply or ignore decides for every image")
     p.add_argument("--seed", type=int, default=0, help="seed of the shard shuffle (default 0)")
     p.add_argument("--shard-size", default="128MB", help="maximum uncompressed shard size (default 128MB)")
     p.add_argument("--workers", type=int, default=0, help="worker processes (default: all cores)")
@@ -113,6 +118,7 @@ def _main(args: argparse.Namespace) -> int:
         mask_encoding=args.mask_encoding, color_tolerance=args.color_tolerance, unknown_color=args.unknown_color,
         seed=args.seed, image_encoding=args.image_encoding, quality=args.quality,
         labels=label_options(args) if task_kind(task).dense else None, image_kind=image_kind(args),
+        exif=args.exif,
     )
     run = RunOptions(
         workers=args.workers, shard_size_bytes=parse_bytes(args.shard_size), max_bad=args.max_bad,

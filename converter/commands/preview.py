@@ -45,11 +45,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "gives them; SPEC is field=value,... of readers.augment.Augment, e.g. "
                         "hflip=0.5,scale=0.5:2.0,crop=512x512,brightness=0.2 (docs/AUGMENT.md)")
     p.add_argument("--epoch", type=int, default=0, help="with --augment: the training epoch to show (default 0)")
+    p.add_argument("--display-bands", metavar="B[,G,R]", default=None,
+                   help="a converted dataset of 16-bit or multi-band images: the bands to draw, 1-based (one for "
+                        "grey, three for RGB, e.g. 3,2,1; default the first three); 16-bit values are stretched")
     add_storage_option_argument(p)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    from converter.inspect.display import parse_bands
     from converter.inspect.preview import PreviewOptions, is_dataset, preview_dataset, preview_sources
 
     augment = None
@@ -58,7 +62,8 @@ def main(args: argparse.Namespace) -> int:
 
         augment = parse_augment(args.augment)
     options = PreviewOptions(split=args.split, n=args.n, seed=args.seed, keys=tuple(args.key),
-                             color_tolerance=args.color_tolerance, augment=augment, epoch=args.epoch)
+                             color_tolerance=args.color_tolerance, augment=augment, epoch=args.epoch,
+                             display_bands=parse_bands(args.display_bands))
     if args.src is not None and args.images is None and is_dataset(args.src, storage_options(args)):
         sheet = preview_dataset(args.src, args.output, options, storage_options(args))
         what = "dataset"

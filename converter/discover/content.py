@@ -235,11 +235,15 @@ def _named_masks(folder: Folder) -> bool:
 
 
 def candidates(folders: list[Folder]) -> list[Candidate]:
-    """Every (image folder, mask folder) that pairs at least one image, oriented by `_mask_likeness`."""
+    """Every (image folder, mask folder) that pairs at least one image, oriented by `_mask_likeness`.
+    Which folders may hold masks is asked once per folder (one file's header at most), and a pair
+    where neither side may is not looked at (class folders: no name is compared)."""
+    can_mask = [not _never_masks(f) for f in folders]
     out = []
     for i, a in enumerate(folders):
-        for b in folders[i + 1:]:
-            if a.split is not None and b.split is not None and a.split != b.split:
+        for j in range(i + 1, len(folders)):
+            b = folders[j]
+            if not (can_mask[i] or can_mask[j]) or (a.split is not None and b.split is not None and a.split != b.split):
                 continue
             tokens, n = infer_tokens(a.stems, b.stems)
             if n == 0 or (_class_named(a, tokens.image_prefix) and _class_named(b, tokens.mask_prefix)):
@@ -249,9 +253,9 @@ def candidates(folders: list[Folder]) -> list[Candidate]:
             if like_a == like_b:
                 like_a, like_b = _peek_mask_like(a), _peek_mask_like(b)
             flipped = Tokens(tokens.mask_prefix, tokens.mask_suffix, tokens.image_prefix, tokens.image_suffix)
-            if like_b >= like_a and not _never_masks(b) and not _named_masks(a):
+            if like_b >= like_a and can_mask[j] and not _named_masks(a):
                 out.append(Candidate(a, b, tokens, n))
-            if like_a >= like_b and not _never_masks(a) and not _named_masks(b):
+            if like_a >= like_b and can_mask[i] and not _named_masks(b):
                 out.append(Candidate(b, a, flipped, n))
     return out
 

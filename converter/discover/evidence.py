@@ -8,7 +8,8 @@ evidence, and say which evidence decided (`LayoutDefaults.classes_from`):
 * `peek_masks(folder)`: a few masks spread over the folder's sorted listing, decoded as
   convert decodes them, and `peek_values` their values;
 * `two_level(values)`: masks of two levels (0 and 1, 0 and 255, 0 and 65535, or 8-bit
-  0/255 files beside 16-bit 0/65535 ones) are binary, never a class plus an ignore value;
+  0/255 files beside 16-bit 0/65535 ones) are binary, never a class plus an ignore value
+  (layouts then bring no defaults; scan, seeing every mask's values, proposes binary);
 * `pascal_voc_evidence`: VOC image ids (``2007_000032``) and values within 0..20 plus 255;
 * `palette_order(mask, classes)`: does a palette list the colour table's colours in table
   order (the index and colour readings agree), or not (only the colour reading is right);
@@ -136,15 +137,18 @@ def names_defaults(path: str, values: set[int] | None, ignore: tuple[int, ...] =
     names = read_names(path)
     where = f"the names file {os.path.basename(path)} ({len(names.names)} classes)"
     if values is not None and two_level(values) and max(values) > 1:
-        return LayoutDefaults(MaskSemantics.BINARY, names_file=path,
-                              classes_from=where + f"; masks of two levels (0 and {max(values)}) read as binary")
+        return LayoutDefaults(names_file=path, two_level=True,  # semantics left open: scan decides
+                              classes_from=where + f"; masks of two levels (0 and {max(values)}): binary")
     keep = tuple(v for v in ignore if v >= len(names.names) and not (values is not None and two_level(values)))
     return LayoutDefaults(MaskSemantics.INDEX, keep, names_file=path, classes_from=where)
 
 
 def _binary(values: set[int], why: str = "") -> LayoutDefaults:
-    return LayoutDefaults(MaskSemantics.BINARY, classes_from=f"masks of two levels (0 and {max(values)}): "
-                          f"background and foreground{why}")
+    """Two-level masks seen in the sampled masks: no layout default (no VOC classes, no reduced zero,
+    no 255 void); the semantics is left open, so scan decides binary from every mask's values (a
+    rare class missing from the sample must not be read as background)."""
+    return LayoutDefaults(two_level=True,
+                          classes_from=f"masks of two levels (0 and {max(values)}): background and foreground{why}")
 
 
 def folder_pair_defaults(root: str, masks_name: str, reduce: bool) -> LayoutDefaults:

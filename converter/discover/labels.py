@@ -11,6 +11,7 @@ fully resolved `LabelOptions` (stored in the manifest) and the class table.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -26,7 +27,8 @@ from converter.discover.labelmaps import (
     load_index_names,
     load_label_map,
 )
-from converter.discover.evidence import is_palette, palette_conflict, peek_values, sample_masks, two_level
+from converter.discover.evidence import (is_palette, palette_conflict, palette_order, peek_values, sample_masks,
+                                         two_level)
 from converter.discover.layout import Discovery
 from converter.discover.names_files import read_names
 from converter.options import DEFAULT_MAX_PIXELS, LabelOptions, MaskSemantics, SourceSpec
@@ -34,6 +36,7 @@ from converter.transform.decode import DecodeError, MaskArray, decode_mask, read
 from readers.manifest import ClassInfo
 
 _IGNORE_TARGETS = (255, 65535)
+log = logging.getLogger(__name__)
 
 
 def colour_table(spec: SourceSpec, found: Discovery) -> str | None:
@@ -94,7 +97,10 @@ def check_readings(spec: SourceSpec, given: LabelOptions | None, found: Discover
         return
     first = first_mask(found)
     if first is not None and is_palette(first):
-        _check_palette(first, load_class_table(table), table)
+        classes = load_class_table(table)
+        _check_palette(first, classes, table)
+        if palette_order(first, classes) == "differs":
+            log.warning("palette order differs from %s; reading by colour", os.path.basename(table))
 
 
 def _check_ignored_levels(found: Discovery, resolved: LabelOptions) -> None:

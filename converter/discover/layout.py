@@ -44,6 +44,7 @@ class SourceSample(NamedTuple):
     image_stat: tuple[int, int] | None = None  # (size, mtime_ns) from discovery's one stat; None: not taken
     mask_stat: tuple[int, int] | None = None  # annotations: (canonical bytes, digest stamp)
     annotation: Any = None  # `converter.discover.annotations.Annotation`: the sample's own shapes (no mask file)
+    bands: tuple[str, ...] | None = None  # band folders: the other bands' files (`image` is the first band)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class LayoutDefaults:
     class_names: tuple[str, ...] | None = None  # built-in names (VOC)
     names_file: str | None = None  # a names file found in the folder (labelme class_names.txt)
     classes_from: str = ""  # where the classes come from, for people (`converter.discover.evidence`)
+    two_level: bool = False  # the masks sampled hold two levels (scan decides binary from all of them)
 
 
 @dataclass(frozen=True)
@@ -123,11 +125,29 @@ def list_images(folder: str, accept: Callable[[str], bool] = _is_image_name) -> 
     return out
 
 
+def is_utf8_name(path: str) -> bool:
+    """Whether `path` is valid UTF-8 (a name that is not comes from `os` with surrogate escapes)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_path(path: str) -> str:
+    """`path` printable whatever its bytes: bytes that are not UTF-8 shown as ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def stat_file(path: str, key: str, fs: Any = None) -> tuple[tuple[int, int] | None, BadInput | None]:
     """((size, mtime_ns), None) of a usable source file, or (None, the problem `stat` shows:
     zero bytes, dangling link, not a regular file). On an object store: (size, version
     stamp) from the listing (`converter.discover.files`; `fs`: `files_for(path)` when the
     caller asked it once for a whole folder)."""
+    if not is_utf8_name(path):
+        return None, BadInput(shown_path(path), "the file name is not valid UTF-8 (its odd bytes are shown as \\xNN), "
+                              "so it cannot be a sample key", "rename the file to UTF-8 (for example with "
+                              "`convmv -f latin1 -t utf8 --notest FILE`)", shown_path(key), "bad_name")
     try:
         size, stamp = (fs or files_for(path)).stat(path)
     except NotRegularFileError:

@@ -25,7 +25,8 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS
+from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS, follow_spec
+from converter.discover.bands import attach_bands, band_tokens
 from converter.discover.content import ContentTie, find_by_content
 from converter.discover.evidence import folder_pair_defaults, names_defaults, voc_defaults
 from converter.discover.files import absolute, file_names, is_dir, is_file, relative, source_scope, subfolders
@@ -374,9 +375,14 @@ def sources_listing(sources: tuple[SplitSource, ...], base: str) -> Listing:
         if isuf is None and msuf is None and not (s.image_prefix or s.mask_prefix):
             isuf, msuf, _, listed = _suffixes(SourceSpec(root=base), images, masks, listed)
         only = set(read_split_list(s.split_list)) if s.split_list else None
+        prefixes = (s.image_prefix, s.mask_prefix)
+        if s.bands and isuf is None and msuf is None and not any(prefixes):
+            isuf, msuf, *prefixes = band_tokens(images, masks)
         p = pair_by_name(images, masks, s.split, key_prefix, image_suffix=isuf, mask_suffix=msuf, listed=listed,
-                         image_prefix=s.image_prefix, mask_prefix=s.mask_prefix, only=only, list_file=s.split_list,
+                         image_prefix=prefixes[0], mask_prefix=prefixes[1], only=only, list_file=s.split_list,
                          masks_drive=s.skip_unpaired)
+        if s.bands:
+            attach_bands(p, s.bands)
         out.add(p)
         out.sources.append(s)
     return out
@@ -511,7 +517,11 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
 
 
 def _discover(spec: SourceSpec) -> Discovery:
-    if spec.sources:
+    if any(s.annotations is not None for s in spec.sources):  # a spec's annotation files (issue 27)
+        layout, why, listing, defaults = follow_spec(spec)
+        det = Detected(layout, why, True)  # type: ignore[arg-type]
+        csv_path = spec.classes
+    elif spec.sources:
         det = Detected(LAYOUTS["spec"], "folder pairs: " + ", ".join(
             f"{s.split}: {s.images} + {s.masks}" for s in spec.sources), True)
         listing = det.layout.pairs(spec.base, spec)
@@ -521,7 +531,9 @@ def _discover(spec: SourceSpec) -> Discovery:
     elif spec.root is not None:
         root = absolute(spec.root)
         det, listing = detect_and_pair(root, spec)
-        defaults = _with_names_file(det.layout.defaults(root), root)
+        defaults = det.layout.defaults(root)
+        if spec.classes is None and not is_file(os.path.join(root, "class_dict.csv")):  # no table given or found
+            defaults = _with_names_file(defaults, root)
         csv_path = spec.classes or (os.path.join(root, "class_dict.csv")
                                     if is_file(os.path.join(root, "class_dict.csv")) or det.layout.name == "camvid"
                                     else None)
@@ -565,7 +577,7 @@ def _with_names_file(defaults: LayoutDefaults, root: str) -> LayoutDefaults:
     if path is None:
         return defaults
     found = names_defaults(path, None)
-    if defaults.semantics is MaskSemantics.BINARY:  # binary masks take the names of a two-name file
+    if defaults.two_level:  # binary masks take the names of a two-name file
         return dataclasses.replace(defaults, names_file=path)
     return dataclasses.replace(defaults, names_file=path, classes_from=found.classes_from)
 

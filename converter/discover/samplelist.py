@@ -29,7 +29,7 @@ class SampleBlock:
     """The pairs of one folder pair: ``SourceSample(split, key_prefix + image, images_dir/image,
     masks_dir/mask)`` per (image, mask) relative name pair, in order."""
 
-    __slots__ = ("split", "key_prefix", "image_base", "mask_base", "names", "ends", "stats")
+    __slots__ = ("split", "key_prefix", "image_base", "mask_base", "names", "ends", "stats", "band_map")
 
     def __init__(self, split: str, key_prefix: str, images_dir: str, masks_dir: str,
                  flat: list[str]) -> None:
@@ -38,10 +38,15 @@ class SampleBlock:
         self.image_base, self.mask_base = os.path.join(images_dir, ""), os.path.join(masks_dir, "")
         self._set(flat)
         self.stats: np.ndarray | None = None  # (n, 4) int64: image size, mtime_ns, mask size, mtime_ns
+        self.band_map = None  # band folders (`converter.discover.bands.BandMap`): the other bands' files
 
     def _set(self, flat: list[str]) -> None:
         self.names = "\0".join(flat)
         self.ends = np.cumsum(np.fromiter((len(s) + 1 for s in flat), np.int64, len(flat))) - 1
+
+    def set_pairs(self, flat: list[str]) -> None:
+        """Replace the pairs (image, mask, image, mask, ... relative names), e.g. to drop some."""
+        self._set(flat)
 
     def __len__(self) -> int:
         return len(self.ends) // 2
@@ -84,7 +89,8 @@ class SampleBlock:
 
     def _make(self, image: str, mask: str, st: list[int] | None) -> SourceSample:
         return SourceSample(self.split, self.key_prefix + image, self.image_base + image, self.mask_base + mask, None,
-                            None if st is None else (st[0], st[1]), None if st is None else (st[2], st[3]))
+                            None if st is None else (st[0], st[1]), None if st is None else (st[2], st[3]),
+                            bands=None if self.band_map is None else self.band_map.paths(image))
 
     def lookup_batches(self, size: int) -> Iterator[tuple[list[bytes], np.ndarray, str, Callable[[int], SourceSample]]]:
         """(keys as UTF-8, their (n, 4) stats, split, row -> its `SourceSample`) per `size` pairs,

@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from converter.options import LabelOptions, SourceSpec, SplitSource, check_split_name
+from converter.options import AnnotationOptions, LabelOptions, SourceSpec, SplitSource, check_split_name
 
 SPEC_VERSION = 1
 VERSION_KEY = "imgshard_source_spec"
@@ -40,13 +40,19 @@ VERSION_KEY = "imgshard_source_spec"
 PAIR_KEYS: dict[str, str] = {
     "images": "images", "masks": "masks", "image_prefix": "image_prefix", "image_suffix": "image_suffix",
     "mask_prefix": "mask_prefix", "mask_suffix": "mask_suffix", "split_list": "split_list",
-    "recursive": "recursive", "skip_unpaired": "skip_unpaired",
+    "recursive": "recursive", "skip_unpaired": "skip_unpaired", "bands": "bands",
+    "annotations": "annotations", "format": "annotation_format",  # annotation files (issue 27)
 }
+#: Folder-pair keys whose values are lists of paths (band folders, in channel order; `images` defaults to the first).
+LIST_PATH_KEYS = frozenset({"bands"})
 #: Folder-pair keys whose values are true/false (all others are strings), and their defaults.
 BOOL_KEYS = {"recursive": True, "skip_unpaired": False}
 #: Folder-pair keys whose values are paths (joined to the root).
-PATH_KEYS = frozenset({"images", "masks", "split_list"})
-TOP_KEYS = frozenset({VERSION_KEY, "root", "splits", "classes", "labels", "layout", "detected"})
+PATH_KEYS = frozenset({"images", "masks", "split_list", "annotations"})
+TOP_KEYS = frozenset({VERSION_KEY, "root", "splits", "classes", "labels", "layout", "detected",
+                      "annotation_options"})
+#: "annotation_options": how annotation files become class maps (`converter.options.AnnotationOptions`).
+ANNOTATION_OPTION_KEYS = frozenset({"overlap", "keep_crowd", "rle_class", "rle_order"})
 #: Layouts whose mask meaning a spec may name (``"layout": "cityscapes"``: its label map, ...).
 MEANING_LAYOUTS = ("camvid", "voc", "cityscapes", "ade", "mmseg", "unet")
 LABEL_KEYS = frozenset({"semantics", "ignore_values", "reduce_zero_label", "label_map", "label_map_file",
@@ -121,6 +127,8 @@ def check_document(doc: Mapping, path: str) -> None:
 
 
 def _pair(split: str, item: Any, root: str, path: str) -> SplitSource:
+    if isinstance(item, dict) and "images" not in item and isinstance(item.get("bands"), list) and item["bands"]:
+        item = {**item, "images": item["bands"][0]}  # band folders: the first band is the image folder
     if not isinstance(item, dict) or "images" not in item:
         raise _fail(path, f"each folder pair of split {split!r} must be an object with 'images'",
                     'Example: {"images": "img", "masks": "ann"}.', item)
@@ -133,6 +141,11 @@ def _pair(split: str, item: Any, root: str, path: str) -> SplitSource:
         if key in BOOL_KEYS:
             if not isinstance(value, bool):
                 raise _fail(path, f"split {split!r}: '{key}' must be true or false", "", value)
+        elif key in LIST_PATH_KEYS:
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise _fail(path, f"split {split!r}: '{key}' must be a list of folder paths", "", value)
+            fields[PAIR_KEYS[key]] = tuple(_join(root, v) for v in value)
+            continue
         elif value is not None and not isinstance(value, str):
             raise _fail(path, f"split {split!r}: '{key}' must be a string", "", value)
         fields[PAIR_KEYS[key]] = _join(root, value) if key in PATH_KEYS and value is not None else value
@@ -179,8 +192,20 @@ def load_spec(path: str, storage_options: Any = ()) -> LoadedSpec:
             raise SpecFileError(f"source spec {path}: labels: {e}") from e
     classes = _join(root, doc["classes"]) if doc.get("classes") else None
     source = SourceSpec(root=root, classes=classes, sources=tuple(sources), spec_text=canonical_text(doc),
-                        spec_file=path, layout=doc.get("layout"), storage_options=storage_options)
+                        spec_file=path, layout=doc.get("layout"), storage_options=storage_options,
+                        annotations=_annotation_options(doc, path))
     return LoadedSpec(source, labels, source.spec_text)  # type: ignore[arg-type]
+
+
+def _annotation_options(doc: Mapping, path: str) -> AnnotationOptions:
+    given = doc.get("annotation_options") or {}
+    if not isinstance(given, dict) or set(given) - ANNOTATION_OPTION_KEYS:
+        raise _fail(path, f"'annotation_options' must be an object with keys among {sorted(ANNOTATION_OPTION_KEYS)}",
+                    "", given)
+    try:
+        return AnnotationOptions(**given)
+    except (TypeError, ValueError) as e:
+        raise SpecFileError(f"source spec {path}: annotation_options: {e}") from e
 
 
 def merge_labels(given: LabelOptions, from_spec: LabelOptions | None) -> LabelOptions:

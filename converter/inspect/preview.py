@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from converter.inspect.display import to_display
 from readers.manifest import ClassInfo
 from readers.tasks import task_kind
 
@@ -62,6 +63,8 @@ class PreviewOptions:
     #: `epoch` (converted datasets only).
     augment: Any = None
     epoch: int = 0
+    #: Bands drawn (1-based; one for grey, three for RGB) of images beyond 8-bit RGB; None: the first three.
+    display_bands: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= 1000:
@@ -362,9 +365,9 @@ def dataset_samples(path: str | os.PathLike, options: PreviewOptions,
                 cmap = np.argmax(target, axis=-1).astype(np.int64)
                 cmap[target.max(axis=-1) == 0] = m.num_classes
                 target = cmap
-            out.append(PreviewSample(key, np.asarray(image), class_map=np.asarray(target)))
+            out.append(PreviewSample(key, to_display(image, options.display_bands), class_map=np.asarray(target)))
         else:
-            out.append(PreviewSample(key, np.asarray(image), label=int(target)))
+            out.append(PreviewSample(key, to_display(image, options.display_bands), label=int(target)))
     for r in readers_by_shard.values():
         r.close()
     return m, split, out
@@ -391,7 +394,7 @@ def source_samples(spec: Any, options: PreviewOptions, max_pixels: int, labels: 
     out = []
     for s in chosen:
         try:
-            image = decode_image(read_source(s.image, s.key), max_pixels)
+            image = decode_image(read_source(s.image, s.key), max_pixels, exif_transpose=s.annotation is not None)
             mask = (annotation_mask(s.annotation, *image.shape[:2]) if s.annotation is not None else
                     decode_mask(read_source(s.mask, s.key), max_pixels,  # type: ignore[arg-type]
                                 wide=resolved.semantics is not resolved.semantics.COLOUR))

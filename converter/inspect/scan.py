@@ -31,6 +31,7 @@ import numpy as np
 
 from converter.discover.files import WithStorage, source_scope
 from converter.discover.labels import auto_semantics, resolve_labels
+from converter.inspect.scan_colours import census_classes, census_verdict, needs_census
 from converter.discover.layout import BadInput, SourceSample
 from converter.discover.layouts import discover
 from converter.inspect.scan_labels import (
@@ -44,11 +45,15 @@ from converter.inspect.scan_labels import (
     suggest_size,
     value_summary,
 )
+from converter.discover.content import ContentTie
+from converter.inspect.scan_images import (band_spec_from_tie, decode_for_scan, find_band_folders, format_images,
+                                           image_verdict, images_section)
 from converter.inspect.scan_readings import format_readings, reading_problems, readings_section
-from converter.options import ANNOTATION_FORMATS, LabelOptions, MaskSemantics, SourceSpec, Task
+from converter.options import ANNOTATION_FORMATS, ExifMode, LabelOptions, MaskSemantics, SourceSpec, Task
 from converter.run.execute import map_unordered
 from converter.transform.colormap import AMBIGUOUS, ColorMap, UnknownColors
-from converter.transform.decode import DecodeError, decode_image, decode_mask, read_source
+from converter.transform.decode import DecodeError, decode_mask, read_source
+from converter.transform.exif import apply_orientation, orientation_of
 from converter.transform.sample import UnknownColorError, relative_key_path
 from converter.inspect.scan_core import (
     EXAMPLES,
@@ -102,7 +107,7 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
         src = read_source(sample.image, relative_key_path(sample.image, base))
         s.image_digest = src.fingerprint.digest
         s.image_mode, s.image_format = file_header(src.data)
-        image = decode_image(src, max_pixels)
+        image = decode_for_scan(src, s, max_pixels, sample.bands or ())
         s.image_size = (int(image.shape[1]), int(image.shape[0]))
         s.pixel_hash = pixel_hash(image)
     except DecodeError as e:
@@ -119,11 +124,12 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
         s.errors.append(bad_input(e, sample.key))
         return s
     s.mask_size = (mask.width, mask.height)
-    if image is not None and (mask.height, mask.width) != image.shape[:2]:
-        s.errors.append(BadInput(
-            sample.mask, f"mask is {mask.width}x{mask.height} but its image {sample.image} is "
-            f"{image.shape[1]}x{image.shape[0]}", "masks must have the same size as their images",
-            sample.key, "size_mismatch"))
+    if image is not None:
+        try:  # sizes as convert's --exif auto judges them: a mismatch, or a pair they cannot decide
+            apply_orientation(ExifMode.AUTO, orientation_of(src), image.shape[:2], (mask.height, mask.width),
+                              sample.image, sample.mask)
+        except DecodeError as e:
+            s.errors.append(bad_input(e, sample.key))
     if values is not None:
         s.mask_size = (mask.width, mask.height)
         return s
@@ -255,7 +261,14 @@ def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None
         from converter.inspect.scan_classification import scan_classification
 
         return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
-    found = discover(spec)  # first: a missing source folder is named as such
+    try:
+        found = discover(spec)  # first: a missing source folder is named as such
+    except ContentTie:
+        banded = band_spec_from_tie(spec)  # parallel band folders pair equally with one mask folder
+        if banded is None:
+            raise
+        spec = banded
+        found = discover(spec)
     if found.layout in ANNOTATION_FORMATS:  # annotation files: their own report
         from converter.inspect.scan_annotations import scan_annotations
 
@@ -263,7 +276,12 @@ def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None
     labels = options.labels or LabelOptions()
     semantics = labels.semantics or auto_semantics(spec, found)
     classes: tuple[ClassInfo, ...] = ()
-    if semantics is MaskSemantics.COLOUR:
+    census = semantics is MaskSemantics.COLOUR and needs_census(spec, found)
+    if census:  # colour masks without a class table: the colours present are the classes
+        classes = census_classes(run_scan_workers(found.samples, (), spec.base, options.max_pixels,
+                                                  options.effective_workers, None, storage_options=spec.storage_options),
+                                 spec.base)
+    elif semantics is MaskSemantics.COLOUR:
         classes = resolve_labels(spec, labels, found)[1]
     if on_start is not None:
         on_start(len(found.samples))
@@ -282,7 +300,13 @@ def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None
         section = labels_section(info, found, summaries)
         resolved, pixels = info["labels"], info["pixels"]
     section.update(readings_section(spec, found, resolved, classes, labels, section["flags"], pixels, summaries))
+    section["classes_from_colours"] = census
+    if census:
+        section["classes_from"] = (f"the {len(classes)} colours present (no class table; ascending RGB, named "
+                                   "#rrggbb: scan --write-classes FILE writes it)")
     report = build_report(spec, options, classes, found.splits, bad, summaries, labels=section, found=found)
+    if census:
+        report.verdict = census_verdict(report.verdict, classes)
     return report
 
 
@@ -389,6 +413,10 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
 
     duplicates = find_duplicates(summaries, split_names)
     images = image_stats(summaries)
+    images["kinds"] = images_section(summaries, options.image_kind)
+    if found is not None and not any(getattr(s, "bands", ()) for s in found.sources) and len(found.sources) == 1:
+        s0 = found.sources[0]
+        images["band_folders"] = find_band_folders(s0.images, s0.masks)
     report = ScanReport(
         source=spec.root or spec.images or "", spec=spec, options=options, classes=classes, splits=pairs,
         summaries=summaries, bad=bad, classes_table=classes_table, unknown_colors=unknown, unknown_unlisted=unlisted,
@@ -458,6 +486,7 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         problems.append(f"{len(unmatched)} mask colour(s) match no class (in {n_files} file(s) at "
                         f"--color-tolerance {r.options.color_tolerance})")
     label_flags = _label_problems(r, problems, flags, unknown_files)
+    source, image_flags, image_notes, image_bad = image_verdict(r, problems, warnings)
     given = r.options.labels or LabelOptions()
     if tol > 0:
         flags += ["--color-tolerance", str(tol)]
@@ -483,13 +512,11 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     sizes = r.images["sizes_wxh"]
     size_flag, size_hint = suggest_size(sizes)
     src = source_positional(r.spec) + source_args(r.spec, r.found)
-    command = ["imgshard", "convert", *source_positional(r.spec), "OUT", "--size", size_flag,
-               *source_args(r.spec, r.found), *given_label_args(given), *label_flags, *flags]
-    needs = bool(r.bad) or bool(label_flags) or bool(reading_problems(r.labels or {}))
+    command = ["imgshard", "convert", *source, "OUT", "--size", size_flag, *source_args(r.spec, r.found), *given_label_args(given), *label_flags,
+               *flags, *image_flags]
+    needs = bool(r.bad) or bool(label_flags) or bool(reading_problems(r.labels or {})) or image_bad
     status = "no_data" if total == 0 or no_good else ("needs_flags" if needs else ("warnings" if warnings else "ok"))
-    hints = []
-    if size_hint:
-        hints.append(size_hint)
+    hints = ([size_hint] if size_hint else []) + image_notes
     if "--color-tolerance" in flags:
         hints.append(f"--color-tolerance {tol} snaps the colours within {tol} per channel of exactly one class")
     if "--unknown-color" in flags:
@@ -545,6 +572,9 @@ def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
                + (f" ... ({len(im['sizes_wxh'])} sizes)" if len(im["sizes_wxh"]) > 8 else ""))
     out.append("Image modes: " + ", ".join(f"{k} {v}" for k, v in im["image_modes"].items())
                + "; formats: " + ", ".join(f"{k} {v}" for k, v in im["image_formats"].items()))
+    out += format_images(im.get("kinds", {}))
+    if im.get("band_folders"):
+        out.append("Band folders (same names, same size): " + ", ".join(im["band_folders"]))
     out.append("Mask modes: " + ", ".join(f"{k} {v}" for k, v in im["mask_modes"].items()))
     out.append("")
     out.append(f"Mask colours by class ({len(r.classes)} classes; share of all mask pixels):")

@@ -43,6 +43,7 @@ class ScanOptions:
     task: Task | None = None
     val_fraction: float | None = None  # classification, flat layout
     labels: LabelOptions | None = None  # mask semantics, ignore values, label map: as for convert
+    image_kind: Any = None  # `converter.imagekind.ImageKind`: --image-mode, --alpha, --accept-reduction as for convert
 
     def __post_init__(self) -> None:
         if self.labels is not None and not isinstance(self.labels, LabelOptions):
@@ -95,6 +96,9 @@ class FileSummary:
     unknown_other_pixels: int = 0  # pixels of the unknown colours not listed
     unknown_other_colors: int = 0
     errors: list[BadInput] = field(default_factory=list)  # decode / size problems (not colours)
+    image_kind: Any = None  # `converter.transform.kinds.SourceKind` (dtype, channels, alpha)
+    image_bits: int | None = None  # bits the image's largest sample needs (12 of a 16-bit file)
+    band_files: int = 0  # files stacked per sample (band folders)
 
     @property
     def mask_pixels(self) -> int:
@@ -206,7 +210,7 @@ def format_verdict(r: Any) -> list[str]:
     out = [f"Verdict: {headline}"]
     out += [f"  problem: {p}" for p in v["problems"]]
     out += [f"  warning: {w}" for w in v["warnings"]]
-    if v["status"] != "no_data":
+    if v.get("command"):
         out.append(f"  run: {v['command']}")
     out += [f"  hint: {h}" for h in v["hints"]]
     return out

@@ -49,7 +49,7 @@ def classes_from(spec: SourceSpec, found: Discovery, resolved: LabelOptions, cla
         named = f"; names from {os.path.basename(found.defaults.names_file or '')}" \
             if names != ["background", "foreground"] else ""
         text = found.defaults.classes_from
-        if found.defaults.semantics is MaskSemantics.BINARY and text:
+        if found.defaults.two_level:
             return text + (named if named and named[len("; names from "):] not in text else "")
         return "masks of two levels: " + (f"names {names}{named}" if named else "background and foreground")
     if table is not None and resolved.semantics is MaskSemantics.INDEX:
@@ -70,6 +70,7 @@ def _palette_check(masks, table: tuple[ClassInfo, ...], table_path: str, resolve
     chosen = "colour" if resolved.semantics is MaskSemantics.COLOUR else "palette index"
     c = _check("palette", chosen, "palette index" if chosen == "colour" else "colour")
     cmap = ColorMap(table, 0)
+    top = max(int(m.indices.max()) for m in palettes)
     for m in palettes:
         by_colour = cmap.lookup(m, stats=False)[0].astype(np.int64)
         differ = int(np.count_nonzero(by_colour != m.indices))
@@ -84,6 +85,8 @@ def _palette_check(masks, table: tuple[ClassInfo, ...], table_path: str, resolve
         c["settled_by"] = f"--mask-semantics {given.semantics.value} (given)"
     elif chosen == "colour" and not c["unknown_pixels"]:
         c["settled_by"] = f"{name} names colours, not palette positions"
+    elif chosen == "colour" and top >= len(table):  # unknown colours: the usual unknown-colour report
+        c["settled_by"] = f"palette indices up to {top} are beyond the {len(table)} rows of {name}: not class ids"
     return c
 
 

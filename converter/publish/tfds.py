@@ -23,7 +23,8 @@ file of ours gets shard length 0: the gaps cost one number each in
 Features, matching the records that `readers.formats.tfrecord.writer` writes (extra features
 such as ``height`` and ``width`` are ignored by TFDS's parser):
 
-* ``image``: ``Tensor(shape=(H, W, 3), dtype=uint8, encoding=bytes)``, the raw bytes;
+* ``image``: ``Tensor(shape=(H, W, C), dtype=uint8|uint16, encoding=bytes)``, the raw bytes (16-bit and
+  multi-band images included: the manifest's dtype and channels);
 * ``mask`` (segmentation): ``Tensor(shape=(H, W), dtype=uint8|uint16, encoding=bytes)``
   (``(H, W, C)`` uint8 one-hot planes with ``--mask-encoding onehot``); TFDS decodes
   raw bytes little-endian, as we store them;
@@ -126,7 +127,8 @@ def _image(shape: tuple[int, ...], dtype: str, codec: str) -> dict:
 def features_json(manifest: Manifest) -> dict:
     h, w, c = manifest.image_shape
     image_codec = str(manifest.image.get("codec", "raw"))
-    image = _tensor((h, w, c), "uint8") if image_codec == "raw" else _image((h, w, c), "uint8", image_codec)
+    dtype = str(manifest.image.get("dtype", "uint8"))  # uint16 and 1..16 bands: raw bytes TFDS decodes as they are
+    image = _tensor((h, w, c), dtype) if image_codec == "raw" else _image((h, w, c), "uint8", image_codec)
     features: dict[str, dict] = {"image": image, "key": {"pythonClassName": _TEXT, "text": {}}}
     if task_kind(manifest.task).dense:
         mask = manifest.mask or {}

@@ -33,6 +33,7 @@ from converter import __version__
 from converter.convert import OutputWriteError, check_shards_present, cleanup_quietly
 from converter.fsutil import remove_files
 from converter.options import DEFAULT_MAX_PIXELS, DEFAULT_SHARD_SIZE_BYTES, OutputOptions
+from converter.plan.names import refuse_taken_names
 from converter.plan.shards import CopyRecord, ShardTask, sample_bytes, shard_name
 from converter.publish.manifest import publish_manifest, sweep_leftovers, utc_now
 from converter.publish.migrate import migrate
@@ -125,6 +126,7 @@ def _compact_locked(out_dir: str, target: int, workers: int, on_progress) -> Com
         old = migrate(out_dir, old)
     options = OutputOptions.from_json(old.options)
     tasks, next_index = plan_compaction(out_dir, old, options, target)
+    refuse_taken_names(out_dir, old, [t.file for t in tasks])  # a merged shard never takes a merged one's name
     result = CompactResult(out_dir, old, tasks)
     if not tasks:
         return result

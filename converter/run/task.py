@@ -23,6 +23,7 @@ from converter.discover.layout import BadInput, SourceSample
 from converter.run.lock import OrphanedWorker, WorkerGuard
 from converter.options import OutputOptions
 from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask
+from converter.publish.band_stats import BandSums
 from converter.transform.decode import DecodeError
 from converter.transform.sample import SampleTransformer, UnknownColorError
 from converter.plan.fingerprint import algorithm_of, content_matches, digest_file
@@ -145,6 +146,39 @@ def _stored_mask(rec: Any, spec: Any) -> Any:
 
         return decode_mask(rec.mask, spec)
     return rec.mask
+
+
+def _copy_record(ctx: WorkerContext, copies: dict, copy: CopyRecord, transform: SampleTransformer,
+                 encode: SampleEncoding) -> tuple[Any, SampleEntry, np.ndarray, int, Any]:
+    """(the re-encoded record, its sample entry, class counts, ignored pixels, its stored image) of a copy."""
+    records, old_samples, old_spec = _copy_source(ctx, copies, copy.shard)
+    rec = records[copy.index]
+    where = f"{os.path.join(ctx.out_dir, copy.shard)}: record {copy.index}"
+    if rec.key != copy.key:
+        raise ValueError(f"{where} has key {rec.key!r}, the manifest says {copy.key!r}. Run `imgshard verify` and "
+                         "re-convert with --rebuild.")
+    encoded, counts, ignored = _copied(transform, encode, rec, old_spec, where)
+    return encoded, copy.entry or old_samples[copy.index], counts, ignored, rec.image
+
+
+def _copied(transform: SampleTransformer, encode: SampleEncoding, rec: Any, spec: Any,
+            where: str) -> tuple[Any, np.ndarray, int]:
+    """A copied record re-encoded, and its class counts; a mask that cannot be read or holds a value
+    that is neither a class nor the ignore index is a `ValueError` naming the shard and record (`where`)."""
+    try:
+        mask = _stored_mask(rec, spec)
+        if mask is not None and mask.ndim == 2 and mask.size:
+            ignore = transform.semantics.ignore_index if transform.semantics is not None else -1
+            if int(mask.max()) >= transform.num_classes:  # only then: a second pass finds the odd values
+                odd = mask[(mask >= transform.num_classes) & (mask != ignore)]
+                if odd.size:
+                    raise ValueError(f"mask value {int(odd[0])} ({odd.size} pixels) is neither a class "
+                                     f"(0-{transform.num_classes - 1}) nor the ignore index {ignore}")
+        counts, ignored = transform.count_classes(mask, rec.label)
+        return encode(SampleArrays(rec.key, rec.image, rec.mask, rec.label)), counts, ignored
+    except (ValueError, TypeError, OSError, KeyError) as e:
+        raise ValueError(f"{where} (key {rec.key!r}): its mask cannot be copied: {e}. Nothing was published; "
+                         "run `imgshard verify OUT --deep`, and re-convert with --rebuild if it is damaged.") from e
 
 
 def content_changed(new: SampleEntry, old: SampleEntry, source_base: str) -> bool:
@@ -285,8 +319,10 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     transform = _transformer(ctx)
     class_pixels = np.zeros(len(ctx.classes), dtype=np.int64)
     class_images = np.zeros(len(ctx.classes), dtype=np.int64)
+    sums = BandSums(not ctx.options.image_kind.legacy)  # images beyond 8-bit RGB: per-band sums
     ignore_pixels = 0
     entries: list[SampleEntry] = []
+    presence: list[np.ndarray] = []  # classes present, per record (the index's `classes` field)
     result = ShardResult(task.split, None, task.replaces)
     # shard file -> (records, samples, spec); ("samples", file) -> samples; None -> the old layout
     copies: dict[Any, Any] = {}
@@ -314,6 +350,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                             copy = item.old  # keep the old record: nothing is lost
                     else:
                         writer.add(out.record)
+                        sums.add(out.record.image)
                         entries.append(out.entry)  # type: ignore[arg-type]
                         counts, ignored = out.class_pixels, out.ignore_pixels
                         if isinstance(item, ReplaceRecord):
@@ -323,17 +360,12 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                         else:
                             result.added += 1
                 if copy is not None:
-                    records, old_samples, old_spec = _copy_source(ctx, copies, copy.shard)
-                    rec = records[copy.index]
-                    if rec.key != copy.key:
-                        raise ValueError(
-                            f"{os.path.join(ctx.out_dir, copy.shard)}: record {copy.index} has key {rec.key!r}, "
-                            f"the manifest says {copy.key!r}. Run `imgshard verify` and re-convert with --rebuild."
-                        )
-                    writer.add(encode(SampleArrays(rec.key, rec.image, rec.mask, rec.label)))
-                    entries.append(copy.entry or old_samples[copy.index])
-                    counts, ignored = transform.count_classes(_stored_mask(rec, old_spec), rec.label)
+                    encoded, entry, counts, ignored, stored = _copy_record(ctx, copies, copy, transform, encode)
+                    writer.add(encoded)
+                    entries.append(entry)
+                    sums.add(stored)
                 if counts is not None:
+                    presence.append(np.asarray(counts) > 0)
                     class_pixels += counts
                     class_images += counts > 0
                     ignore_pixels += ignored
@@ -342,7 +374,8 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
             if not entries:
                 raise _EmptyShard()
             guard.check()  # is our run still alive? (before both renames)
-            index = write_index(ctx.out_dir, task.file, entries)  # unlisted until the manifest names it
+            index = write_index(ctx.out_dir, task.file, entries,  # unlisted until the manifest names it
+                                np.stack(presence) if len(presence) == len(entries) else None)
             guard.check()  # last moment before the shard's rename
     except _EmptyShard:
         result.seconds = time.perf_counter() - t0
@@ -352,6 +385,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
         file=written.file, records=written.records, bytes=written.bytes, digest=written.digest,
         class_pixels=tuple(int(c) for c in class_pixels), ignore_pixels=ignore_pixels,
         class_images=tuple(int(c) for c in class_images), index=index, source_bytes=source_bytes(entries),
+        band_sums=sums.total(),
     )
     result.seconds = time.perf_counter() - t0
     return result

@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from converter.discover.files import files_for
+from converter.discover.stable import SourceChangedError
 from converter.plan.fingerprint import digest_bytes
 from converter.transform import png, pngchunks
+from converter.transform.jpeg import JpegDataError, check_jpeg
 from readers.files import NotRegularFileError
 from readers.manifest import SourceFingerprint
 from readers.storage.url import is_remote
@@ -74,6 +76,9 @@ def read_source(path: str, rel: str, stat: tuple[int, int] | None = None) -> Sou
         data, stamp = files_for(path).read(path)
     except NotRegularFileError as e:
         raise DecodeError(path, "unreadable", f"unreadable: {e}", "replace it with a real image file") from e
+    except SourceChangedError as e:
+        raise DecodeError(path, "changed_during_read", f"the file {e.strerror}", "let the program writing it "
+                          "finish, then re-run convert (the next run converts it)") from e
     except FileNotFoundError as e:
         raise DecodeError(path, "missing", "file disappeared while converting", "re-run convert") from e
     except OSError as e:
@@ -117,6 +122,8 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(src.data))
             _check_pixels(src.path, im.width, im.height, max_pixels)
+            if im.format in ("JPEG", "MPO"):
+                _check_jpeg_data(src)
             im.load()
         if im.format == "PNG":
             _check_png_complete(src)
@@ -137,6 +144,15 @@ def _open_pillow(src: SourceFile, max_pixels: int) -> Image.Image:
         kind = "truncated" if "truncated" in reason.lower() else "corrupt"
         raise DecodeError(src.path, kind, f"cannot decode image: {reason}",
                           "re-copy or re-export the file") from e
+
+
+def _check_jpeg_data(src: SourceFile) -> None:
+    """Before Pillow decodes a JPEG: its scan data holds every row, and its header claims no more
+    pixels than its bytes can hold (`converter.transform.jpeg`)."""
+    try:
+        check_jpeg(src.data)
+    except JpegDataError as e:
+        raise DecodeError(src.path, e.kind, e.reason, "re-copy or re-export the file") from e
 
 
 def _png_open_error(data: bytes) -> str:
@@ -343,6 +359,14 @@ def pack_rgb(rgb: np.ndarray) -> np.ndarray:
     return out
 
 
+def _refuse_animated(src: SourceFile, im: Image.Image) -> None:
+    """A mask with several frames (animated GIF, APNG) has no one class map: refused, never frame 0."""
+    frames = getattr(im, "n_frames", 1)
+    if frames > 1:
+        raise DecodeError(src.path, "animated", f"an animated {im.format} mask with {frames} frames: which frame "
+                          "holds the classes is unknown", "save the mask as a single-frame PNG")
+
+
 def decode_mask(src: SourceFile, max_pixels: int, *, wide: bool = False) -> MaskArray:
     """Decode a colour, palette or greyscale mask (alpha ignored).
 
@@ -361,6 +385,7 @@ def decode_mask(src: SourceFile, max_pixels: int, *, wide: bool = False) -> Mask
                 return MaskArray(h, w, indices=_pixels(src, rows), table=palette_table(rows.palette), path=src.path)
             return MaskArray(h, w, rows=rows, path=src.path)
     im = _open_pillow(src, max_pixels)
+    _refuse_animated(src, im)
     h, w = im.height, im.width
     if im.mode == "P":
         table = palette_table(bytes(im.getpalette("RGB") or []))

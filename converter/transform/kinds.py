@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from converter.discover.files import read_head
 from converter.imagekind import MAX_CHANNELS, AlphaMode, ImageKind, ImageMode
 from converter.options import ImageFilter, OutputOptions
 from converter.transform.decode import DecodeError, SourceFile, decode_image, open_image, read_source
@@ -43,6 +44,8 @@ _PILLOW_MODES = {  # mode -> (dtype, channels without alpha, alpha)
 _BAD_FILE = frozenset({"corrupt", "truncated", "not_an_image", "empty_file", "missing", "unreadable", "too_large"})
 #: How many source images `resolve_kind` looks at (evenly spread over the samples).
 PROBE_FILES = 16
+#: How much of a file the probe reads first: the header of a PNG, JPEG, BMP, GIF or WebP.
+PROBE_HEAD_BYTES = 1 << 16
 
 
 class ImageKindError(ValueError):
@@ -165,12 +168,14 @@ def _source_channels(kinds: Sequence[SourceKind], alpha: AlphaMode) -> int:
     return max(counts) if counts else 3
 
 
-def resolve_kind(kinds: Sequence[SourceKind], requested: ImageKind) -> ImageKind:
-    """The stored kind for sources of `kinds` under the flags of `requested`."""
+def resolve_kind(kinds: Sequence[SourceKind], requested: ImageKind, bands: tuple[str, ...] = ()) -> ImageKind:
+    """The stored kind for sources of `kinds` under the flags of `requested`; `bands`: the
+    band names when each image is stacked from one file per band."""
     dtype = _source_dtype(kinds)
     channels = _source_channels(kinds, requested.alpha)
-    if requested.bands:
-        channels = len(requested.bands) * channels
+    if bands:
+        requested = dataclasses.replace(requested, bands=tuple(bands))
+        channels = len(bands) * channels
     if channels > MAX_CHANNELS:
         raise _refuse(f"the sources have {channels} channels; imgshard stores 1..{MAX_CHANNELS}",
                       f"Give fewer bands. Received: {channels}")
@@ -193,7 +198,10 @@ def resolve_kind(kinds: Sequence[SourceKind], requested: ImageKind) -> ImageKind
 
 
 def check_encoding(kind: ImageKind, encoding: str) -> None:
-    """Encoded images (PNG/JPEG/WebP) hold 8-bit RGB; refuse other kinds by name."""
+    """Encoded images (PNG/JPEG/WebP) hold 8-bit RGB, PNG also one channel of 8 or 16 bits
+    (lossless); refuse other kinds by name."""
+    if encoding == "png" and kind.channels == 1:
+        return
     if encoding != "raw" and not kind.legacy:
         lossy = encoding in ("jpeg", "webp")
         raise _refuse(f"--image-encoding {encoding} {'is lossy and 8-bit' if lossy else 'stores 8-bit RGB'}; these "
@@ -208,14 +216,32 @@ def _spread(n: int, k: int) -> list[int]:
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
+def probe_path(path: str) -> SourceKind:
+    """The kind of the image at `path`, from its first `PROBE_HEAD_BYTES` when they tell it (on a
+    bucket one ranged GET, not a download of a file the conversion may not need again); a TIFF
+    (its tags may lie anywhere), a header that does not tell, or a damaged file: the whole file,
+    whose read names what is wrong."""
+    try:
+        head = read_head(path, PROBE_HEAD_BYTES)
+    except OSError:
+        head = b""
+    if head and not is_tiff(head):
+        try:
+            return probe_source(SourceFile(path, head, None))  # type: ignore[arg-type]  # no fingerprint needed
+        except DecodeError:
+            pass
+    return probe_source(read_source(path, path))
+
+
 def probe_samples(samples: Sequence, k: int = PROBE_FILES) -> list[SourceKind]:
     """The kinds of up to `k` of the samples' images (a damaged file is skipped: the conversion
     reports it as bad input; a file of a kind imgshard cannot store raises `ImageKindError`)."""
     kinds = []
     for i in _spread(len(samples), k):
-        path = samples[i].image
+        sample = samples[i]
+        paths = [sample.image] + (list(sample.bands or ()) if i == 0 else [])  # every band of the first sample
         try:
-            kinds.append(probe_source(read_source(path, path)))
+            kinds += [probe_path(path) for path in paths]
         except DecodeError as e:
             if e.kind not in _BAD_FILE:  # a kind imgshard cannot store: said now, not file by file
                 raise ImageKindError(str(e)) from e
@@ -224,7 +250,9 @@ def probe_samples(samples: Sequence, k: int = PROBE_FILES) -> list[SourceKind]:
 
 def resolve_options(samples: Sequence, options: OutputOptions) -> OutputOptions:
     """`options` with the image kind resolved from a sample of the sources' images."""
-    kind = resolve_kind(probe_samples(samples), options.image_kind)  # type: ignore[arg-type]
+    first = samples[0] if len(samples) else None
+    bands = () if first is None or first.bands is None else band_names_of((first.image, *first.bands))
+    kind = resolve_kind(probe_samples(samples), options.image_kind, bands)  # type: ignore[arg-type]
     check_encoding(kind, options.image_encoding.value)
     return dataclasses.replace(options, image_kind=kind)
 
@@ -337,6 +365,30 @@ def resize_bands(arr: np.ndarray, geom: Geometry, image_filter: ImageFilter) -> 
     return out
 
 
+def _stack_bands(src: SourceFile, arr: np.ndarray, alpha: bool, bands: Sequence[SourceFile],
+                 reader: "ImageReader") -> np.ndarray:
+    """The first band's samples and every other band file's, stacked (alpha dropped per file)."""
+    parts = [arr[:, :, :-1] if alpha else arr]
+    for band in bands:
+        more, more_alpha = decode_native(band, reader.max_pixels)
+        if more.shape[:2] != arr.shape[:2]:
+            raise DecodeError(band.path, "size_mismatch", f"band file is {more.shape[1]}x{more.shape[0]} but the "
+                              f"first band {src.path} is {arr.shape[1]}x{arr.shape[0]}",
+                              "every band file of a sample must have the same size")
+        if more.dtype != arr.dtype:
+            raise DecodeError(band.path, "image_kind", f"a {more.dtype} band beside a {arr.dtype} first band "
+                              f"({src.path})", "give every band the same bit depth")
+        parts.append(more[:, :, :-1] if more_alpha else more)
+    return np.concatenate(parts, axis=2)
+
+
+def band_names_of(paths: Sequence[str]) -> tuple[str, ...]:
+    """Band names for the manifest: the folder name of each band file."""
+    import posixpath
+
+    return tuple(posixpath.basename(posixpath.dirname(p.replace("\\", "/"))) for p in paths)
+
+
 class ImageReader:
     """Decode + resize one source image into the stored kind (built once per worker)."""
 
@@ -345,12 +397,16 @@ class ImageReader:
         self.max_pixels = max_pixels
         self.exif_transpose = exif_transpose
 
-    def decode(self, src: SourceFile) -> np.ndarray:
-        """(H, W) / (H, W, 3) uint8 for the default kind (the fast path), else (H, W, C) in the kind's dtype."""
-        if self.kind.legacy:
+    def decode(self, src: SourceFile, bands: Sequence[SourceFile] = ()) -> np.ndarray:
+        """(H, W) / (H, W, 3) uint8 for the default kind (the fast path), else (H, W, C) in the kind's
+        dtype; `bands`: the other band files of a sample stacked from one file per band."""
+        if self.kind.legacy and not bands:
             return decode_image(src, self.max_pixels, exif_transpose=self.exif_transpose,
                                 reduce_wide=self.kind.accept_reduction)
         arr, alpha = decode_native(src, self.max_pixels)
+        if bands:
+            arr = _stack_bands(src, arr, alpha, bands, self)
+            alpha = False
         return _to_channels(src, _to_dtype(src, arr, self.kind), alpha, self.kind)
 
     def resize(self, arr: np.ndarray, geom: Geometry, image_filter: ImageFilter) -> np.ndarray:
@@ -360,4 +416,4 @@ class ImageReader:
 
 
 __all__ = ["PROBE_FILES", "ImageKindError", "ImageReader", "SourceKind", "check_encoding", "decode_native",
-           "is_tiff", "probe_samples", "probe_source", "resize_bands", "resolve_kind", "resolve_options"]
+           "is_tiff", "probe_path", "probe_samples", "probe_source", "resize_bands", "resolve_kind", "resolve_options"]

@@ -14,8 +14,9 @@ import numpy as np
 from converter.discover.annotations.registry import rasterize
 from converter.discover.files import relative, use_storage_options
 from converter.discover.layout import SourceSample
-from converter.options import LabelOptions, MaskEncoding, MaskSemantics, OutputOptions, UnknownColor
-from converter.transform.decode import DecodeError, MaskArray, decode_mask, read_source
+from converter.options import ExifMode, LabelOptions, MaskEncoding, MaskSemantics, OutputOptions, UnknownColor
+from converter.transform.decode import DecodeError, MaskArray, SourceFile, decode_mask, read_source
+from converter.transform.exif import apply_orientation, orient, orientation_of
 from converter.transform.kinds import ImageReader
 from converter.transform.resize import plan_geometry
 from converter.transform.semantics import UnknownColorError, make_semantics
@@ -61,6 +62,9 @@ class SampleTransformer:
         self.max_pixels = max_pixels
         self.kind = task_kind(options.task)
         self.images = ImageReader(options.image_kind, max_pixels, exif_transpose=self.kind.exif_transpose)
+        #: Annotation files: their coordinates are in the EXIF-oriented frame (labelme, CVAT, Ultralytics and
+        #: Roboflow all orient the photo before it is annotated).
+        self.oriented = ImageReader(options.image_kind, max_pixels, exif_transpose=True)
         self.segmentation = self.kind.dense
         labels = options.labels if options.labels is not None else LabelOptions()
         self.semantics = make_semantics(labels, classes, options.color_tolerance) if self.segmentation else None
@@ -102,12 +106,31 @@ class SampleTransformer:
             geom = plan_geometry((mask.height, mask.width), self.options.size, self.options.fit)
         return semantics.class_map(mask, geom, path, self.options.unknown_color is UnknownColor.FAIL)
 
+    def _oriented(self, image: np.ndarray, img_src: SourceFile, mask: MaskArray, sample: SourceSample) -> np.ndarray:
+        """The image turned by its EXIF orientation where `--exif` and the mask's size say so
+        (`converter.transform.exif`); `DecodeError` for a pair the sizes cannot decide, or that fits neither way."""
+        fits = (mask.height, mask.width) == image.shape[:2]
+        if fits and self.options.exif is ExifMode.IGNORE:
+            return image
+        orientation = orientation_of(img_src)  # also under ignore, to name it when the sizes differ
+        if orientation == 1 and fits:
+            return image
+        if apply_orientation(self.options.exif, orientation, image.shape[:2], (mask.height, mask.width),
+                             sample.image, sample.mask or mask.path):
+            return orient(image, orientation)
+        return image
+
     def __call__(self, sample: SourceSample) -> Transformed:
         opts = self.options
         img_src = read_source(sample.image, relative_key_path(sample.image, self.base), sample.image_stat)
         mask_src = (read_source(sample.mask, relative_key_path(sample.mask, self.base), sample.mask_stat)
                     if sample.mask else None)
-        image = self.images.decode(img_src)
+        bands = [read_source(p, relative_key_path(p, self.base)) for p in sample.bands or ()]
+        image = (self.images if sample.annotation is None else self.oriented).decode(img_src, bands)
+        mask = None
+        if self.segmentation and sample.annotation is None and mask_src is not None:
+            mask = decode_mask(mask_src, self.max_pixels, wide=self.wide_masks)
+            image = self._oriented(image, img_src, mask, sample)
         geom = plan_geometry(image.shape[:2], opts.size, opts.fit)
         out_image = self.images.resize(image, geom, opts.image_filter)
         mask_fp = (mask_src.fingerprint if mask_src else None) if sample.annotation is None else \
@@ -121,8 +144,6 @@ class SampleTransformer:
             mask = annotation_mask(sample.annotation, image.shape[0], image.shape[1])
         elif mask_src is None:
             raise DecodeError(sample.image, "missing_mask", "image without mask")
-        else:
-            mask = decode_mask(mask_src, self.max_pixels, wide=self.wide_masks)
         if (mask.height, mask.width) != image.shape[:2]:
             raise DecodeError(
                 sample.mask or "", "size_mismatch",

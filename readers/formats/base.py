@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
-from readers.errors import ShardError, describe, shard_error
+from readers.errors import ShardError, describe, missing_shard_error, shard_error
 from readers.formats import FileFormat
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import Record, RecordSpec, ShardRef
@@ -92,6 +92,10 @@ def naming_shard(path: str, record: int | None = None) -> Iterator[None]:
         yield
     except ShardError:
         raise
+    except FileNotFoundError as e:
+        if e.filename is not None and os.fspath(e.filename) != os.fspath(path):
+            raise shard_error(path, f"cannot read it ({describe(e)})", record=record) from e
+        raise missing_shard_error(path, record=record) from e  # gone since `open`: rewritten, or damaged
     except (OSError, ValueError, EOFError, KeyError, IndexError, TypeError, zlib.error) as e:
         raise shard_error(path, f"cannot read it ({describe(e)})", record=record) from e
 

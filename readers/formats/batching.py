@@ -138,6 +138,7 @@ def augment_map(spec: RecordSpec, options: PipelineOptions) -> Callable[..., Any
     `options.augment_on == "device"`, ((images, params), targets) untouched (compact)."""
     from readers.augment import make_augment_tf
 
+    options.augment.check_images(spec.channels, spec.image_dtype)  # colour jitter on RGB only: said now, by name
     if options.augment_on == "device":
         return lambda images, targets, params: ((images, params), targets)
     from readers.augment import host_kernel_takes
@@ -448,6 +449,10 @@ class BatchGenerator:
 
     def plan_epoch(self, epoch: int) -> list[np.ndarray]:
         """The batches of `epoch`, each an array of global record numbers (shard starts + record)."""
+        if self.options.replicas is not None or self.options.repeat_factors is not None:  # readers.order
+            from readers.order import replica_plan
+
+            return replica_plan(self.starts, self.seed, epoch, self.options, self.window)
         rng = np.random.default_rng([self.seed, int(epoch)])
         opts = self.options
         order = list(range(len(self.shards)))

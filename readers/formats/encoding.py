@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from readers.errors import describe, shard_error
+from readers.errors import FIX_HINT, describe, shard_error
 from readers.formats import IMAGE_CODECS, MASK_CODECS, check_choice, workers
+from readers.formats.classrange import problem
+from readers.formats.pngmask import check_mask_png
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -53,6 +55,8 @@ WEBP_METHOD = 4
 PNG_COMPRESS_LEVEL = 6
 
 _PIL_FORMATS = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}
+#: The mode Pillow decodes a stored image to, by (channels, dtype): grey PNG 8 and 16 bits.
+_PIL_MODE = {(3, "uint8"): "RGB", (1, "uint8"): "L", (1, "uint16"): "I;16"}
 
 
 def mask_codec_for(image_codec: str) -> str:
@@ -63,12 +67,20 @@ def mask_codec_for(image_codec: str) -> str:
 # -- encoding (converter workers) ----------------------------------------------------------------
 
 def encode_image(image: np.ndarray, codec: str, quality: int | None = None) -> bytes:
-    """The stored bytes of a (H, W, 3) uint8 image in `codec` (not "raw")."""
+    """The stored bytes of a (H, W, 3) uint8 image in `codec` (not "raw"); PNG also takes one
+    channel of uint8 or uint16 (a 16-bit greyscale PNG: lossless, every bit)."""
     from PIL import Image
 
     check_choice(codec, IMAGE_CODECS[1:], "image codec")
-    pil = Image.fromarray(np.ascontiguousarray(image, np.uint8), "RGB")
     out = io.BytesIO()
+    if codec == "png" and image.ndim == 3 and image.shape[2] == 1 and image.dtype in (np.uint8, np.uint16):
+        grey = np.ascontiguousarray(image[:, :, 0], image.dtype.newbyteorder("="))
+        Image.fromarray(grey).save(out, format="PNG", compress_level=PNG_COMPRESS_LEVEL, optimize=False)  # L / I;16
+        return out.getvalue()
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"--image-encoding {codec} stores 8-bit RGB (PNG also one channel of 8 or 16 bits). "
+                         f"Received: {image.dtype} {image.shape}")
+    pil = Image.fromarray(np.ascontiguousarray(image, np.uint8), "RGB")
     if codec == "png":
         pil.save(out, format="PNG", compress_level=PNG_COMPRESS_LEVEL, optimize=False)
     elif codec == "jpeg":
@@ -113,9 +125,11 @@ def decode_image(data: Any, spec: "RecordSpec") -> np.ndarray:
             if pil.size != (spec.width, spec.height):  # before decoding: a hostile header allocates nothing
                 raise ValueError(f"is {pil.size[0]}x{pil.size[1]}, the manifest says {spec.width}x{spec.height}")
             pil.load()
-            if pil.mode != "RGB":
-                raise ValueError(f"decodes to mode {pil.mode!r}, expected 'RGB'")
+            want = _PIL_MODE.get((spec.channels, spec.image_dtype), "RGB")
+            if pil.mode != want:
+                raise ValueError(f"decodes to mode {pil.mode!r}, expected {want!r}")
             array = np.asarray(pil)
+            array = array.reshape(array.shape[:2] + (spec.channels,)) if array.ndim == 2 else array
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise ValueError(f"image is not a valid {codec.upper()} ({describe(e)})") from e
     if array.shape != spec.image_shape:
@@ -132,7 +146,9 @@ def decode_mask(data: Any, spec: "RecordSpec") -> np.ndarray:
     """The stored mask (class map, or one-hot planes) from PNG bytes."""
     from PIL import Image
 
-    modes = ("I;16", "I;16B", "I") if wide_class_map(spec) else ("L",)
+    wide = wide_class_map(spec)
+    modes = ("I;16", "I;16B", "I") if wide else ("L",)
+    check_mask_png(data, spec.height, spec.width, 16 if wide else 8)  # before Pillow pads or converts anything
     try:
         with Image.open(io.BytesIO(data), formats=["PNG"]) as pil:
             if pil.size != (spec.width, spec.height):  # before decoding: a hostile header allocates nothing
@@ -145,6 +161,9 @@ def decode_mask(data: Any, spec: "RecordSpec") -> np.ndarray:
         raise ValueError(f"mask is not a valid PNG class map ({describe(e)})") from e
     if cmap.shape != (spec.height, spec.width):
         raise ValueError(f"mask decodes to shape {cmap.shape}, the manifest says {(spec.height, spec.width)}")
+    why = problem(cmap, replace(spec, mask_encoding="class_map"))  # stored one-hot: its class map
+    if why is not None:
+        raise ValueError(why)
     if spec.mask_encoding == "onehot":
         planes = np.arange(spec.num_classes, dtype=cmap.dtype)
         return (cmap[:, :, None] == planes).astype(np.uint8)
@@ -186,7 +205,7 @@ class EncodedColumn:
 
 
 def image_column(parts: Sequence[Any], spec: "RecordSpec", path: str) -> EncodedColumn:
-    return EncodedColumn(parts, decode_image, spec, path, spec.image_shape, np.uint8)
+    return EncodedColumn(parts, decode_image, spec, path, spec.image_shape, spec.image_np_dtype.newbyteorder("="))
 
 
 def mask_column(parts: Sequence[Any], spec: "RecordSpec", path: str) -> EncodedColumn:
@@ -288,7 +307,7 @@ def tf_decode_one_image(data: "tf.Tensor", spec: "RecordSpec") -> "tf.Tensor":
     if spec.image_codec == "jpeg":
         image = tf.io.decode_jpeg(data, channels=3, dct_method="INTEGER_ACCURATE")
     elif spec.image_codec == "png":
-        image = tf.io.decode_png(data, channels=3)
+        image = tf.io.decode_png(data, channels=spec.channels, dtype=tf.dtypes.as_dtype(spec.image_dtype))
     else:
         image = tf.io.decode_image(data, channels=3, expand_animations=False)
     return tf.ensure_shape(image, spec.image_shape)
@@ -299,6 +318,8 @@ def tf_decode_one_mask(data: "tf.Tensor", spec: "RecordSpec") -> "tf.Tensor":
     import tensorflow as tf
 
     wide = wide_class_map(spec)
+    with tf.control_dependencies([tf_check_mask_header(data, 16 if wide else 8)]):
+        data = tf.identity(data)
     cmap = tf.io.decode_png(data, channels=1, dtype=tf.uint16 if wide else tf.uint8)[..., 0]
     cmap = tf.ensure_shape(cmap, (spec.height, spec.width))
     if spec.mask_encoding == "onehot":
@@ -306,12 +327,34 @@ def tf_decode_one_mask(data: "tf.Tensor", spec: "RecordSpec") -> "tf.Tensor":
     return cmap
 
 
+def tf_check_mask_header(data: "tf.Tensor", depth: int) -> "tf.Operation":
+    """In a graph: the PNG signature and IHDR of `readers.formats.pngmask.check_mask_png`
+    (greyscale, `depth` bits, not interlaced), so `decode_png(channels=1)` never converts
+    an RGB, palette, grey+alpha, other-depth or JPEG mask. (The reader's own pipelines
+    decode in the generator and name shard and record; this guards `ENGINE` = "tf".)"""
+    import tensorflow as tf
+
+    from readers.formats.pngmask import SIGNATURE
+
+    head = tf.strings.join([tf.strings.substr(data, 0, 29), tf.constant(bytes(29))])
+    ok = tf.reduce_all(tf.stack([
+        tf.equal(tf.strings.substr(head, 0, 8), SIGNATURE),
+        tf.equal(tf.strings.substr(head, 12, 4), b"IHDR"),
+        tf.equal(tf.strings.substr(head, 24, 2), bytes([depth, 0])),
+        tf.equal(tf.strings.substr(head, 28, 1), b"\0"),
+    ]))
+    return tf.debugging.Assert(ok, [
+        f"imgshard: a mask is not the {depth}-bit greyscale PNG class map the writer stores (RGB, palette, "
+        "grey+alpha, another bit depth, interlaced or JPEG bytes). `Dataset.records(split)` names the shard and "
+        f"record. {FIX_HINT}"])
+
+
 def tf_decode_batch(strings: "tf.Tensor", spec: "RecordSpec", what: str) -> "tf.Tensor":
     """A batch of stored images (`what` "image") or masks ("mask") decoded: [n, ...]."""
     import tensorflow as tf
 
     if what == "image":
-        fn, shape, dtype = tf_decode_one_image, spec.image_shape, tf.uint8
+        fn, shape, dtype = tf_decode_one_image, spec.image_shape, tf.dtypes.as_dtype(spec.image_dtype)
     else:
         fn = tf_decode_one_mask
         shape = spec.mask_shape

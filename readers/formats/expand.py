@@ -1,7 +1,8 @@
 """The (x, y) expansion of compact batches, defined once: uint8 images -> float32/255
 (uint16 images: /65535),
 class maps / labels -> one-hot float32 (an ignored or out-of-range index becomes an
-all-zero row), stored one-hot planes -> float32 or back to a class map.
+all-zero row; the readers refuse out-of-range values before they get here:
+`readers.formats.classrange`), stored one-hot planes -> float32 or back to a class map.
 
 `expand` is the one definition; it runs on three array backends, each a handful of
 primitives: NumPy (`expand_numpy`, the PyDataset path), `tf` inside a `tf.data` map

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,12 +34,21 @@ class PipelineOptions:
     #: handed over as ((uint8 images, params), targets) for `readers.device.augment_batch`.
     augment: Any = None
     augment_on: str = "host"
+    #: (replicas, index): read batch slice `index` of every global step of the order
+    #: that (seed, epoch) alone fixes (``sharding="global"``, `readers.order`).
+    replicas: tuple[int, int] | None = None
+    #: Repeat-factor sampling: one float per record of the pipeline's shards, in order
+    #: (`readers.sampling`); each epoch draws round(sum) records by them.
+    repeat_factors: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("epoch", "start_step"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0. Received: {name}={value!r}")
+        if self.replicas is not None and self.shuffle and self.seed is None:
+            raise ValueError("seed must be an int with sharding='global' (every replica must draw the same order). "
+                             "Received: seed=None")
         if self.augment_on not in ("host", "device"):
             raise ValueError(f"augment_on must be 'host' or 'device'. Received: augment_on={self.augment_on!r}")
         if self.augment_on == "device" and (self.augment is None or self.normalize or self.one_hot):
@@ -76,7 +85,8 @@ class PipelineOptions:
     @property
     def requires_plan(self) -> bool:
         """Augmentation or a resumed start: only the planned generator can do them."""
-        return self.augment is not None or self.epoch != 0 or self.start_step != 0
+        return (self.augment is not None or self.epoch != 0 or self.start_step != 0 or self.replicas is not None
+                or self.repeat_factors is not None)
 
     def buffer_records(self, shards: Sequence[ShardRef]) -> int:
         """Shuffle buffer size in records: the explicit value, else as many records as

@@ -140,9 +140,10 @@ def _codecs(manifest: Manifest, where: str) -> tuple[str, str]:
         mask = check_choice(str((manifest.mask or {}).get("codec", "raw")), MASK_CODECS, "mask codec")
     except ValueError as e:
         raise ManifestError(f"{where}: {e}") from e
-    if (manifest.image_shape[2] != 3 or manifest.image.get("dtype", "uint8") != "uint8") and image != "raw":
-        raise ManifestError(f"{where}: encoded images are 8-bit with 3 channels. Received: {manifest.image_shape} "
-                            f"{manifest.image.get('dtype', 'uint8')}")
+    rgb8 = manifest.image_shape[2] == 3 and manifest.image.get("dtype", "uint8") == "uint8"
+    if image != "raw" and not rgb8 and not (image == "png" and manifest.image_shape[2] == 1):
+        raise ManifestError(f"{where}: encoded images are 8-bit RGB (PNG: also one channel of 8 or 16 bits). "
+                            f"Received: {image} {manifest.image_shape} {manifest.image.get('dtype', 'uint8')}")
     return image, mask
 
 

@@ -12,13 +12,14 @@ images leaves the other samples' bytes, and so their fingerprints, unchanged.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
 import xxhash
 
 from converter.discover.files import files_for, relative
+from readers.files import open_regular_file
+from readers.storage.url import is_remote
 from converter.options import Overlap
 from converter.transform.decode import DecodeError
 from readers.manifest import SourceFingerprint
@@ -37,7 +38,7 @@ class AnnotationFileError(ValueError):
 
     def __init__(self, path: str, reason: str, fix: str = "", where: str = "") -> None:
         at = f" ({where})" if where else ""
-        super().__init__(f"{path}{at}: {reason}" + (f". {fix}" if fix else ""))
+        super().__init__(f"{path}{at}: {reason}" + (f". {fix[:1].upper()}{fix[1:]}." if fix else ""))
         self.path, self.reason, self.fix, self.where = path, reason, fix, where
 
 
@@ -100,6 +101,17 @@ def read_annotation_file(path: str) -> bytes:
                                   "check its permissions") from e
 
 
+def head_bytes(path: str, size: int) -> bytes:
+    """The first `size` bytes of a file (detection peeks; b"" when unreadable). An object: one GET."""
+    try:
+        if is_remote(path):
+            return files_for(path).read(path)[0][:size]
+        with open_regular_file(path) as f:
+            return f.read(size)
+    except OSError:
+        return b""
+
+
 def load_json(path: str, data: bytes | None = None) -> Any:
     """A parsed JSON annotation file; invalid JSON (or NaN / Infinity) is a named error."""
     data = read_annotation_file(path) if data is None else data
@@ -116,16 +128,16 @@ def load_json(path: str, data: bytes | None = None) -> Any:
 
 
 def coordinates(values: Any, path: str, where: str, limit: float = MAX_COORDINATE) -> list[float]:
-    """Finite numbers within +-`limit` (a flat list), else a named error."""
+    """Finite numbers within +-`limit` (a flat list), else a named error (NaN fails every comparison)."""
     try:
         out = [float(v) for v in values]
     except (TypeError, ValueError) as e:
         raise AnnotationFileError(path, f"coordinates are not numbers: {str(values)[:80]}",
                                   "fix or remove the annotation", where) from e
-    for v in out:
-        if not math.isfinite(v) or abs(v) > limit:
-            raise AnnotationFileError(path, f"coordinate {v} is not finite or beyond {limit:g} pixels",
-                                      "fix or remove the annotation", where)
+    if not all(-limit <= v <= limit for v in out):
+        bad = next(v for v in out if not -limit <= v <= limit)
+        raise AnnotationFileError(path, f"coordinate {bad} is not finite or beyond {limit:g} pixels",
+                                  "fix or remove the annotation", where)
     return out
 
 
@@ -182,6 +194,6 @@ def check_size(doc: dict, height: int, width: int, where: str) -> None:
 
 Rasterizer = Callable[[dict, int, int, str], Iterable[tuple[np.ndarray, int]]]
 
-__all__ = ["MAX_ANNOTATION_FILE_BYTES", "Annotation", "AnnotationFileError", "Canvas", "annotation_state",
+__all__ = ["MAX_ANNOTATION_FILE_BYTES", "Annotation", "AnnotationFileError", "Canvas", "annotation_state", "head_bytes",
            "canonical", "check_size", "coordinates", "ignore_value", "load_json", "outside_ok", "paint_all",
            "read_annotation_file"]

@@ -94,7 +94,7 @@ def _classes(doc: dict, path: str) -> tuple[tuple[str, ...], dict[int, int], str
     return names, {c["id"]: i + 1 for i, c in enumerate(kept)}, placeholder
 
 
-def _check_segmentation(seg: Any, path: str, where: str, size: tuple[int, int], out: AnnotationSet) -> Any:
+def _check_segmentation(seg: Any, path: str, where: str, size: tuple[int, int] | None, out: AnnotationSet) -> Any:
     """The segmentation as pycocotools takes it, checked; None when nothing is drawn (too few points)."""
     if isinstance(seg, list):
         polys = []
@@ -103,14 +103,16 @@ def _check_segmentation(seg: Any, path: str, where: str, size: tuple[int, int], 
             if len(xy) < 6 or len(xy) % 2:
                 out.problems["polygons with fewer than 3 points (dropped)"] += 1
                 continue
-            if not outside_ok(xy, size):
+            if size is not None and not outside_ok(xy, size):
                 out.problems["polygons reaching outside the image (clipped)"] += 1
             polys.append(xy)
         return polys or None
     if isinstance(seg, dict) and "counts" in seg and "size" in seg:
-        if [int(v) for v in seg["size"]] != list(size):
-            raise AnnotationFileError(path, f"RLE size {seg['size']} differs from its image's {list(size)}",
-                                      "re-export the annotations", where)
+        rle_size = [int(v) for v in coordinates(seg["size"], path, where)]
+        if len(rle_size) != 2 or min(rle_size) <= 0 or (size is not None and rle_size != list(size)):
+            raise AnnotationFileError(path, f"RLE size {seg['size']} differs from its image's "
+                                      f"{list(size) if size else 'height, width'}", "re-export the annotations", where)
+        size = (rle_size[0], rle_size[1])
         counts = seg["counts"]
         runs = coordinates(counts, path, where, 1 << 40) if isinstance(counts, list) else _string_counts(
             counts, path, where)
@@ -202,7 +204,8 @@ class Coco(Reader):
                                         "missing_image"))
                 continue
             shapes = per_image[image_id]
-            doc_ = {"size": [h, w], "ignore": out.ignore, "overlap": options.overlap.value, "shapes": shapes}
+            doc_ = {"size": [h, w] if h else None, "ignore": out.ignore, "overlap": options.overlap.value,
+                    "shapes": shapes}
             out.samples.append(make_sample(split, f"{split}/{file_name}", image, self.name, path, str(image_id), doc_))
 
     @staticmethod
@@ -212,9 +215,10 @@ class Coco(Reader):
             where = f"image id {im.get('id') if isinstance(im, dict) else im!r}"
             if not isinstance(im, dict) or "id" not in im or not isinstance(im.get("file_name"), str):
                 raise AnnotationFileError(path, "an image entry needs 'id' and 'file_name'", "re-export", where)
-            h, w = (int(v) for v in coordinates([im.get("height", 0), im.get("width", 0)], path, where))
-            if h <= 0 or w <= 0:
-                raise AnnotationFileError(path, "image width and height must be positive", "re-export", where)
+            h, w = (int(v) for v in coordinates([im.get("height") or 0, im.get("width") or 0], path, where))
+            if h < 0 or w < 0 or (h == 0) != (w == 0):
+                raise AnnotationFileError(path, "image width and height must be positive (or both left out)",
+                                          "re-export", where)
             if im["id"] in images:
                 raise AnnotationFileError(path, "image id listed twice", "re-export the annotations", where)
             images[im["id"]] = (im["file_name"].replace("\\", "/"), h, w)
@@ -231,11 +235,11 @@ class Coco(Reader):
         if a.get("category_id") not in class_of:
             raise AnnotationFileError(path, f"category_id {a.get('category_id')!r} is not in 'categories' "
                                       f"(ids {sorted(class_of)})", "fix the annotation or add the category", where)
-        _, h, w = images[a["image_id"]]
+        _, h, w = images[a["image_id"]]  # 0, 0: sizes left out, the image's own size rules
         if "segmentation" not in a:
             out.problems["annotations without segmentation (boxes only; skipped)"] += 1
             return
-        seg = _check_segmentation(a["segmentation"], path, where, (h, w), out)
+        seg = _check_segmentation(a["segmentation"], path, where, (h, w) if h else None, out)
         if seg is None:
             return
         crowd = bool(a.get("iscrowd", 0))
@@ -256,6 +260,8 @@ class Coco(Reader):
                     rle = mask.frPyObjects(seg, height, width)
                 else:
                     rle = {"size": seg["size"], "counts": seg["counts"].encode("ascii")}
+                if not isinstance(seg, list) and list(seg["size"]) != [height, width]:
+                    raise ValueError(f"its RLE is {seg['size'][1]}x{seg['size'][0]} but the image is {width}x{height}")
                 yield mask.decode(rle).astype(bool), int(s["v"])
             except (ValueError, TypeError) as e:
                 raise DecodeError(where, "bad_annotation", f"annotation {n + 1} of this image: {e}",

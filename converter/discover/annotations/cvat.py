@@ -19,7 +19,8 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from converter.discover.annotations.base import AnnotationFileError, coordinates, outside_ok, read_annotation_file
+from converter.discover.annotations.base import (AnnotationFileError, coordinates, head_bytes, outside_ok,
+                                                  read_annotation_file)
 from converter.discover.annotations.coco import pycocotools_mask
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_name
 from converter.discover.files import file_names, is_file, join
@@ -35,10 +36,7 @@ def cvat_files(root: str) -> list[str]:
     for name in file_names(root):
         if name.lower().endswith(".xml"):
             path = join(root, name)
-            try:
-                head = read_annotation_file(path)[:4096]
-            except AnnotationFileError:
-                continue
+            head = head_bytes(path, 4096)
             if b"<annotations" in head and (b"<version>1.1" in head or b"<meta" in head or b"<image " in head):
                 out.append(path)
     return out

@@ -10,6 +10,7 @@ A mask's fingerprint is its name, size and modification time.
 
 from __future__ import annotations
 
+import io
 import os
 
 import numpy as np
@@ -106,9 +107,9 @@ class InstanceMasks(Reader):
         for s in doc["shapes"]:
             path = join(where, "masks", s["file"])
             try:
-                with Image.open(path) as im:
+                with Image.open(io.BytesIO(files_for(path).read(path)[0])) as im:  # a local file or an object
                     values = np.asarray(im)
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, Image.DecompressionBombError) as e:
                 raise DecodeError(path, "undecodable", f"cannot decode the instance mask: {e}",
                                   "re-export the mask") from e
             if values.shape[:2] != (height, width):

@@ -1,7 +1,8 @@
 """LabelMe: one ``<name>.json`` per image (``shapes``, ``imagePath``) beside the images.
 
 Found by content: JSON files with ``shapes`` and ``imagePath`` at the top or in split
-folders. Shapes (polygon, rectangle, circle, line, linestrip, point) are rasterized as
+folders. Shapes (polygon, rectangle, circle, line, linestrip, point; ``mask``: a base64 PNG
+over its box) are rasterized as
 labelme's own ``utils.shape_to_mask`` draws them on ``PIL.ImageDraw`` (line width 10,
 point radius 5); labelme2voc's ``shapes_to_label`` paints them in file order, later on
 top. Classes from ``labels.txt`` (``__ignore__`` -> the ignore index, ``_background_`` ->
@@ -15,25 +16,22 @@ import os
 
 import numpy as np
 
-from converter.discover.annotations.base import AnnotationFileError, coordinates, load_json, outside_ok
+from converter.discover.annotations.base import AnnotationFileError, coordinates, head_bytes, load_json, outside_ok
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_folders
 from converter.discover.files import file_names, is_file, join
 from converter.discover.names_files import NamesFileError, read_names
 from converter.discover.layout import IMAGE_EXTENSIONS, BadInput
 from converter.options import AnnotationOptions
+from converter.transform.decode import DecodeError
 
 #: labelme's `shape_to_mask` defaults.
 LINE_WIDTH, POINT_SIZE = 10, 5
-_POINTS = {"rectangle": 2, "circle": 2, "line": 2, "point": 1}
+_POINTS = {"rectangle": 2, "circle": 2, "line": 2, "point": 1, "mask": 2}
 IGNORE_LABEL, BACKGROUND_LABEL = "__ignore__", "_background_"
 
 
 def _is_labelme(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError:
-        return False
+    head = head_bytes(path, 1 << 16)
     return b'"shapes"' in head and (b'"imagePath"' in head or b'"imageHeight"' in head)
 
 
@@ -132,7 +130,8 @@ class LabelMe(Reader):
                     raise AnnotationFileError(path, f"label {s['label']!r} is not in labels.txt",
                                               "add it to labels.txt (or fix the label)", f"shape {s['n']}")
                 value = table[s["label"]]
-                doc["shapes"].append({"kind": s["kind"], "xy": s["xy"], "v": out.ignore if value is None else value})
+                doc["shapes"].append({"kind": s["kind"], "xy": s["xy"], "v": out.ignore if value is None else value,
+                                      **({"mask": s["mask"]} if "mask" in s else {})})
                 out.shapes[s["label"]] += 1
             rel = os.path.relpath(image, folder).replace(os.sep, "/")
             out.samples.append(make_sample(split, f"{split}/{rel}", image, self.name, path, "", doc))
@@ -142,7 +141,8 @@ class LabelMe(Reader):
     def _image(folder: str, name: str, doc: dict) -> str | None:
         given = doc.get("imagePath")
         if isinstance(given, str) and given:
-            path = os.path.normpath(join(folder, given.replace("\\", "/")))
+            path = join(folder, given.replace("\\", "/"))
+            path = path if "://" in path else os.path.normpath(path)
             if is_file(path):
                 return path
         stem = os.path.splitext(name)[0]
@@ -159,7 +159,7 @@ class LabelMe(Reader):
             if not isinstance(s, dict) or not isinstance(s.get("label"), str):
                 raise AnnotationFileError(path, "a shape needs a 'label'", "fix the file", where)
             kind = s.get("shape_type") or "polygon"
-            if kind not in ("polygon", "rectangle", "circle", "line", "linestrip", "point"):
+            if kind not in ("polygon", "rectangle", "circle", "line", "linestrip", "point", "mask"):
                 out.problems[f"{kind} shapes (not supported; skipped)"] += 1
                 continue
             pts = s.get("points")
@@ -169,13 +169,44 @@ class LabelMe(Reader):
             if (want is not None and len(xy) != 2 * want) or (kind == "polygon" and len(xy) < 6) or not xy:
                 out.problems[f"{kind} shapes with a wrong number of points (skipped)"] += 1
                 continue
-            shapes.append({"label": s["label"], "kind": kind, "xy": xy, "n": n})
+            shape = {"label": s["label"], "kind": kind, "xy": xy, "n": n}
+            if kind == "mask":
+                if not isinstance(s.get("mask"), str):
+                    raise AnnotationFileError(path, "a mask shape needs its base64 PNG 'mask'", "fix the file", where)
+                shape["mask"] = s["mask"]
+            shapes.append(shape)
         return shapes
 
     def shapes(self, doc: dict, height: int, width: int, where: str):
         for s in doc["shapes"]:
+            if s["kind"] == "mask":
+                yield embedded_mask(s["mask"], s["xy"], height, width, where), int(s["v"])
+                continue
             xy = list(zip(s["xy"][0::2], s["xy"][1::2]))
             yield shape_mask(s["kind"], xy, height, width), int(s["v"])
+
+
+def embedded_mask(b64: str, xy: list[float], height: int, width: int, where: str) -> np.ndarray:
+    """labelme's ``mask`` shape: a base64 PNG over its box, whose top-left corner is the first point
+    (labelme crops ``mask[ymin:ymax + 1, xmin:xmax + 1]``); clipped to the image."""
+    import base64
+    import binascii
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(base64.b64decode(b64, validate=True))) as im:
+            box = np.asarray(im.convert("L")) > 0
+    except (binascii.Error, OSError, ValueError) as e:
+        raise DecodeError(where, "bad_annotation", f"a mask shape's PNG cannot be decoded: {e}",
+                          "fix or remove the shape") from e
+    out = np.zeros((height, width), bool)
+    x0, y0 = int(xy[0]), int(xy[1])
+    top, left = max(y0, 0), max(x0, 0)
+    part = box[top - y0:height - y0, left - x0:width - x0]
+    out[top:top + part.shape[0], left:left + part.shape[1]] = part
+    return out
 
 
 __all__ = ["LabelMe", "label_table", "labelme_folders", "shape_mask"]

@@ -45,7 +45,7 @@ def rasterize_canvas(annotation: Annotation, height: int, width: int):
         return paint_all(height, width, doc, shapes)
     except DecodeError:
         raise
-    except (ValueError, IndexError, KeyError, TypeError) as e:
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError) as e:
         raise DecodeError(annotation.where, "bad_annotation", f"cannot rasterize: {e}",
                           "fix or remove the annotation") from e
 

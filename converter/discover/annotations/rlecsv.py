@@ -5,11 +5,15 @@ Found by content: a ``.csv`` at the top whose header has an id column (``ImageId
 ``id``, ...) and a run column (``EncodedPixels``, ``rle``, ``annotation``, ...), beside a
 folder of images (``train_images/``, ``train/``, ``images/``, ...) whose names match the
 ids (with or without extension). Runs are the Kaggle convention: ``start length`` pairs,
-1-based, numbered down the columns first (column-major); the image size comes from the
+1-based, numbered down the columns first (column-major; ``--rle-order rows`` for CSVs whose
+runs go along the rows, as Carvana's: scan tells from the shapes); the image size comes from the
 image. The class is the ``ClassId`` column (integer ids keep their value, named
 ``class_<id>``; names are sorted), else one class (``--rle-class NAME``, default
 ``foreground``). An empty run column is an image without objects. Rows paint in file
 order, later on top. Images of the folder the CSV does not list are left out (counted).
+Kaggle's ``sample_submission.csv`` (test ids, placeholder runs ``1 1``) is never annotations, nor
+a CSV that re-encodes mask images shipped beside it (TGS ``train/masks/``, Carvana ``train_masks/``):
+the mask images are read.
 """
 
 from __future__ import annotations
@@ -20,44 +24,44 @@ import os
 
 import numpy as np
 
-from converter.discover.annotations.base import AnnotationFileError, read_annotation_file
+from converter.discover.annotations.base import AnnotationFileError, head_bytes, read_annotation_file
 from converter.discover.annotations.listing import AnnotationSet, Reader, images_by_stem, make_sample
 from converter.discover.files import file_names, is_dir, join, subfolders
 from converter.discover.layout import BadInput
 from converter.options import AnnotationOptions
 from converter.transform.decode import DecodeError
 
-ID_COLUMNS = ("imageid", "image_id", "id", "img", "image", "imagename", "filename", "file_name", "name")
-RUN_COLUMNS = ("encodedpixels", "encoded_pixels", "rle", "rle_mask", "annotation", "segmentation")
+#: "imageid_classid" (Severstal's first release: ``0002cc93b.jpg_1``) holds both, split at the last "_".
+ID_COLUMNS = ("imageid_classid", "imageid", "image_id", "id", "img", "image", "imagename", "filename", "file_name",
+              "name")
+RUN_COLUMNS = ("encodedpixels", "encoded_pixels", "rle", "rle_mask", "encoding", "annotation", "segmentation")
 CLASS_COLUMNS = ("classid", "class_id", "class", "label", "category")
 
 
 def _columns(header: list[str]) -> tuple[int, int, int | None] | None:
+    """(id column, run column, class column or None; the id column's index when it holds the class too)."""
     low = [h.strip().lower() for h in header]
     idc = next((low.index(c) for c in ID_COLUMNS if c in low), None)
     run = next((low.index(c) for c in RUN_COLUMNS if c in low), None)
-    cls = next((low.index(c) for c in CLASS_COLUMNS if c in low), None)
+    cls = idc if idc is not None and low[idc] == "imageid_classid" else next(
+        (low.index(c) for c in CLASS_COLUMNS if c in low), None)
     return None if idc is None or run is None else (idc, run, cls)
 
 
 def _head(path: str, lines: int = 6) -> list[list[str]]:
     """The first rows of a CSV file (header first)."""
-    try:
-        with open(path, "rb") as f:
-            text = [f.readline(1 << 16).decode("utf-8-sig", "replace") for _ in range(lines)]
-    except OSError:
-        return []
+    text = head_bytes(path, 1 << 16).decode("utf-8-sig", "replace").splitlines()[:lines]
     return [row for row in csv.reader([t for t in text if t.strip()])]
 
 
 def _is_rle_csv(path: str) -> bool:
-    """A header with an id and a run column, and run values that are integers (or empty)."""
+    """A header with an id and a run column, and a run value of integers among the first rows (or none filled)."""
     rows = _head(path)
     cols = _columns(rows[0]) if rows else None
     if cols is None:
         return False
     runs = [r[cols[1]] for r in rows[1:] if len(r) > cols[1]]
-    return bool(runs) and all(v.replace(" ", "").isdigit() or not v.strip() for v in runs)
+    return bool(runs) and (any(v.replace(" ", "").isdigit() for v in runs) or not any(v.strip() for v in runs))
 
 
 def _image_folder(root: str, csv_path: str, ids: list[str]) -> str | None:
@@ -96,8 +100,46 @@ def _image_finder(root: str, csv_path: str, ids: list[str]):
     return folder or root.rstrip("/"), lambda ident: None
 
 
+def _is_submission(name: str) -> bool:
+    """Kaggle's prediction template (``sample_submission.csv``, ``submission_v2.csv``): the test ids with
+    placeholder runs (``1 1``), never ground truth."""
+    return "submission" in name.lower()
+
+
+def _mask_folders(root: str, depth: int = 2) -> list[str]:
+    """Folders named like mask folders (``masks``, ``train_masks``, ``train/masks``) up to `depth` levels down."""
+    found, level = [], [root]
+    for _ in range(depth):
+        level = [join(d, s) for d in level for s in subfolders(d)]
+        found += [d for d in level if "mask" in os.path.basename(d.rstrip("/")).lower()]
+    return found
+
+
+def _copies_mask_images(root: str, path: str) -> bool:
+    """The CSV re-encodes mask images that ship beside it (TGS ``train/masks/<id>.png``, Carvana
+    ``train_masks/<id>_mask.gif``): most of its first ids have a mask file of their stem (or stem +
+    a token). The mask images are the ground truth (Carvana's CSV runs go along the rows, against
+    the Kaggle convention): the mask layouts read them."""
+    rows = _head(path, 12)
+    cols = _columns(rows[0]) if rows else None
+    ids = [os.path.splitext(r[cols[0]].strip())[0] for r in rows[1:] if cols and len(r) > cols[0] and r[cols[0]].strip()]
+    if not ids:
+        return False
+    for folder in _mask_folders(root):
+        stems = [os.path.splitext(n)[0] for n in file_names(folder) if os.path.splitext(n)[1].lower() in _MASK_EXTS]
+        hits = sum(1 for i in ids if any(s == i or s.startswith(i + "_") for s in stems))
+        if hits * 2 > len(ids):
+            return True
+    return False
+
+
+_MASK_EXTS = (".png", ".gif", ".bmp", ".tif", ".tiff")
+
+
 def rle_files(root: str) -> list[str]:
-    return [join(root, n) for n in file_names(root) if n.lower().endswith(".csv") and _is_rle_csv(join(root, n))]
+    return [join(root, n) for n in file_names(root)
+            if n.lower().endswith(".csv") and not _is_submission(n) and _is_rle_csv(join(root, n))
+            and not _copies_mask_images(root, join(root, n))]
 
 
 class RleCsv(Reader):
@@ -123,8 +165,10 @@ class RleCsv(Reader):
             if len(row) <= max(idc, run, cls or 0):
                 raise AnnotationFileError(path, f"{len(row)} columns, the header has {len(rows[0])}",
                                           "fix the row", f"row {n}")
-            per_image.setdefault(row[idc].strip(), []).append(
-                (row[cls].strip() if cls is not None else "", row[run].strip(), n))
+            ident, klass = row[idc].strip(), row[cls].strip() if cls is not None else ""
+            if cls == idc:  # ImageId_ClassId
+                ident, _, klass = ident.rpartition("_")
+            per_image.setdefault(ident, []).append((klass, row[run].strip(), n))
         names, value = self._classes(per_image, cls is not None, options)
         out.class_names = names
         folder, find = _image_finder(root, path, list(per_image))
@@ -140,8 +184,13 @@ class RleCsv(Reader):
             for s in shapes:
                 out.shapes[names[s["v"]]] += 1
             doc = {"ignore": out.ignore, "overlap": options.overlap.value, "shapes": shapes}
+            if options.rle_order.value != "columns":
+                doc["order"] = options.rle_order.value  # absent: the Kaggle convention (fingerprints unchanged)
             out.samples.append(make_sample("train", f"train/{rel}", join(folder, rel), self.name, path, ident, doc))
         out.unpaired_images = max(0, len(images) - len(out.samples))
+        if out.unpaired_images:
+            out.notes.append(f"{out.unpaired_images} image(s) in {folder} are not in {os.path.basename(path)}: "
+                             "left out")
         return out
 
     @staticmethod
@@ -156,14 +205,16 @@ class RleCsv(Reader):
 
     def shapes(self, doc: dict, height: int, width: int, where: str):
         for s in doc["shapes"]:
-            yield decode_runs(s["runs"], height, width, f"{where} (row {s['row']})"), int(s["v"])
+            yield decode_runs(s["runs"], height, width, f"{where} (row {s['row']})",
+                              doc.get("order", "columns")), int(s["v"])
 
 
-def decode_runs(text: str, height: int, width: int, where: str) -> np.ndarray:
-    """Kaggle RLE ``start length ...`` (1-based, column-major) -> (height, width) bool."""
+def decode_runs(text: str, height: int, width: int, where: str, order: str = "columns") -> np.ndarray:
+    """Kaggle RLE ``start length ...`` (1-based; down the columns first, or along the rows with
+    `order` "rows") -> (height, width) bool."""
     try:
         nums = np.array(text.split(), dtype=np.int64)
-    except ValueError as e:
+    except (ValueError, OverflowError) as e:
         raise DecodeError(where, "bad_annotation", f"RLE is not integers: {text[:60]!r}", "fix the row") from e
     if len(nums) % 2:
         raise DecodeError(where, "bad_annotation", "RLE has an odd count of numbers (start length pairs)",
@@ -175,7 +226,14 @@ def decode_runs(text: str, height: int, width: int, where: str) -> np.ndarray:
     flat = np.zeros(height * width + 1, np.int32)
     np.add.at(flat, starts, 1)
     np.add.at(flat, starts + lengths, -1)
-    return (np.cumsum(flat[:-1]) > 0).reshape(width, height).T
+    on = np.cumsum(flat[:-1]) > 0
+    return on.reshape(height, width) if order == "rows" else on.reshape(width, height).T
 
 
-__all__ = ["RleCsv", "decode_runs", "rle_files"]
+def edges(mask: np.ndarray) -> int:
+    """Neighbouring pixel pairs that differ: shapes decoded the wrong way round are refolded into
+    stripes, with many more edges than the blobs the annotator drew (scan's run-order check)."""
+    return int(np.count_nonzero(mask[1:] != mask[:-1]) + np.count_nonzero(mask[:, 1:] != mask[:, :-1]))
+
+
+__all__ = ["RleCsv", "decode_runs", "edges", "rle_files"]

@@ -55,6 +55,7 @@ from readers.formats import (
     FileFormat,
 )
 from readers.formats.base import CountError, FileAdapter, RandomAccessShard, crc_due, mark_verified, naming_shard
+from readers.formats.classrange import check_record, checked_load
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import Record, RecordSpec, ShardRef
 from readers.formats.batching import ShardArrays, generator_dataset
@@ -612,7 +613,7 @@ class NpzAdapter(FileAdapter):
         that cuts compact batches (see `readers.formats.batching` for order, shuffling and
         threads).
         """
-        return generator_dataset(shards, spec, options, _load_for_training, ids)
+        return generator_dataset(shards, spec, options, checked_load(_load_for_training), ids)
 
     def count_records(self, path: str, spec: RecordSpec, *, check_crc: bool = False) -> int:
         return count_npz_records(path, spec)
@@ -685,7 +686,9 @@ class NpzRandomAccess(RandomAccessShard):
         data = self._data()
         with naming_shard(self.shard.path, index):
             target = data.targets[index]
-            return data.images[index], (target if self.spec.segmentation else int(target))
+            target = target if self.spec.segmentation else int(target)
+            check_record(target, self.spec, self.shard.path, index)
+            return data.images[index], target
 
 
 #: Ranged layouts of bucket shards kept per process (a few hundred bytes each).
@@ -768,9 +771,9 @@ class RangedMembers:
     def read(self, index: int) -> tuple[np.ndarray, np.ndarray | int]:
         with naming_shard(self.path, index):
             image = self._row(self.images, index)
-            if self.targets is not None:
-                return image, self._row(self.targets, index)
-            return image, int(self.labels[index])
+            target = self._row(self.targets, index) if self.targets is not None else int(self.labels[index])
+            check_record(target, self.spec, self.path, index)
+            return image, target
 
 
 ADAPTER = NpzAdapter()

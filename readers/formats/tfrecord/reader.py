@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from readers.errors import FIX_HINT, describe, shard_error
+from readers.errors import FIX_HINT, REOPEN_HINT, describe, shard_error
+from readers.formats.classrange import check_record, checked_load, tf_checked_targets
 from readers.sources import ByteSource, is_ranged, open_source
 from readers.formats import (
     FEATURE_HEIGHT,
@@ -161,15 +162,21 @@ class TFRecordAdapter(FileAdapter):
         Gzip shards (and `ENGINE` = "tf") use `tf_reader_dataset`, TensorFlow's reader,
         except for planned pipelines (a seed, augmentation, resume:
         `PipelineOptions.planned`), which read gzip shards whole (`load_whole`) into the
-        generator pipeline so that the stream is a pure function of (seed, epoch, step).
+        generator pipeline so that the stream is a pure function of (seed, epoch, step),
+        and encoded (PNG/JPEG/WebP) records, which decode there with the strict rules of
+        `records()` (`readers.formats.pngmask`) and errors naming shard and record.
         """
         remote = any(s.source is not None for s in shards)  # bucket shards: whole-object reads, no tensorflow-io
-        if options.requires_plan or remote or (ENGINE == "mapped" and (spec.compression == "none" or options.planned)):
+        # Encoded records decode in the generator (the strict Pillow rules of every other path,
+        # errors naming shard and record), never in TensorFlow's lenient graph decoders.
+        encoded = spec.image_codec != "raw" or spec.mask_codec != "raw"
+        if options.requires_plan or remote or (ENGINE == "mapped" and (
+                spec.compression == "none" or options.planned or encoded)):
             from readers.formats.batching import expands_in_generator, generator_dataset
 
             load = (functools.partial(load_located, read_into_batches=not expands_in_generator(spec, options))
                     if spec.compression == "none" else load_whole)
-            return generator_dataset(shards, spec, options, load, ids)
+            return generator_dataset(shards, spec, options, checked_load(load), ids)
         return self.tf_reader_dataset(shards, spec, options)
 
     def tf_reader_dataset(self, shards: Sequence[ShardRef], spec: RecordSpec,
@@ -473,9 +480,15 @@ def _plain_reader(compression: str):
     compression_type = "GZIP" if compression == "gzip" else ""
 
     def read(path: "tf.Tensor", count: "tf.Tensor") -> "tf.data.Dataset":
-        return tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES)
+        return _named(tf.data.TFRecordDataset(path, compression_type=compression_type,
+                                              buffer_size=READ_BUFFER_BYTES), path)
 
     return read
+
+
+def _named(records: "tf.data.Dataset", path: "tf.Tensor") -> "tf.data.Dataset":
+    """(serialized record, shard path, record index): what a batch check needs to name a record."""
+    return records.enumerate().map(lambda index, record: (record, path, index))
 
 
 def _checked_reader(compression: str):
@@ -505,7 +518,8 @@ def _checked_reader(compression: str):
         exists = tf.logical_or(tf.logical_not(plain), tf.size(tf.io.matching_files(
             tf.where(plain, path, tf.constant("")))) > 0)
         found = tf.debugging.Assert(exists, [
-            "imgshard: shard", path, f"has disappeared since the dataset was opened. {FIX_HINT}"])
+            "imgshard: shard", path, "has disappeared since the dataset was opened. If the dataset's current "
+            f"manifest no longer lists it: {REOPEN_HINT} If it still does, the dataset is damaged: {FIX_HINT}"])
         with tf.control_dependencies([found]):
             path = tf.identity(path)
         records = tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=READ_BUFFER_BYTES)
@@ -524,14 +538,15 @@ def _checked_reader(compression: str):
             with tf.control_dependencies([assertion]):
                 return tf.identity(records)
 
-        return blocks.map(check).unbatch().take(count)
+        return _named(blocks.map(check).unbatch().take(count), path)
 
     return read
 
 
 def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch_size: int | None = None):
-    """A function: vector of serialized Examples -> expanded (x, y) batch (of static
-    size `batch_size` when given)."""
+    """A function: (vector of serialized Examples, their shard paths, their record indices)
+    -> expanded (x, y) batch (of static size `batch_size` when given); a class value out of
+    range fails naming the shard and record (`readers.formats.classrange`)."""
     import tensorflow as tf
 
     features = {FEATURE_IMAGE: tf.io.FixedLenFeature([], tf.string)}
@@ -545,7 +560,7 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
     image_shape = [lead, *spec.image_shape]
     mask_shape = [lead, *spec.mask_shape]
 
-    def parse(serialized: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
+    def parse(serialized: "tf.Tensor", paths: "tf.Tensor", indices: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
         parsed = tf.io.parse_example(serialized, features)
         if spec.image_codec != "raw":  # the decoders give the batch the raw path gives
             images = tf.reshape(tf_decode_batch(parsed[FEATURE_IMAGE], spec, "image"), image_shape)
@@ -558,7 +573,7 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
             targets = tf.reshape(tf.io.decode_raw(parsed[FEATURE_MASK], mask_dtype, little_endian=True), mask_shape)
         else:
             targets = parsed[FEATURE_LABEL]
-        return expand(images, targets)
+        return expand(images, tf_checked_targets(targets, paths, indices, spec))
 
     return parse
 
@@ -805,9 +820,12 @@ class TFRecordRandomAccess(RandomAccessShard):
                 raise IndexError(f"record index must be in [0, {self.shard.records}). Received: {index}")
             data = self._mapped()
             target = data.targets[index]
-            return data.images[index], (target if self.spec.segmentation else int(target))
-        record = self.read_record(index)
-        return record.image, (record.mask if self.spec.segmentation else record.label)
+            image, target = data.images[index], (target if self.spec.segmentation else int(target))
+        else:
+            record = self.read_record(index)
+            image, target = record.image, (record.mask if self.spec.segmentation else record.label)
+        check_record(target, self.spec, self.shard.path, index)
+        return image, target
 
     def close(self) -> None:
         if self._source is not None and self._pid == os.getpid():
