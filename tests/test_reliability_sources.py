@@ -199,3 +199,31 @@ def test_max_bad_counts_them_and_publishes_only_the_good_samples(bad_names_src, 
     proc = run_hostile(["convert", str(src), str(tmp_path / "out2"), "--size", "16x16",
                         "--max-bad", str(len(kinds) - 1), "-q"])
     assert_named_error(proc, codes=[65])  # one fewer allowed: refused
+
+
+def _class_folders(root: Path, names: list[bytes], rng: np.random.Generator) -> None:
+    for name in names:
+        folder = os.path.join(os.fsencode(root), name)
+        os.makedirs(folder, exist_ok=True)
+        for i in range(2):
+            Image.fromarray(synth.textured_image(20, 24, rng)).save(os.fsdecode(os.path.join(folder, b"img%d.png" % i)))
+
+
+def test_class_folders_latin1_image_name_is_bad_name_and_latin1_class_folder_is_refused(tmp_path):
+    rng = np.random.default_rng(3)
+    src = tmp_path / "src"
+    _class_folders(src, [b"cat", b"dog"], rng)
+    Image.fromarray(synth.textured_image(20, 24, rng)).save(os.fsdecode(os.fsencode(src / "cat") + b"/\xe9t\xe9.png"))
+    proc = run_hostile(["convert", str(src), str(tmp_path / "out"), "--size", "16x16", "--workers", "1"])
+    assert_named_error(proc, "cat/\\xe9t\\xe9.png", "not valid UTF-8", codes=[65])
+    proc = run_hostile(["convert", str(src), str(tmp_path / "out"), "--size", "16x16", "--max-bad", "1", "-q"])
+    assert proc.returncode == 0, proc.stderr
+    import readers
+
+    assert sorted(r.key for r in readers.open(tmp_path / "out").records("train")) == [
+        "cat/img0.png", "cat/img1.png", "dog/img0.png", "dog/img1.png"]
+
+    _class_folders(src, [b"caf\xe9"], rng)  # a class name must be text: the whole run is refused, by name
+    for command in (["convert", str(src), str(tmp_path / "out2"), "--size", "16x16", "--max-bad", "9"],
+                    ["scan", str(src)]):
+        assert_named_error(run_hostile(command), "class folder name(s) caf\\xe9 are not valid UTF-8", codes=[65])

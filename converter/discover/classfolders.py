@@ -31,6 +31,9 @@ from converter.discover.layout import (
     LABELS_SUFFIX,
     WELL_KNOWN_SPLITS,
     BadInput,
+    SourceLayoutError,
+    is_utf8_name,
+    shown_path,
     Discovery,
     SourceSample,
     stat_file,
@@ -192,6 +195,13 @@ def _check_classes(classes: list[str], where: str) -> tuple[ClassInfo, ...]:
         )
     if len(classes) > 65534:
         raise ValueError(f"{where} has {len(classes)} class folders; at most 65534 classes are supported.")
+    odd = [shown_path(name) for name in classes if not is_utf8_name(name)]
+    if odd:  # a class name is stored in the manifest: it must be text
+        raise SourceLayoutError(
+            f"{shown_path(where)}: class folder name(s) {', '.join(odd[:5])} are not valid UTF-8 (odd bytes shown as "
+            "\\xNN), and a class folder's name is its class name in the dataset. Rename them to UTF-8 (for example "
+            f"`convmv -f latin1 -t utf8 --notest -r FOLDER`). Received: {len(odd)} folder(s)"
+        )
     return tuple(ClassInfo(name, None) for name in classes)
 
 

@@ -161,7 +161,10 @@ def _image_stems(folder: str) -> tuple[str, ...]:
                         if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS))
 
 
-def _first_size(folder: str) -> tuple[int, ...] | None:
+def _first_size(folder: str) -> tuple[int, int] | None:
+    """(height, width) of the folder's first image when it is a single band; None otherwise (colour
+    photos: a second folder of them is another version, labelme2voc's JPEG overlays or Carvana's
+    train_hq/, never a band)."""
     names = sorted(n for n in file_names(folder) if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS)
     if not names:
         return None
@@ -170,7 +173,7 @@ def _first_size(folder: str) -> tuple[int, ...] | None:
         arr, _ = decode_native(read_source(path, path), 1 << 31)
     except DecodeError:
         return None
-    return arr.shape  # (H, W, channels)
+    return arr.shape[:2] if arr.ndim == 2 or arr.shape[2] == 1 else None
 
 
 def find_band_folders(images: str, masks: str | None) -> list[str]:
@@ -179,7 +182,7 @@ def find_band_folders(images: str, masks: str | None) -> list[str]:
     parent = os.path.dirname(os.path.normpath(images))
     mine = _image_stems(images)
     size = _first_size(images)
-    if not mine or size is None or size[2] != 1:  # band files hold one band each
+    if not mine or size is None:
         return []
     out = [images]
     for name in sorted(subfolders(parent)):
