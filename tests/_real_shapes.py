@@ -619,3 +619,31 @@ def make_cellpose(root: Path, seed: int = 12) -> Shaped:
         shaped.samples[f"{n:03d}_img"] = Sample(root / "train" / f"{n:03d}_img.png",
                                                 root / "train" / f"{n:03d}_masks.png", _nonzero, "train")
     return shaped
+
+
+def make_massachusetts_roads(root: Path, seed: int = 13) -> Shaped:
+    """Kaggle's Massachusetts Roads: tiff/{train,val,test}/<id>.tiff (RGB) + tiff/{split}_labels/<id>.tif
+    (L, 0/255), and the same tree again as png/ (<id>.png, labels <id>.png), metadata.csv; the labels are
+    `.tif` while the images are `.tiff`."""
+    rng = np.random.default_rng(seed)
+    shaped = Shaped(root, num_classes=2)
+    ids = {"train": ["10078660_15", "10228690_15", "10228735_15"], "val": ["10378780_15"], "test": ["10828720_15"]}
+    rows = []
+    for split, names in ids.items():
+        for fmt, iext, mext in (("tiff", "tiff", "tif"), ("png", "png", "png")):
+            (root / fmt / split).mkdir(parents=True, exist_ok=True)
+            (root / fmt / f"{split}_labels").mkdir(parents=True, exist_ok=True)
+        for i in names:
+            h, w = 40, 40  # 1500x1500, scaled
+            img = synth.textured_image(h, w, rng)
+            road = np.zeros((h, w), bool)
+            road[int(rng.integers(5, 30)):][:3] = True
+            road[:, int(rng.integers(5, 30))] = True
+            for fmt, iext, mext in (("tiff", "tiff", "tif"), ("png", "png", "png")):
+                Image.fromarray(img).save(root / fmt / split / f"{i}.{iext}")
+                Image.fromarray(road.astype(np.uint8) * 255, "L").save(root / fmt / f"{split}_labels" / f"{i}.{mext}")
+            rows.append(f"{i},{split},tiff/{split}/{i}.tiff,tiff/{split}_labels/{i}.tif")
+            shaped.samples[i] = Sample(root / "tiff" / split / f"{i}.tiff", root / "tiff" / f"{split}_labels" / f"{i}.tif",
+                                       _nonzero, split)
+    (root / "metadata.csv").write_text("image_id,split,tiff_image_path,tif_label_path\n" + "\n".join(rows) + "\n")
+    return shaped
