@@ -91,7 +91,8 @@ typedef struct {
     int stream; /* float output rows built in `stage` and written with non-temporal stores */
     float *stage;
     const void *hot_vecs; /* one-hot output by the avx2 expand kernel: its table (NULL: plain C) */
-    uint16_t *cls_row;    /* the classes of one output row (out_width) for it */
+    uint16_t *cls_row;    /* the classes of one output row (out_width) */
+    int fused_mask;       /* uint8 class maps: the general AVX2 row gathers the classes into cls_row */
 } Job;
 
 /* `bytes` of `src` (a row built in cache) to `dst` with non-temporal stores where the CPU has
@@ -290,7 +291,10 @@ __attribute__((target("avx2"))) static inline __m256 frac8(__m256i lo) {
 /* Output pixels [0, done) of a row of the general path, 3-channel uint8: planes, the mask's
  * nearest index and validity. Returns done (a multiple of 8); *inside counts the inside ones. */
 __attribute__((target("avx2"))) static int row_rgb8_avx2(const uint8_t *src, const RowMap *m, int W, int H, int w,
-                                                         int last, float *planes, const Taps *t, int *inside) {
+                                                         int last, float *planes, const Taps *t, int *inside,
+                                                         const uint8_t *mask, int mask_lim, int mask_fill,
+                                                         uint16_t *cls) {
+    const __m256i mlim = _mm256_set1_epi32(mask_lim), mfill = _mm256_set1_epi32(mask_fill);
     Lanes X = lanes_at(m->x0, m->dx), Y = lanes_at(m->y0, m->dy);
     const __m256i lastv = _mm256_set1_epi32(last), one = _mm256_set1_epi32(1);
     const __m256i wmax = _mm256_set1_epi32(W - 1), hmax = _mm256_set1_epi32(H - 1), width = _mm256_set1_epi32(W);
@@ -299,8 +303,16 @@ __attribute__((target("avx2"))) static int row_rgb8_avx2(const uint8_t *src, con
         __m256i inx, iny;
         const __m256i nx = nearest(&X, W, &inx), ny = nearest(&Y, H, &iny);
         const __m256i in = _mm256_and_si256(inx, iny);
-        _mm256_storeu_si256((__m256i *)(t->near + x),
-                            _mm256_add_epi32(_mm256_mullo_epi32(clamp8(ny, hmax), width), clamp8(nx, wmax)));
+        const __m256i nidx = _mm256_add_epi32(_mm256_mullo_epi32(clamp8(ny, hmax), width), clamp8(nx, wmax));
+        _mm256_storeu_si256((__m256i *)(t->near + x), nidx);
+        if (mask) { /* the uint8 class of each pixel (or the fill), gathered here: no second pass over near */
+            const __m256i at = _mm256_min_epi32(nidx, mlim); /* within 4 bytes of the buffer's end: read earlier */
+            __m256i c = _mm256_i32gather_epi32((const int *)mask, at, 1);
+            c = _mm256_srlv_epi32(c, _mm256_slli_epi32(_mm256_sub_epi32(nidx, at), 3));
+            c = _mm256_blendv_epi8(mfill, _mm256_and_si256(c, _mm256_set1_epi32(0xFF)), in);
+            c = _mm256_permute4x64_epi64(_mm256_packus_epi32(c, c), 0x08);
+            _mm_storeu_si128((__m128i *)(cls + x), _mm256_castsi256_si128(c));
+        }
         const int bits = _mm256_movemask_ps(_mm256_castsi256_ps(in));
         for (int l = 0; l < 8; l++) t->valid[x + l] = (uint8_t)((bits >> l) & 1);
         count += __builtin_popcount((unsigned)bits);
@@ -359,14 +371,22 @@ static int row_fits(const RowMap *m, int w) {
 
 /* The taps and image row of the general path into `t` and `planes`; returns the number of
  * inside pixels. */
-static int image_row(const Job *job, const uint8_t *src, int last, const RowMap *rm, const Taps *t, float *planes) {
+static int image_row(const Job *job, const uint8_t *src, int last, const RowMap *rm, const Taps *t, float *planes,
+                     const uint8_t *mask, int *cls_done) {
     const int W = job->width, H = job->height, w = job->out_width, C = job->channels;
     int done = 0, inside = 0;
+    *cls_done = 0;
 #if WARP_AVX2
-    if (C == 3 && job->itemsize == 1 && have_avx2() && row_fits(rm, w))
-        done = row_rgb8_avx2(src, rm, W, H, w, last, planes, t, &inside);
+    if (C == 3 && job->itemsize == 1 && have_avx2() && row_fits(rm, w)) {
+        const int fused = job->fused_mask && mask;
+        /* the mask gather reads 4 bytes: in the batch's last sample, never past its last byte */
+        const int lim = last >= 0 ? H * W - 4 : INT32_MAX;
+        done = row_rgb8_avx2(src, rm, W, H, w, last, planes, t, &inside, fused ? mask : NULL, lim, job->mask_fill,
+                             job->cls_row);
+        if (fused) *cls_done = done;
+    }
 #else
-    (void)last;
+    (void)last, (void)mask;
 #endif
     if (done == w) return inside;
     inside += row_taps(rm, W, H, done, w, t);
@@ -493,6 +513,10 @@ HOT static void classes_u16(const uint16_t *src, const int32_t *near, const uint
 }
 #endif
 
+HOT static void narrow_u16(const uint16_t *src, uint8_t *dst, int count) {
+    for (int x = 0; x < count; x++) dst[x] = (uint8_t)src[x];
+}
+
 HOT static void class_map_u8(const uint8_t *src, const int32_t *near, const uint8_t *valid, uint8_t fill, uint8_t *o,
                              int count) {
     for (int x = 0; x < count; x++) o[x] = valid[x] ? src[near[x]] : fill;
@@ -504,7 +528,7 @@ static inline int mask_value(const Job *job, const uint8_t *src, size_t index) {
 
 /* One output row of the mask: the nearest source pixel of each output pixel (`near`), or the
  * padding where it is outside (`valid`). */
-static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, const uint8_t *valid) {
+static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, const uint8_t *valid, int cls_done) {
     const int w = job->out_width, K = job->mask_planes, C = job->classes;
     const size_t plane = (size_t)job->height * job->width * K;
     const uint8_t *src = job->masks + (size_t)n * plane * job->mask_itemsize;
@@ -512,11 +536,12 @@ static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, c
 #if WARP_AVX2
     if (C > 0 && job->hot_vecs) { /* the row's classes, then 8 pixels -> C vectors, each byte stored once */
         float *hot = (float *)job->out_masks + row * (size_t)C;
-        uint16_t *cls = job->cls_row;
+        uint16_t *cls = job->cls_row; /* [0, cls_done) gathered by the image row already */
         if (job->mask_itemsize == 1)
-            classes_u8(src, near, valid, job->mask_fill, cls, w);
+            classes_u8(src, near + cls_done, valid + cls_done, job->mask_fill, cls + cls_done, w - cls_done);
         else
-            classes_u16((const uint16_t *)src, near, valid, job->mask_fill, cls, w);
+            classes_u16((const uint16_t *)src, near + cls_done, valid + cls_done, job->mask_fill, cls + cls_done,
+                        w - cls_done);
         const size_t blocks = (size_t)w / 8;
         one_hot_blocks((const uint8_t *)cls, 2, blocks, C, (const __m256i *)job->hot_vecs, hot, job->stream);
         one_hot_scatter((const uint8_t *)(cls + 8 * blocks), 2, (size_t)w - 8 * blocks, C, job->ignore,
@@ -537,7 +562,9 @@ static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, c
         return;
     }
     if (K == 1 && job->mask_itemsize == 1) {
-        class_map_u8(src, near, valid, (uint8_t)job->mask_fill, (uint8_t *)job->out_masks + row, w);
+        uint8_t *o = (uint8_t *)job->out_masks + row;
+        narrow_u16(job->cls_row, o, cls_done); /* gathered by the image row already */
+        class_map_u8(src, near + cls_done, valid + cls_done, (uint8_t)job->mask_fill, o + cls_done, w - cls_done);
         return;
     }
     for (int x = 0; x < w; x++) {
@@ -694,7 +721,7 @@ static void sample_separable(const Job *job, Py_ssize_t n, const float *p, Scrat
                 s->t.near[x] = ny * W + s->xn[x];
                 s->t.valid[x] = (uint8_t)(vy && s->vx[x]);
             }
-            mask_row(job, n, y, s->t.near, s->t.valid);
+            mask_row(job, n, y, s->t.near, s->t.valid, 0);
         }
     }
 }
@@ -708,7 +735,8 @@ static void general_mean(const Job *job, const uint8_t *src, int last, const flo
     for (int k = 0; k < C; k++) mean[k] = 0.0;
     for (int y = 0; y < h; y++) {
         const RowMap rm = row_map(p, y);
-        if (!image_row(job, src, last, &rm, &s->t, s->planes)) continue;
+        int cls_done;
+        if (!image_row(job, src, last, &rm, &s->t, s->planes, NULL, &cls_done)) continue;
         for (int k = 0; k < C; k++) {
             const float *pl = s->planes + (size_t)k * w;
             double sum = 0.0;
@@ -725,6 +753,7 @@ static void sample_affine(const Job *job, Py_ssize_t n, const float *p, Scratch 
     const int W = job->width, H = job->height, w = job->out_width, h = job->out_height, C = job->channels;
     const uint8_t *src = job->images + (size_t)n * H * W * C * job->itemsize;
     const int last = n == job->batch - 1 ? H * W - 1 : -1; /* the buffer's last pixel: no read past it */
+    const uint8_t *mask = job->masks ? job->masks + (size_t)n * H * W * job->mask_planes * job->mask_itemsize : NULL;
     float m[9], v[3];
     if (job->photometric) {
         double mean[MAX_CHANNELS];
@@ -735,14 +764,15 @@ static void sample_affine(const Job *job, Py_ssize_t n, const float *p, Scratch 
     char *out = (char *)job->out_images + (size_t)n * h * row_values * item;
     for (int y = 0; y < h; y++) {
         const RowMap rm = row_map(p, y);
-        const int inside = image_row(job, src, last, &rm, &s->t, s->planes);
+        int cls_done;
+        const int inside = image_row(job, src, last, &rm, &s->t, s->planes, mask, &cls_done);
         void *dst = out + (size_t)y * row_values * item;
         if (!inside) {
             fill_row(job, s->planes, w, dst);
         } else {
             finish_row(job, s->planes, inside == w ? NULL : s->t.valid, w, m, v, dst);
         }
-        if (job->masks) mask_row(job, n, y, s->t.near, s->t.valid);
+        if (job->masks) mask_row(job, n, y, s->t.near, s->t.valid, cls_done);
     }
 }
 
@@ -762,15 +792,20 @@ static int run(const Job *job) {
         staged.stage = stage ? (float *)(((uintptr_t)stage + 31) & ~(uintptr_t)31) : NULL;
     }
     void *vecs = NULL;
+    if (job->masks) staged.cls_row = malloc(sizeof(uint16_t) * (size_t)w + 16);
 #if WARP_AVX2
     if (job->masks && job->classes > 0 && job->mask_fill >= 0 && job->mask_fill < 65536) {
         vecs = one_hot_table_avx2(job->classes, job->ignore); /* NULL: the plain kernel is the pick */
-        staged.cls_row = malloc(sizeof(uint16_t) * (size_t)w);
         staged.hot_vecs = staged.cls_row ? vecs : NULL;
     }
+    /* uint8 class maps, to a class map or (by the avx2 one-hot kernel) one-hot rows; the gather
+     * reads 4 bytes, so the last sample needs 4 */
+    staged.fused_mask = staged.cls_row && job->mask_itemsize == 1 && job->mask_planes == 1 &&
+                        (job->classes == 0 || staged.hot_vecs) && job->mask_fill >= 0 &&
+                        job->mask_fill < (job->classes > 0 ? 65536 : 256) && (size_t)H * W >= 4;
 #endif
     (void)vecs;
-    if (!fbuf || !ibuf || !bbuf || (job->stream && !stage)) {
+    if (!fbuf || !ibuf || !bbuf || (job->stream && !stage) || (job->masks && !staged.cls_row)) {
         free(fbuf), free(ibuf), free(bbuf), free(stage), free(staged.cls_row);
 #if WARP_AVX2
         if (vecs) _mm_free(vecs);
