@@ -27,8 +27,9 @@
  *             rows blended over the columns that the row reads, then one gather-and-blend
  *             per output value. General maps (rotation, shear) compute the taps of each
  *             output row from the stepped coordinates and gather the four taps (AVX2
- *             gathers for 3-channel uint8 where the CPU has AVX2, chosen at run time; plain
- *             C otherwise). Same coordinates and the same arithmetic in every path, so they
+ *             gathers for 3-channel uint8 where the CPU has AVX2, chosen at run time, 8
+ *             pixels at a time with their coordinates in registers, the uint8 mask classes
+ *             gathered in the same loop; plain C otherwise). Same coordinates and the same arithmetic in every path, so they
  *             give the same bits where more than one applies (tests/test_warp.py forces the
  *             general path on axis-aligned maps with `general=True`), except for the
  *             contrast mean, which the separable path sums in another order (within a level).
