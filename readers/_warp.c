@@ -165,6 +165,12 @@ static inline int round_int(float v) {
     return (int)((v + big) - big);
 }
 
+/* start + x step in wrapping (defined) arithmetic: hostile parameters give garbage coordinates,
+ * which the clamped taps keep inside the image, never undefined behaviour. */
+static inline int64_t step_at(int64_t start, long x, int64_t step) {
+    return (int64_t)((uint64_t)start + (uint64_t)(int64_t)x * (uint64_t)step);
+}
+
 /* One output row's stepped coordinates: X(x) = x0 + x dx, Y(x) = y0 + x dy. */
 typedef struct {
     int64_t x0, y0, dx, dy;
@@ -184,8 +190,8 @@ static RowMap row_map(const float *p, int y) {
 HOT static int row_taps(const RowMap *m, int W, int H, int from, int w, const Taps *t) {
     int inside = 0;
     for (int x = from; x < w; x++) {
-        const int64_t X = m->x0 + (int64_t)x * m->dx, Y = m->y0 + (int64_t)x * m->dy;
-        const int64_t NX = X + FIX_HALF, NY = Y + FIX_HALF;
+        const int64_t X = step_at(m->x0, x, m->dx), Y = step_at(m->y0, x, m->dy);
+        const int64_t NX = (int64_t)((uint64_t)X + (uint64_t)FIX_HALF), NY = (int64_t)((uint64_t)Y + (uint64_t)FIX_HALF);
         const int xi = (int)(X >> 32), yi = (int)(Y >> 32), nx = (int)(NX >> 32), ny = (int)(NY >> 32);
         const int in = NX > 0 && NY > 0 && nx < W && ny < H;
         const int xa = xi < 0 ? 0 : (xi > W - 1 ? W - 1 : xi), xb = xi + 1 < 0 ? 0 : (xi + 1 > W - 1 ? W - 1 : xi + 1);
@@ -252,11 +258,11 @@ typedef struct {
 __attribute__((target("avx2"))) static Lanes lanes_at(int64_t start, int64_t step) {
     int32_t hi[8], lo[8];
     for (int l = 0; l < 8; l++) {
-        const int64_t v = start + l * step;
+        const int64_t v = step_at(start, l, step);
         hi[l] = (int32_t)(v >> 32);
         lo[l] = (int32_t)(uint32_t)v;
     }
-    const int64_t jump = 8 * step;
+    const int64_t jump = step_at(0, 8, step);
     Lanes a = {_mm256_loadu_si256((const __m256i *)hi), _mm256_loadu_si256((const __m256i *)lo),
                _mm256_set1_epi32((int32_t)(jump >> 32)), _mm256_set1_epi32((int32_t)(uint32_t)jump)};
     return a;
@@ -362,8 +368,9 @@ __attribute__((target("avx2"))) static int store_u8_3_avx2(const float *r, const
 /* Whether every coordinate of the row keeps its integer part within 32 bits (the AVX2 lanes
  * hold it so); hostile parameters take the plain path. */
 static int row_fits(const RowMap *m, int w) {
-    const int64_t lim = (int64_t)1 << 61;
-    const int64_t ends[4] = {m->x0, m->x0 + (int64_t)(w - 1) * m->dx, m->y0, m->y0 + (int64_t)(w - 1) * m->dy};
+    const int64_t lim = (int64_t)1 << 61, step = (int64_t)1 << 40; /* < 256 source pixels per output pixel */
+    if (w > (1 << 20) || m->dx >= step || m->dx <= -step || m->dy >= step || m->dy <= -step) return 0;
+    const int64_t ends[4] = {m->x0, step_at(m->x0, w - 1, m->dx), m->y0, step_at(m->y0, w - 1, m->dy)};
     for (int k = 0; k < 4; k++)
         if (ends[k] >= lim || ends[k] <= -lim) return 0;
     return 1;
@@ -677,7 +684,7 @@ static void sample_separable(const Job *job, Py_ssize_t n, const float *p, Scrat
     const RowMap cols = row_map(p, 0); /* a01 = 0: the same x0 for every row */
     int lo = W, hi = 0, inside_x = 0;
     for (int x = 0; x < w; x++) {
-        const int64_t X = cols.x0 + (int64_t)x * cols.dx, NX = X + FIX_HALF;
+        const int64_t X = step_at(cols.x0, x, cols.dx), NX = (int64_t)((uint64_t)X + (uint64_t)FIX_HALF);
         const long xi = (long)(X >> 32), nx = (long)(NX >> 32);
         s->vx[x] = NX > 0 && nx < W;
         inside_x += s->vx[x];
