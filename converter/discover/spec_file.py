@@ -52,7 +52,7 @@ PATH_KEYS = frozenset({"images", "masks", "split_list", "annotations"})
 TOP_KEYS = frozenset({VERSION_KEY, "root", "splits", "classes", "labels", "layout", "detected",
                       "annotation_options"})
 #: "annotation_options": how annotation files become class maps (`converter.options.AnnotationOptions`).
-ANNOTATION_OPTION_KEYS = frozenset({"overlap", "keep_crowd", "rle_class"})
+ANNOTATION_OPTION_KEYS = frozenset({"overlap", "keep_crowd", "rle_class", "rle_order"})
 #: Layouts whose mask meaning a spec may name (``"layout": "cityscapes"``: its label map, ...).
 MEANING_LAYOUTS = ("camvid", "voc", "cityscapes", "ade", "mmseg", "unet")
 LABEL_KEYS = frozenset({"semantics", "ignore_values", "reduce_zero_label", "label_map", "label_map_file",
