@@ -369,12 +369,12 @@ class Dataset:
         options, total = self._sampled(split, shards, options, total, sampling, repeat_threshold)
         batches = _batch_count(total, options)
         check_start_step(options.start_step, batches)
-        options = _resumed_options(resume, options, batches)
+        options = resumed_options(resume, options, batches)
         ids = sample_ids(shards) if options.augment is not None else None
         ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
         if stats is not None:
             ds = _standardized(ds, stats, options)
-        return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None,
+        return finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None,
                                 resumed=resume is not None)
 
     def _sampled(self, split: str, shards: list[ShardRef], options: PipelineOptions, total: int, sampling: str,
@@ -488,7 +488,7 @@ class Dataset:
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
         options, total = self._sampled(split, shards, options, sum(s.records for s in shards), sampling,
                                        repeat_threshold)
-        options = _resumed_options(resume, options, batches_per_epoch(total, options))
+        options = resumed_options(resume, options, batches_per_epoch(total, options))
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
         ids = sample_ids(shards) if options.augment is not None else None
         seq = make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
@@ -496,6 +496,11 @@ class Dataset:
         if resume is not None:
             resume.attach(seq)
         return seq
+
+    def pipeline_parts(self) -> tuple[Any, RecordSpec]:
+        """(format adapter, record layout): what a pipeline over this dataset's shards needs
+        (`readers.mix`)."""
+        return self._adapter, self._spec
 
     # -- Grain ----------------------------------------------------------------------------------
     def grain_source(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> Any:
@@ -525,7 +530,7 @@ def _grain_source_at(path: str, split: str, num_shards: int, shard_index: int) -
     return Dataset(path).grain_source(split, num_shards=num_shards, shard_index=shard_index)
 
 
-def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
+def finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
                      distributed: bool, resumed: bool = False) -> "tf.data.Dataset":
     """Cardinality (unless resumed: the first pass is shorter), repeat, prefetch, options."""
     import tensorflow as tf
@@ -562,7 +567,7 @@ def _batch_count(total: int, options: PipelineOptions) -> int:
     return total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
 
 
-def _resumed_options(resume: Any, options: PipelineOptions, batches: int) -> PipelineOptions:
+def resumed_options(resume: Any, options: PipelineOptions, batches: int) -> PipelineOptions:
     """`options` with the seed, epoch and start step that `resume` gives (`readers.resume`)."""
     if resume is None:
         return options
