@@ -72,6 +72,13 @@ class OnChange(Choice):
     FAIL = "fail"
 
 
+class RleOrder(Choice):
+    """Which way RLE CSV runs go (`converter.discover.annotations.rlecsv`)."""
+
+    COLUMNS = "columns"  # the Kaggle convention: down the columns first (1-based)
+    ROWS = "rows"  # along the rows (Carvana's train_masks.csv: the kernels' `mask.flatten()`)
+
+
 class Overlap(Choice):
     """Where shapes of an annotation overlap (`converter.discover.annotations`)."""
 
@@ -87,9 +94,11 @@ class AnnotationOptions:
     overlap: Overlap = Overlap.TOOL
     keep_crowd: bool = False  # COCO iscrowd regions: their class (True) or the ignore index (False)
     rle_class: str | None = None  # RLE CSV without a ClassId column: the class name of its runs
+    rle_order: RleOrder = RleOrder.COLUMNS  # RLE CSV runs: down the columns (Kaggle) or along the rows
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overlap", Overlap.parse(self.overlap, "--overlap"))
+        object.__setattr__(self, "rle_order", RleOrder.parse(self.rle_order, "--rle-order"))
         if not isinstance(self.keep_crowd, bool):
             raise TypeError(f"--keep-crowd must be True or False. Received: {self.keep_crowd!r}")
         if self.rle_class is not None and not str(self.rle_class).strip():

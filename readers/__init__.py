@@ -25,13 +25,13 @@ from readers.errors import ShardError
 from readers.manifest import Manifest, ManifestError
 
 __all__ = ["Dataset", "Manifest", "ManifestError", "Record", "ResumableInput", "ShardError", "device", "errors",
-           "open"]
+           "mix", "open"]
 
 # Imported on first use: the converter imports `readers.manifest` and `readers.formats`
 # and should not pay for the reading engine (tens of ms per run).
 _LAZY = {"Dataset": ("readers.dataset", "Dataset"), "open": ("readers.dataset", "open"),
          "Record": ("readers.formats.spec", "Record"), "device": ("readers.device", None),
-         "ResumableInput": ("readers.resume", "ResumableInput")}
+         "ResumableInput": ("readers.resume", "ResumableInput"), "mix": ("readers.mix", "mix")}
 
 
 def __getattr__(name: str) -> Any:

@@ -315,6 +315,8 @@ class Dataset:
         augment_on: str = "host",
         resume: Any = None,
         sharding: str = "files",
+        sampling: str = "uniform",
+        repeat_threshold: float | None = None,
     ) -> "tf.data.Dataset":
         """A `tf.data.Dataset` of (x, y) batches for `model.fit`.
 
@@ -322,10 +324,8 @@ class Dataset:
             split: split name (see `splits`).
             batch_size: records per batch (per replica when `input_context` is given:
                 pass `input_context.get_per_replica_batch_size(global_batch_size)`).
-            shuffle: shuffle the shard order every epoch and the records through a
-                bounded buffer. False: the order equals `records(split)`.
-            seed: makes the shuffle (and so the order of the output) reproducible;
-                without one the order differs from run to run.
+            shuffle: shuffle shards and records (bounded buffer); False: `records(split)` order.
+            seed: makes the shuffle (the order of the output) reproducible; else it varies.
             one_hot: y as float32 one-hot (H, W, C) (or (C,) for classification) where
                 the ignore index is an all-zero row; False: the class map as stored
                 ((H, W) uint8/uint16) or the int64 label.
@@ -335,13 +335,11 @@ class Dataset:
                 (compact mode: expand on the accelerator with `readers.device.ExpandOnDevice`).
             repeat: repeat forever (infinite cardinality; give `steps_per_epoch`).
             drop_remainder: drop the last partial batch (static batch dimension).
-            input_context: a `tf.distribute.InputContext`; this pipeline then reads the
-                shard files i with i % num_input_pipelines == input_pipeline_id. With
-                fewer shards than pipelines a warning is given and every pipeline reads
-                all files and keeps every num_input_pipelines-th record instead.
-            shuffle_buffer: records in the shuffle buffer. Default: as many as fit in
-                256 MB (`readers.formats.pipeline.SHUFFLE_BUFFER_BYTES`) at the shards'
-                average record size, at least one batch, at most the whole split.
+            input_context: a `tf.distribute.InputContext`: this pipeline reads the shard files
+                i % num_input_pipelines == input_pipeline_id (fewer files than pipelines: a
+                warning, and each keeps every num_input_pipelines-th record).
+            shuffle_buffer: records in the shuffle buffer. Default: as many as fit in 256 MB
+                (`SHUFFLE_BUFFER_BYTES`), at least one batch, at most the whole split.
             augment: a `readers.augment.Augment` for every batch (docs/AUGMENT.md).
             epoch, start_step: the first pass is epoch `epoch` from batch `start_step`, later
                 ones the next epochs; the stream is a pure function of (seed, epoch, step).
@@ -350,6 +348,8 @@ class Dataset:
             sharding: with `input_context`, "files" (above) or "global": the order of an epoch
                 is fixed by (seed, epoch) alone, pipeline r reads slice r of each global step
                 (`readers.order`; every pipeline reads all files).
+            sampling, repeat_threshold: "repeat-factor" with threshold t: LVIS repeat-factor
+                sampling from the class presence in the index files (`readers.sampling`).
 
         The cardinality is known (batches per epoch), so Keras shows the epoch length.
         Read errors name the shard file and record (`ShardError`, inside TensorFlow's
@@ -366,15 +366,46 @@ class Dataset:
                                   start_step=start_step, augment_on=augment_on)
         tune_allocator()
         shards, options, total = self._pipeline_share(split, options, input_context, check_sharding_mode(sharding))
+        options, total = self._sampled(split, shards, options, total, sampling, repeat_threshold)
         batches = _batch_count(total, options)
         check_start_step(options.start_step, batches)
-        options = _resumed_options(resume, options, batches)
+        options = resumed_options(resume, options, batches)
         ids = sample_ids(shards) if options.augment is not None else None
         ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
         if stats is not None:
             ds = _standardized(ds, stats, options)
-        return _finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None,
+        return finish_pipeline(ds, options, batches, repeat=repeat, distributed=input_context is not None,
                                 resumed=resume is not None)
+
+    def _sampled(self, split: str, shards: list[ShardRef], options: PipelineOptions, total: int, sampling: str,
+                 threshold: float | None) -> tuple[PipelineOptions, int]:
+        """`options` with the repeat factors of `shards` (sampling="repeat-factor") and the
+        draws per epoch; unchanged for "uniform"."""
+        from readers.sampling import check_sampling, epoch_length, repeat_factors
+
+        check_sampling(sampling, threshold)
+        if sampling == "uniform":
+            return options, total
+        if options.record_shard is not None:
+            raise ValueError("sampling='repeat-factor' with fewer shard files than input pipelines needs "
+                             "sharding='global'. Received: sharding='files'")
+        factors = repeat_factors(self._class_presence(split), float(threshold))  # type: ignore[arg-type]
+        starts = np.concatenate([[0], np.cumsum([r.records for r in self.shards(split)])])
+        mine = np.concatenate([factors[starts[r.position]:starts[r.position + 1]] for r in shards]) if shards \
+            else np.zeros(0)
+        return PipelineOptions(**{**_fields(options), "repeat_factors": mine}), epoch_length(mine)
+
+    def _class_presence(self, split: str) -> np.ndarray:
+        """(samples, classes) bool: the classes in each sample of `split`, from the index files."""
+        from readers.index import ref_classes
+
+        parts = [ref_classes(ref, self.num_classes) for ref in self.shards(split)]
+        if any(p is None for p in parts):
+            raise ValueError(f"sampling='repeat-factor' needs each sample's classes, stored in the index files at "
+                             f"conversion; split {split!r} of {self._path} was converted before imgshard stored them. "
+                             "Re-convert it with `imgshard convert ... --rebuild`. Received: index files without "
+                             "'classes'")
+        return np.concatenate(parts) if parts else np.zeros((0, self.num_classes), bool)
 
     def _pipeline_share(self, split: str, options: PipelineOptions, input_context: "tf.distribute.InputContext | None",
                         sharding: str = "files") -> tuple[list[ShardRef], PipelineOptions, int]:
@@ -423,6 +454,8 @@ class Dataset:
         epoch: int = 0,
         resume: Any = None,
         sharding: str = "files",
+        sampling: str = "uniform",
+        repeat_threshold: float | None = None,
     ) -> Any:
         """A `keras.utils.PyDataset` of (x, y) NumPy batches with random access.
 
@@ -437,7 +470,7 @@ class Dataset:
         `resume`: a `readers.ResumableInput`, as in `tf_dataset` (the first epoch after a
         restart is the rest of the interrupted one). `sharding="global"`: every process
         reads all files and takes slice `shard_index` of each global step of the order
-        fixed by (seed, epoch) (`readers.order`).
+        fixed by (seed, epoch) (`readers.order`). `sampling`, `repeat_threshold`: as in `tf_dataset`.
         """
         from readers.pydataset import batches_per_epoch, make_pydataset
 
@@ -453,7 +486,9 @@ class Dataset:
             options = PipelineOptions(**{**_fields(options), "replicas": (num_shards, shard_index)})
             num_shards, shard_index = 1, 0
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
-        options = _resumed_options(resume, options, batches_per_epoch(sum(s.records for s in shards), options))
+        options, total = self._sampled(split, shards, options, sum(s.records for s in shards), sampling,
+                                       repeat_threshold)
+        options = resumed_options(resume, options, batches_per_epoch(total, options))
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
         ids = sample_ids(shards) if options.augment is not None else None
         seq = make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
@@ -461,6 +496,11 @@ class Dataset:
         if resume is not None:
             resume.attach(seq)
         return seq
+
+    def pipeline_parts(self) -> tuple[Any, RecordSpec]:
+        """(format adapter, record layout): what a pipeline over this dataset's shards needs
+        (`readers.mix`)."""
+        return self._adapter, self._spec
 
     # -- Grain ----------------------------------------------------------------------------------
     def grain_source(self, split: str, *, num_shards: int = 1, shard_index: int = 0) -> Any:
@@ -490,7 +530,7 @@ def _grain_source_at(path: str, split: str, num_shards: int, shard_index: int) -
     return Dataset(path).grain_source(split, num_shards=num_shards, shard_index=shard_index)
 
 
-def _finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
+def finish_pipeline(ds: "tf.data.Dataset", options: PipelineOptions, batches: int, *, repeat: bool,
                      distributed: bool, resumed: bool = False) -> "tf.data.Dataset":
     """Cardinality (unless resumed: the first pass is shorter), repeat, prefetch, options."""
     import tensorflow as tf
@@ -527,7 +567,7 @@ def _batch_count(total: int, options: PipelineOptions) -> int:
     return total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
 
 
-def _resumed_options(resume: Any, options: PipelineOptions, batches: int) -> PipelineOptions:
+def resumed_options(resume: Any, options: PipelineOptions, batches: int) -> PipelineOptions:
     """`options` with the seed, epoch and start step that `resume` gives (`readers.resume`)."""
     if resume is None:
         return options

@@ -28,7 +28,12 @@ field               dtype   meaning
 ``image_mtime_ns``  <i8     its mtime (ns) when converted
 ``image_digest``    S       ``ALGORITHM:HEX`` of its content
 ``mask_*``          ...     the same for the mask; ``mask_size`` -1 when there is none
+``classes``         u1[m]   optional (written since issue 30): the classes present in
+                            the sample, a bitmask (`numpy.packbits`, little bit order,
+                            m = ceil(classes / 8)); read by repeat-factor sampling
 ==================  ======  ======================================================
+
+Index files written before the ``classes`` column still open (`ref_classes` gives None).
 
 This module needs only NumPy (xxhash is imported when a digest is checked) so that
 both the readers and the converter use it.
@@ -57,6 +62,8 @@ _INT_FIELDS = {"record": "<i4", "label": "<i8", "image_size": "<i8", "image_mtim
                "mask_size": "<i8", "mask_mtime_ns": "<i8"}
 FIELDS = ("key", "record", "label", "image_path", "image_size", "image_mtime_ns", "image_digest",
           "mask_path", "mask_size", "mask_mtime_ns", "mask_digest")
+#: The optional last field: per-sample class presence as a bitmask (uint8 subarray).
+CLASSES_FIELD = "classes"
 
 
 class IndexFileError(ManifestError):
@@ -81,8 +88,9 @@ def _utf8(values: Sequence[str]) -> np.ndarray:
     return np.array(encoded, dtype=f"S{width}")
 
 
-def build_table(samples: Sequence[SampleEntry]) -> np.ndarray:
-    """The index rows of `samples` (record i = samples[i])."""
+def build_table(samples: Sequence[SampleEntry], classes: np.ndarray | None = None) -> np.ndarray:
+    """The index rows of `samples` (record i = samples[i]); `classes`: (n, K) bool class
+    presence per sample, stored as the optional bitmask field, or (n, m) uint8 bitmasks."""
     n = len(samples)
     cols: dict[str, np.ndarray] = {
         "key": _utf8([s.key for s in samples]),
@@ -97,8 +105,14 @@ def build_table(samples: Sequence[SampleEntry]) -> np.ndarray:
         "mask_size": np.array([s.mask.size if s.mask else -1 for s in samples], "<i8"),
         "mask_mtime_ns": np.array([s.mask.mtime_ns if s.mask else 0 for s in samples], "<i8"),
     }
-    table = np.empty(n, dtype=[(f, cols[f].dtype) for f in FIELDS])
-    for f in FIELDS:
+    fields = [(f, cols[f].dtype) for f in FIELDS]
+    if classes is not None:
+        classes = np.asarray(classes)
+        bits = classes if classes.dtype == np.uint8 else np.packbits(classes.astype(bool), axis=1, bitorder="little")
+        cols[CLASSES_FIELD] = bits.reshape(n, -1)
+        fields.append((CLASSES_FIELD, np.uint8, (cols[CLASSES_FIELD].shape[1],)))
+    table = np.empty(n, dtype=fields)
+    for f, *_ in fields:
         table[f] = cols[f]
     return table
 
@@ -115,9 +129,10 @@ def index_ref(shard_file: str, data: bytes) -> IndexRef:
     return IndexRef(index_name(shard_file, digest), len(data), digest)
 
 
-def encode_index(shard_file: str, samples: Sequence[SampleEntry]) -> tuple[IndexRef, bytes]:
+def encode_index(shard_file: str, samples: Sequence[SampleEntry],
+                 classes: np.ndarray | None = None) -> tuple[IndexRef, bytes]:
     """(the manifest's reference, the file's bytes) of the index of `samples`."""
-    data = encode_table(build_table(samples))
+    data = encode_table(build_table(samples, classes))
     return index_ref(shard_file, data), data
 
 
@@ -151,9 +166,13 @@ def decode_index(data: bytes, where: str, records: int | None = None) -> np.ndar
 def check_table(table: np.ndarray, where: str, records: int | None = None) -> None:
     """The index's content is what this module writes: fields, types, rows, unique keys."""
     names = table.dtype.names
-    if table.ndim != 1 or names is None or tuple(names) != FIELDS:
-        raise IndexFileError(f"{where}: expected a 1-D structured array with fields {list(FIELDS)}. "
-                             f"Received: shape {table.shape}, fields {list(names or ())}.")
+    if table.ndim != 1 or names is None or tuple(names) not in (FIELDS, FIELDS + (CLASSES_FIELD,)):
+        raise IndexFileError(f"{where}: expected a 1-D structured array with fields {list(FIELDS)} (and "
+                             f"optionally {CLASSES_FIELD!r}). Received: shape {table.shape}, fields {list(names or ())}.")
+    if CLASSES_FIELD in names and (table.dtype[CLASSES_FIELD].base != np.uint8
+                                   or len(table.dtype[CLASSES_FIELD].shape) != 1):
+        raise IndexFileError(f"{where}: field {CLASSES_FIELD!r} must be a uint8 bitmask per row, received "
+                             f"{table.dtype[CLASSES_FIELD]}.")
     for f in _STR_FIELDS:
         if table.dtype[f].kind != "S":
             raise IndexFileError(f"{where}: field {f!r} must hold bytes (S), received {table.dtype[f]}.")
@@ -261,6 +280,22 @@ def read_index_object(remote: Any, records: int) -> np.ndarray:
     except ShardError as e:
         raise IndexFileError(str(e)) from e
     return decode_index(data, remote.url, records)
+
+
+def ref_classes(shard: Any, num_classes: int) -> np.ndarray | None:
+    """(records, num_classes) bool: the classes present in each record of a `ShardRef`,
+    from its index file's ``classes`` field; None where the index has none (written
+    before it, or a version-1/2 manifest)."""
+    if shard.entry.index is None:
+        return None
+    table = ref_table(shard)
+    if CLASSES_FIELD not in table.dtype.names:
+        return None
+    bits = np.unpackbits(table[CLASSES_FIELD], axis=1, bitorder="little")
+    if bits.shape[1] < num_classes:
+        raise IndexFileError(f"{shard.entry.index.file}: its {CLASSES_FIELD!r} field holds {bits.shape[1]} bits, "
+                             f"the dataset has {num_classes} classes. Re-convert with --rebuild.")
+    return bits[:, :num_classes].astype(bool)
 
 
 def ref_keys(shard: Any) -> list[str]:

@@ -28,23 +28,29 @@ def check_sharding_mode(sharding: object) -> str:
     return str(sharding)
 
 
-def epoch_order(starts: np.ndarray, seed: int, epoch: int, shuffle: bool, window: int) -> np.ndarray:
+def epoch_order(starts: np.ndarray, seed: int, epoch: int, shuffle: bool, window: int,
+                counts: np.ndarray | None = None) -> np.ndarray:
     """Global record numbers of an epoch in order: the shard order shuffled, then the
     records permuted in consecutive windows of `window` records (memory bounded like a
     shuffle buffer: a window spans few shards). `starts`: the shards' first record
-    numbers and the total (length shards + 1)."""
+    numbers and the total (length shards + 1). `counts`: how often each record appears
+    (`readers.sampling.epoch_counts`); its repeats are shuffled within its window."""
     total = int(starts[-1])
     if not shuffle:
-        return np.arange(total, dtype=np.int64)
+        plain = np.arange(total, dtype=np.int64)
+        return plain if counts is None else np.repeat(plain, counts)
     rng = np.random.default_rng([int(seed), int(epoch), 0x6F72])
     shards = rng.permutation(len(starts) - 1)
     seq = np.concatenate([np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in shards]) if len(shards) \
         else np.zeros(0, np.int64)
     window = max(1, int(window))
+    out = []
     for lo in range(0, total, window):
         block = seq[lo:lo + window]
-        seq[lo:lo + window] = block[rng.permutation(len(block))]
-    return seq
+        if counts is not None:
+            block = np.repeat(block, counts[block])
+        out.append(block[rng.permutation(len(block))])
+    return np.concatenate(out) if out else seq
 
 
 def replica_batches(order: np.ndarray, batch_size: int, replicas: int, index: int,
@@ -62,9 +68,14 @@ def replica_batches(order: np.ndarray, batch_size: int, replicas: int, index: in
 
 
 def replica_plan(starts: np.ndarray, seed: int, epoch: int, options: Any, window: int) -> list[np.ndarray]:
-    """The batches of `options.replicas` (a `PipelineOptions`) in `epoch`."""
-    replicas, index = options.replicas
-    order = epoch_order(starts, seed, epoch, options.shuffle, window)
+    """The batches of `options.replicas` (a `PipelineOptions`; one replica when None) in
+    `epoch`, with `options.repeat_factors` (repeat-factor sampling) when set."""
+    from readers.sampling import epoch_counts
+
+    replicas, index = options.replicas or (1, 0)
+    factors = options.repeat_factors
+    counts = epoch_counts(factors, seed, epoch) if factors is not None else None
+    order = epoch_order(starts, seed, epoch, options.shuffle, window, counts)
     return replica_batches(order, options.batch_size, replicas, index, options.drop_remainder)
 
 

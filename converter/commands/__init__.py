@@ -11,8 +11,8 @@ import sys
 
 from converter.commands.storage_args import add_storage_option_argument, storage_options
 from converter.discover.classfolders import detect_task
-from converter.options import (LAYOUT_NAMES, AnnotationOptions, LabelOptions, MaskSemantics, Overlap, SourceSpec,
-                              SplitSource, Task)
+from converter.options import (LAYOUT_NAMES, AnnotationOptions, LabelOptions, MaskSemantics, Overlap, RleOrder,
+                              SourceSpec, SplitSource, Task)
 
 
 def progress_bar(total: int, unit: str, desc: str):
@@ -57,6 +57,9 @@ def add_annotation_arguments(p: argparse.ArgumentParser) -> None:
                         "first (the first shape keeps its pixels) or ignore (pixels of two classes -> ignore)")
     p.add_argument("--keep-crowd", action=argparse.BooleanOptionalAction, default=False,
                    help="COCO iscrowd regions keep their class (default: the ignore index)")
+    p.add_argument("--rle-order", choices=RleOrder.values(), default=RleOrder.COLUMNS.value,
+                   help="RLE CSV runs go down the columns (Kaggle, default) or along the rows (Carvana); scan "
+                        "tells which from the shapes they draw")
     p.add_argument("--rle-class", default=None, metavar="NAME",
                    help="RLE CSV without a ClassId column: the class name of its runs (default: foreground)")
 
@@ -149,7 +152,8 @@ def source_spec(args: argparse.Namespace, split: str | None = None) -> SourceSpe
 
 def annotation_options(args: argparse.Namespace) -> AnnotationOptions:
     return AnnotationOptions(getattr(args, "overlap", Overlap.TOOL.value), getattr(args, "keep_crowd", False),
-                             getattr(args, "rle_class", None))
+                             getattr(args, "rle_class", None),
+                             getattr(args, "rle_order", RleOrder.COLUMNS.value))
 
 
 def _from_spec_file(args: argparse.Namespace) -> SourceSpec:
@@ -160,8 +164,15 @@ def _from_spec_file(args: argparse.Namespace) -> SourceSpec:
     if given:
         raise ValueError(f"--spec {args.spec} names the sources; drop {', '.join(given)}. "
                          f"Received: --spec with {', '.join(given)}")
-    return dataclasses.replace(load_spec(args.spec, storage_options(args)).source,
-                               annotations=annotation_options(args))
+    source = load_spec(args.spec, storage_options(args)).source
+    return dataclasses.replace(source, annotations=_merged_annotation_options(source.annotations, args))
+
+
+def _merged_annotation_options(from_spec: AnnotationOptions, args: argparse.Namespace) -> AnnotationOptions:
+    """The spec's annotation options (`annotation_options`), each overridden by a flag given."""
+    given, default = annotation_options(args), AnnotationOptions()
+    return AnnotationOptions(**{k: getattr(given if getattr(given, k) != getattr(default, k) else from_spec, k)
+                                for k in ("overlap", "keep_crowd", "rle_class", "rle_order")})
 
 
 def _repeated_pairs(args: argparse.Namespace) -> SourceSpec:

@@ -52,7 +52,14 @@ def main(args: argparse.Namespace) -> int:
     from converter.discover.files import source_scope
 
     with source_scope():  # sources in a bucket: one listing for the task detection and the scan
-        return _main(args)
+        try:
+            return _main(args)
+        except Exception as e:
+            if args.json:  # a script reading stdout gets JSON on errors too (ties, no layout): no command
+                print(json.dumps({"error": {"kind": type(e).__name__, "message": str(e)},
+                                  "verdict": {"status": "error", "command": None, "reason": str(e)}},
+                                 indent=1, sort_keys=True))
+            raise
 
 
 def _preview(report, path: str, quiet: bool) -> None:

@@ -66,6 +66,9 @@ class SourceFiles(Protocol):
     def read(self, path: str) -> tuple[bytes, int | None]:
         """(the whole file, its stamp when the read tells it)."""
 
+    def head(self, path: str, size: int) -> bytes:
+        """The first `size` bytes of a regular file (fewer when it is shorter)."""
+
 
 class LocalFiles:
     """A local folder: the file system calls discovery always made."""
@@ -102,7 +105,11 @@ class LocalFiles:
         return st.st_size, st.st_mtime_ns
 
     def read(self, path: str) -> tuple[bytes, int | None]:
-        return read_stable(path)  # one version of the file, or SourceChangedError
+        return _remembered(path, lambda: read_stable(path))  # one version of the file, or SourceChangedError
+
+    def head(self, path: str, size: int) -> bytes:
+        with open_regular_file(path) as f:
+            return f.read(size)
 
 
 class _Listing:
@@ -206,18 +213,41 @@ class BucketFiles:
         return found
 
     def read(self, path: str) -> tuple[bytes, int | None]:
+        return _remembered(path, lambda: self._read(path))
+
+    def _read(self, path: str) -> tuple[bytes, int | None]:
         known = None
         parent = path.rpartition("/")[0]
         if any(listing.covers(parent) for listing in _LISTINGS):
             known = self._listing(parent).files.get(path)
         return self.store.read(self.key(path)), None if known is None else known[1]
 
+    def head(self, path: str, size: int) -> bytes:
+        """The first `size` bytes: one ranged GET, not the whole object."""
+        return self.store.read_range(self.key(path), 0, size)
+
 
 class _Scope:
     depth = 0
 
 
+class _Memo:
+    depth = 0
+    reads: dict[str, tuple[bytes, int | None]] = {}
+
+
+def _remembered(path: str, read: Any) -> tuple[bytes, int | None]:
+    """`read()`, or what it gave for `path` earlier in the open `read_memo()` block."""
+    if not _MEMO.depth:
+        return read()
+    found = _MEMO.reads.get(path)
+    if found is None:
+        found = _MEMO.reads[path] = read()
+    return found
+
+
 _SCOPE = _Scope()
+_MEMO = _Memo()
 _LISTINGS: list[_Listing] = []
 _LOCAL = LocalFiles()
 _BUCKETS: dict[tuple[str, str], BucketFiles] = {}
@@ -260,6 +290,22 @@ def source_scope() -> Iterator[None]:
         _SCOPE.depth -= 1
         if not _SCOPE.depth:
             _LISTINGS.clear()
+
+
+@contextlib.contextmanager
+def read_memo() -> Iterator[None]:
+    """Read each source file at most once while the block runs (re-entrant): discovery asks
+    several questions of the same files (the class table is a colour table? an RLE CSV? its
+    rows; the first mask for the semantics and again for the cross-check of readings), and on
+    a bucket each read is a GET. Kept for discovery only, which reads a few small files; the
+    workers' reads of every image never enter it."""
+    _MEMO.depth += 1
+    try:
+        yield
+    finally:
+        _MEMO.depth -= 1
+        if not _MEMO.depth:
+            _MEMO.reads = {}
 
 
 def join(folder: str, *names: str) -> str:
@@ -322,12 +368,20 @@ def file_names(folder: str) -> list[str]:
 def read_bytes(path: str) -> bytes:
     """The bytes of a small source-side file (a class table, a split list, a label map)."""
     if not is_remote(path):
-        f = open_regular_file(path)
-        with f:
-            return f.read()
+        def read() -> tuple[bytes, None]:
+            with open_regular_file(path) as f:
+                return f.read(), None
+        return _remembered(path, read)[0]
     return files_for(path).read(path)[0]
 
 
+def read_head(path: str, size: int) -> bytes:
+    """The first `size` bytes of a source file (a header to probe), without reading the rest."""
+    if _MEMO.depth and path in _MEMO.reads:
+        return _MEMO.reads[path][0][:size]
+    return files_for(path).head(path, size)
+
+
 __all__ = ["BucketFiles", "LocalFiles", "SourceFiles", "WithStorage", "absolute", "exists", "file_names",
-           "files_for", "is_dir", "is_file", "join", "read_bytes", "relative", "source_scope", "subfolders",
-           "use_storage_options", "version_stamp"]
+           "files_for", "is_dir", "is_file", "join", "read_bytes", "read_head", "read_memo", "relative", "source_scope",
+           "subfolders", "use_storage_options", "version_stamp"]

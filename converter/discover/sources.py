@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from converter.discover.classfolders import discover_classification
-from converter.discover.files import source_scope
+from converter.discover.files import read_memo, source_scope
 from converter.discover.labels import check_readings, resolve_labels
 from converter.discover.layout import Discovery
 from converter.discover.layouts import discover
@@ -22,9 +22,10 @@ def discover_sources(spec: SourceSpec, options: OutputOptions
                      ) -> tuple[Discovery, tuple[ClassInfo, ...], OutputOptions]:
     """(samples found, class table, options) of `spec` for `options.task`; for dense tasks the
     options carry the resolved mask semantics (what the manifest records). Sources in a
-    bucket are listed once for all of it (`converter.discover.files.source_scope`)."""
+    bucket are listed once for all of it (`converter.discover.files.source_scope`), and each file
+    discovery reads is read once (`read_memo`)."""
     spec.use_storage()
-    with source_scope():
+    with source_scope(), read_memo():
         if task_kind(options.task).dense:
             found = discover(spec)
             labels, classes = resolve_labels(spec, options.labels, found)

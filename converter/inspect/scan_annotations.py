@@ -12,6 +12,7 @@ a placeholder category left out), bad inputs, and the one command that converts.
 from __future__ import annotations
 
 import functools
+import json
 import shlex
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ import numpy as np
 
 from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS
 from converter.discover.annotations.registry import rasterize_canvas
+from converter.discover.annotations.rlecsv import decode_runs, edges
 from converter.discover.files import WithStorage, absolute
 from converter.discover.layout import BadInput, Discovery, SourceSample
 from converter.inspect.scan_core import ScanOptions, bad_input, format_bad_inputs, format_verdict, run_batched
@@ -28,6 +30,10 @@ from converter.inspect.scan_labels import source_args, source_positional, sugges
 from converter.options import Overlap, SourceSpec, Task
 from converter.transform.decode import DecodeError, decode_image, read_source
 from converter.transform.sample import relative_key_path
+
+
+#: scan proposes the other RLE run order when the shapes have this many times more edges the current way.
+RUN_ORDER_MARGIN = 1.5
 
 
 @dataclass
@@ -40,6 +46,7 @@ class AnnotationSummary:
     pixels: tuple[int, ...] = ()  # per class value 0..C-1
     ignored: int = 0
     overlap: int = 0
+    order_edges: tuple[int, int] = (0, 0)  # RLE CSV: edges of its shapes read down the columns, along the rows
     errors: list[BadInput] = field(default_factory=list)
 
 
@@ -58,7 +65,34 @@ def scan_annotation(sample: SourceSample, base: str, max_pixels: int, num_classe
     s.pixels = tuple(int(n) for n in counts[:num_classes])
     s.ignored = int(counts[canvas.ignore])
     s.overlap = canvas.overlap
+    if sample.annotation.format == "rlecsv":
+        s.order_edges = _order_edges(sample.annotation.payload, h, w)
     return s
+
+
+def _order_edges(payload: bytes, h: int, w: int) -> tuple[int, int]:
+    """Edges of an RLE CSV sample's shapes decoded down the columns and along the rows (0, 0: unreadable)."""
+    try:
+        out = []
+        for order in ("columns", "rows"):
+            union = np.zeros((h, w), bool)
+            for shape in json.loads(payload)["shapes"]:
+                union |= decode_runs(shape["runs"], h, w, "", order)
+            out.append(edges(union))
+        return out[0], out[1]
+    except DecodeError:
+        return 0, 0
+
+
+def run_order(spec: SourceSpec, ok: list) -> tuple[str | None, str]:
+    """(the other run order when the shapes say the runs go that way, else None; the evidence)."""
+    cols, rows = (sum(s.order_edges[i] for s in ok) for i in (0, 1))
+    current = spec.annotations.rle_order.value
+    mine, other = (cols, rows) if current == "columns" else (rows, cols)
+    evidence = f"the shapes have {cols} edges read down the columns, {rows} along the rows"
+    if mine >= 20 and other * RUN_ORDER_MARGIN < mine:
+        return ("rows" if current == "columns" else "columns"), evidence
+    return None, evidence
 
 
 def _scan_batch(samples: Sequence[SourceSample], base: str, max_pixels: int, num_classes: int) -> list:
@@ -91,7 +125,8 @@ class AnnotationScanReport:
                                 "overlap_pixels": self.overlap_pixels, "overlap_files": self.overlap_files,
                                 "ignored_pixels": self.ignored_pixels},
                 "pairs": self.splits, "total_pairs": sum(self.splits.values()), "classes": self.classes_table,
-                "bad": [b.to_json() for b in self.bad], "bad_counts": dict(sorted(Counter(b.kind for b in self.bad).items())),
+                "bad": [b.to_json() for b in self.bad],
+                "bad_counts": dict(sorted(Counter(b.kind for b in self.bad).items())),
                 "images": {"sizes_wxh": self.sizes_wxh}, "verdict": self.verdict}
 
 
@@ -129,7 +164,11 @@ def scan_annotations(spec: SourceSpec, options: ScanOptions, found: Discovery,
 
 def _verdict(spec: SourceSpec, found: Discovery, bad: list[BadInput], ok: list, sizes: dict, problems) -> dict:
     size, hint = suggest_size(sizes)
-    flags = []
+    flags, fix = [], []
+    order, evidence = run_order(spec, ok) if found.layout == "rlecsv" else (None, "")
+    if order is not None:
+        flags += ["--rle-order", order]
+        fix.append(f"the RLE runs go along the {order} ({evidence}): convert needs --rle-order {order}")
     a = spec.annotations
     if a.overlap is not Overlap.TOOL:
         flags += ["--overlap", a.overlap.value]
@@ -142,17 +181,18 @@ def _verdict(spec: SourceSpec, found: Discovery, bad: list[BadInput], ok: list, 
     if problems.get("crowd regions (ignored)"):
         hint = ((hint + "; ") if hint else "") + ("crowd regions go to the ignore index; if they are objects (CVAT's "
                                                   "COCO 1.0 export writes masks as iscrowd RLE), add --keep-crowd")
-    status = "no_data" if not ok else ("needs_flags" if bad else ("warnings" if warnings else "ok"))
-    return {"status": status, "convert_ok_without_flags": bool(ok) and not bad,
-            "problems": [f"{len(bad)} bad input(s): convert refuses to publish unless --max-bad {len(bad)}"] if bad
-            else [],
+    status = "no_data" if not ok else ("needs_flags" if bad or fix else ("warnings" if warnings else "ok"))
+    return {"status": status, "convert_ok_without_flags": bool(ok) and not bad and not fix,
+            "problems": fix + ([f"{len(bad)} bad input(s): convert refuses to publish unless --max-bad {len(bad)}"]
+                               if bad else []),
             "warnings": warnings, "command": shlex.join(cmd + (["--max-bad", str(len(bad))] if bad else [])),
             "hints": [hint] if hint else []}
 
 
 def format_annotation_report(r: AnnotationScanReport, *, limit: int = 20) -> str:
     out = [f"Source: {r.source}", f"Annotations: {r.format} ({r.why})", f"Overlaps: {r.overlap_rule}; "
-           f"{r.overlap_pixels} overlapping pixel(s) in {r.overlap_files} image(s) (--overlap {'|'.join(Overlap.values())})"]
+           f"{r.overlap_pixels} overlapping pixel(s) in {r.overlap_files} image(s) "
+           f"(--overlap {'|'.join(Overlap.values())})"]
     out.append("Samples: " + (", ".join(f"{k} {v}" for k, v in r.splits.items()) or "none")
                + f" (total {sum(r.splits.values())})")
     out.append("Image sizes (WxH): " + ", ".join(f"{k} x{v}" for k, v in list(r.sizes_wxh.items())[:8]))

@@ -104,7 +104,7 @@ def image_verdict(r: Any, problems: list[str], warnings: list[str]) -> tuple[lis
     found_problems, found_warnings, notes = image_findings(section, r.options.image_kind)
     problems += found_problems
     warnings += found_warnings
-    source = band_args(r.spec, r.found, r.images.get("band_folders")) or source_positional(r.spec)
+    source = band_args(r.spec) or source_positional(r.spec)
     return source, image_args(r.options.image_kind, section), notes, bool(found_problems)
 
 
@@ -122,16 +122,14 @@ def image_args(requested: ImageKind | None, section: dict[str, Any]) -> list[str
     return args
 
 
-def band_args(spec: Any, found: Any, detected: Sequence[str] | None) -> list[str]:
-    """``--bands A,B,.. --masks M SRC`` when the sources are band folders (given or detected); [] otherwise."""
+def band_args(spec: Any) -> list[str]:
+    """``--bands A,B,.. --masks M SRC`` when the sources are band folders (given, or found by
+    `band_spec_from_tie`); [] otherwise."""
     root = spec.root or "."
     given = [s for s in spec.sources if getattr(s, "bands", ())]
-    if given:
-        folders, masks = given[0].bands, given[0].masks
-    elif detected and spec.root is not None and not spec.sources and found is not None and found.sources:
-        folders, masks = tuple(detected), found.sources[0].masks
-    else:
+    if not given:
         return []
+    folders, masks = given[0].bands, given[0].masks
     rel = [os.path.relpath(f, root) for f in folders]
     return ["--bands", ",".join(rel), "--masks", os.path.relpath(masks or "", root), root]
 
@@ -164,6 +162,9 @@ def _image_stems(folder: str) -> tuple[str, ...]:
 
 
 def _first_size(folder: str) -> tuple[int, int] | None:
+    """(height, width) of the folder's first image when it is a single band; None otherwise (colour
+    photos: a second folder of them is another version, labelme2voc's JPEG overlays or Carvana's
+    train_hq/, never a band)."""
     names = sorted(n for n in file_names(folder) if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS)
     if not names:
         return None
@@ -172,7 +173,7 @@ def _first_size(folder: str) -> tuple[int, int] | None:
         arr, _ = decode_native(read_source(path, path), 1 << 31)
     except DecodeError:
         return None
-    return arr.shape[:2]
+    return arr.shape[:2] if arr.ndim == 2 or arr.shape[2] == 1 else None
 
 
 def find_band_folders(images: str, masks: str | None) -> list[str]:

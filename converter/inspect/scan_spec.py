@@ -105,6 +105,11 @@ def write_scan_spec(report: Any, path: str, classes_file: str | None = None) -> 
     return " ".join(shlex.quote(a) for a in command)
 
 
+def _flag_value(command: str, flag: str) -> str | None:
+    words = shlex.split(command)
+    return words[words.index(flag) + 1] if flag in words else None
+
+
 def write_annotation_spec(report: Any, path: str) -> str:
     """`scan --write-spec FILE` for annotation files: each split's annotation file (or folder of per-image
     files) with its image folder and format, and the annotation options; returns the convert command."""
@@ -123,6 +128,9 @@ def write_annotation_spec(report: Any, path: str) -> str:
         options["keep_crowd"] = True
     if a.rle_class:
         options["rle_class"] = a.rle_class
+    order = _flag_value(v["command"], "--rle-order") or a.rle_order.value
+    if order != "columns":  # given, or found by scan from the shapes the runs draw
+        options["rle_order"] = order
     if options:
         doc["annotation_options"] = options
     write_spec(path, doc)

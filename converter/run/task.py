@@ -322,6 +322,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
     sums = BandSums(not ctx.options.image_kind.legacy)  # images beyond 8-bit RGB: per-band sums
     ignore_pixels = 0
     entries: list[SampleEntry] = []
+    presence: list[np.ndarray] = []  # classes present, per record (the index's `classes` field)
     result = ShardResult(task.split, None, task.replaces)
     # shard file -> (records, samples, spec); ("samples", file) -> samples; None -> the old layout
     copies: dict[Any, Any] = {}
@@ -364,6 +365,7 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
                     entries.append(entry)
                     sums.add(stored)
                 if counts is not None:
+                    presence.append(np.asarray(counts) > 0)
                     class_pixels += counts
                     class_images += counts > 0
                     ignore_pixels += ignored
@@ -372,7 +374,8 @@ def _run_guarded(task: ShardTask, ctx: WorkerContext, progress: Callable[[int], 
             if not entries:
                 raise _EmptyShard()
             guard.check()  # is our run still alive? (before both renames)
-            index = write_index(ctx.out_dir, task.file, entries)  # unlisted until the manifest names it
+            index = write_index(ctx.out_dir, task.file, entries,  # unlisted until the manifest names it
+                                np.stack(presence) if len(presence) == len(entries) else None)
             guard.check()  # last moment before the shard's rename
     except _EmptyShard:
         result.seconds = time.perf_counter() - t0

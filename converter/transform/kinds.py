@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from converter.discover.files import read_head
 from converter.imagekind import MAX_CHANNELS, AlphaMode, ImageKind, ImageMode
 from converter.options import ImageFilter, OutputOptions
 from converter.transform.decode import DecodeError, SourceFile, decode_image, open_image, read_source
@@ -43,6 +44,8 @@ _PILLOW_MODES = {  # mode -> (dtype, channels without alpha, alpha)
 _BAD_FILE = frozenset({"corrupt", "truncated", "not_an_image", "empty_file", "missing", "unreadable", "too_large"})
 #: How many source images `resolve_kind` looks at (evenly spread over the samples).
 PROBE_FILES = 16
+#: How much of a file the probe reads first: the header of a PNG, JPEG, BMP, GIF or WebP.
+PROBE_HEAD_BYTES = 1 << 16
 
 
 class ImageKindError(ValueError):
@@ -127,7 +130,8 @@ def probe_source(src: SourceFile) -> SourceKind:
     try:
         with Image.open(io.BytesIO(src.data)) as im:
             mode = im.mode
-    except Exception as e:  # noqa: BLE001 - the decode names it precisely; a probe only needs the mode
+    except Exception as e:  # noqa: BLE001 - the decode names it precisely: let it say what is wrong
+        open_image(src, 1 << 62)  # raises the DecodeError a conversion would give (corrupt, truncated, ...)
         raise DecodeError(src.path, "not_an_image", f"not an image Pillow can identify ({type(e).__name__})",
                           "remove the file or replace it with a real image") from e
     dtype, channels, alpha = _PILLOW_MODES.get(mode, ("uint8", 3, False))
@@ -213,6 +217,23 @@ def _spread(n: int, k: int) -> list[int]:
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
+def probe_path(path: str) -> SourceKind:
+    """The kind of the image at `path`, from its first `PROBE_HEAD_BYTES` when they tell it (on a
+    bucket one ranged GET, not a download of a file the conversion may not need again); a TIFF
+    (its tags may lie anywhere), a header that does not tell, or a damaged file: the whole file,
+    whose read names what is wrong."""
+    try:
+        head = read_head(path, PROBE_HEAD_BYTES)
+    except OSError:
+        head = b""
+    if head and not is_tiff(head):
+        try:
+            return probe_source(SourceFile(path, head, None))  # type: ignore[arg-type]  # no fingerprint needed
+        except DecodeError:
+            pass
+    return probe_source(read_source(path, path))
+
+
 def probe_samples(samples: Sequence, k: int = PROBE_FILES) -> list[SourceKind]:
     """The kinds of up to `k` of the samples' images (a damaged file is skipped: the conversion
     reports it as bad input; a file of a kind imgshard cannot store raises `ImageKindError`)."""
@@ -221,7 +242,7 @@ def probe_samples(samples: Sequence, k: int = PROBE_FILES) -> list[SourceKind]:
         sample = samples[i]
         paths = [sample.image] + (list(sample.bands or ()) if i == 0 else [])  # every band of the first sample
         try:
-            kinds += [probe_source(read_source(path, path)) for path in paths]
+            kinds += [probe_path(path) for path in paths]
         except DecodeError as e:
             if e.kind not in _BAD_FILE:  # a kind imgshard cannot store: said now, not file by file
                 raise ImageKindError(str(e)) from e
@@ -396,4 +417,4 @@ class ImageReader:
 
 
 __all__ = ["PROBE_FILES", "ImageKindError", "ImageReader", "SourceKind", "check_encoding", "decode_native",
-           "is_tiff", "probe_samples", "probe_source", "resize_bands", "resolve_kind", "resolve_options"]
+           "is_tiff", "probe_path", "probe_samples", "probe_source", "resize_bands", "resolve_kind", "resolve_options"]

@@ -12,14 +12,18 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+import numpy as np
+
 from converter.fsutil import write_atomic
-from readers.index import encode_index, encode_table, index_ref, read_index, table_samples
+from readers.index import CLASSES_FIELD, encode_index, encode_table, index_ref, read_index, table_samples
 from readers.manifest import IndexRef, SampleEntry, ShardEntry
 
 
-def write_index(out_dir: str, shard_file: str, samples: Sequence[SampleEntry]) -> IndexRef:
-    """Write the index of `shard_file` (record i = samples[i]); returns the manifest's reference."""
-    ref, data = encode_index(shard_file, samples)
+def write_index(out_dir: str, shard_file: str, samples: Sequence[SampleEntry],
+                classes: np.ndarray | None = None) -> IndexRef:
+    """Write the index of `shard_file` (record i = samples[i]; `classes`: (n, K) bool
+    class presence per record, for repeat-factor sampling); returns the manifest's reference."""
+    ref, data = encode_index(shard_file, samples, classes)
     write_atomic(os.path.join(out_dir, ref.file), data, sync_dir=False)
     return ref
 
@@ -35,7 +39,8 @@ def write_refreshed_index(out_dir: str, shard: ShardEntry, rows: dict[int, Sampl
                 samples = table_samples(table)  # a path or digest changed (never for a touched file): rebuild
                 for j, e in rows.items():
                     samples[j] = e
-                return write_index(out_dir, shard.file, samples)
+                kept = table[CLASSES_FIELD] if CLASSES_FIELD in table.dtype.names else None
+                return write_index(out_dir, shard.file, samples, kept)
             table[f"{side}_size"][i] = fp.size if fp is not None else -1
             table[f"{side}_mtime_ns"][i] = fp.mtime_ns if fp is not None else 0
     data = encode_table(table)

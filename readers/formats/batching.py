@@ -449,7 +449,7 @@ class BatchGenerator:
 
     def plan_epoch(self, epoch: int) -> list[np.ndarray]:
         """The batches of `epoch`, each an array of global record numbers (shard starts + record)."""
-        if self.options.replicas is not None:  # sharding="global": one order for any replica count
+        if self.options.replicas is not None or self.options.repeat_factors is not None:  # readers.order
             from readers.order import replica_plan
 
             return replica_plan(self.starts, self.seed, epoch, self.options, self.window)

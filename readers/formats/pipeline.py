@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,6 +37,9 @@ class PipelineOptions:
     #: (replicas, index): read batch slice `index` of every global step of the order
     #: that (seed, epoch) alone fixes (``sharding="global"``, `readers.order`).
     replicas: tuple[int, int] | None = None
+    #: Repeat-factor sampling: one float per record of the pipeline's shards, in order
+    #: (`readers.sampling`); each epoch draws round(sum) records by them.
+    repeat_factors: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("epoch", "start_step"):
@@ -82,7 +85,8 @@ class PipelineOptions:
     @property
     def requires_plan(self) -> bool:
         """Augmentation or a resumed start: only the planned generator can do them."""
-        return self.augment is not None or self.epoch != 0 or self.start_step != 0 or self.replicas is not None
+        return (self.augment is not None or self.epoch != 0 or self.start_step != 0 or self.replicas is not None
+                or self.repeat_factors is not None)
 
     def buffer_records(self, shards: Sequence[ShardRef]) -> int:
         """Shuffle buffer size in records: the explicit value, else as many records as

@@ -204,7 +204,8 @@ class Coco(Reader):
                                         "missing_image"))
                 continue
             shapes = per_image[image_id]
-            doc_ = {"size": [h, w] if h else None, "ignore": out.ignore, "overlap": options.overlap.value, "shapes": shapes}
+            doc_ = {"size": [h, w] if h else None, "ignore": out.ignore, "overlap": options.overlap.value,
+                    "shapes": shapes}
             out.samples.append(make_sample(split, f"{split}/{file_name}", image, self.name, path, str(image_id), doc_))
 
     @staticmethod

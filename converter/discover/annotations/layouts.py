@@ -64,7 +64,7 @@ def follow_spec(spec: SourceSpec) -> tuple[AnnotationLayout, str, AnnotationList
                                     f"{p.annotations} not found. Re-run `imgshard scan SRC --write-spec FILE`.")
 
     def pinned(split: str, source: str, image: str) -> bool:
-        return any(p.split == split and _under(source, p.annotations) and _under(image, p.images)  # type: ignore[arg-type]
+        return any(p.split == split and _under(source, p.annotations or "") and _under(image, p.images)
                    for p in spec.sources)
 
     samples = [s for s in found.samples if pinned(s.split, s.annotation.source, s.image)]

@@ -5,7 +5,8 @@ Found by content: a ``.csv`` at the top whose header has an id column (``ImageId
 ``id``, ...) and a run column (``EncodedPixels``, ``rle``, ``annotation``, ...), beside a
 folder of images (``train_images/``, ``train/``, ``images/``, ...) whose names match the
 ids (with or without extension). Runs are the Kaggle convention: ``start length`` pairs,
-1-based, numbered down the columns first (column-major); the image size comes from the
+1-based, numbered down the columns first (column-major; ``--rle-order rows`` for CSVs whose
+runs go along the rows, as Carvana's: scan tells from the shapes); the image size comes from the
 image. The class is the ``ClassId`` column (integer ids keep their value, named
 ``class_<id>``; names are sorted), else one class (``--rle-class NAME``, default
 ``foreground``). An empty run column is an image without objects. Rows paint in file
@@ -183,6 +184,8 @@ class RleCsv(Reader):
             for s in shapes:
                 out.shapes[names[s["v"]]] += 1
             doc = {"ignore": out.ignore, "overlap": options.overlap.value, "shapes": shapes}
+            if options.rle_order.value != "columns":
+                doc["order"] = options.rle_order.value  # absent: the Kaggle convention (fingerprints unchanged)
             out.samples.append(make_sample("train", f"train/{rel}", join(folder, rel), self.name, path, ident, doc))
         out.unpaired_images = max(0, len(images) - len(out.samples))
         if out.unpaired_images:
@@ -202,11 +205,13 @@ class RleCsv(Reader):
 
     def shapes(self, doc: dict, height: int, width: int, where: str):
         for s in doc["shapes"]:
-            yield decode_runs(s["runs"], height, width, f"{where} (row {s['row']})"), int(s["v"])
+            yield decode_runs(s["runs"], height, width, f"{where} (row {s['row']})",
+                              doc.get("order", "columns")), int(s["v"])
 
 
-def decode_runs(text: str, height: int, width: int, where: str) -> np.ndarray:
-    """Kaggle RLE ``start length ...`` (1-based, column-major) -> (height, width) bool."""
+def decode_runs(text: str, height: int, width: int, where: str, order: str = "columns") -> np.ndarray:
+    """Kaggle RLE ``start length ...`` (1-based; down the columns first, or along the rows with
+    `order` "rows") -> (height, width) bool."""
     try:
         nums = np.array(text.split(), dtype=np.int64)
     except (ValueError, OverflowError) as e:
@@ -221,7 +226,14 @@ def decode_runs(text: str, height: int, width: int, where: str) -> np.ndarray:
     flat = np.zeros(height * width + 1, np.int32)
     np.add.at(flat, starts, 1)
     np.add.at(flat, starts + lengths, -1)
-    return (np.cumsum(flat[:-1]) > 0).reshape(width, height).T
+    on = np.cumsum(flat[:-1]) > 0
+    return on.reshape(height, width) if order == "rows" else on.reshape(width, height).T
 
 
-__all__ = ["RleCsv", "decode_runs", "rle_files"]
+def edges(mask: np.ndarray) -> int:
+    """Neighbouring pixel pairs that differ: shapes decoded the wrong way round are refolded into
+    stripes, with many more edges than the blobs the annotator drew (scan's run-order check)."""
+    return int(np.count_nonzero(mask[1:] != mask[:-1]) + np.count_nonzero(mask[:, 1:] != mask[:, :-1]))
+
+
+__all__ = ["RleCsv", "decode_runs", "edges", "rle_files"]
