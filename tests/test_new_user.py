@@ -388,3 +388,20 @@ def test_massachusetts_roads_two_trees_tie_offers_each_tree(tmp_path, capsys):
         assert f"--images {tiff / split} --masks {tiff / (split + '_labels')} --split {split}" in said.err
     assert f"--images {png / 'train'} --masks {tiff / 'train_labels'}" not in said.err
     assert f"--images {tiff / 'train'} --masks {png / 'train_labels'}" not in said.err
+
+
+def test_coco_stuff_maps_beside_coco_json_stop_with_both_readings(tmp_path, capsys):
+    """COCO-Stuff unpacked as its README says, next to COCO's annotations/instances_*.json: the JSON (things
+    only) was taken silently and the stuffthingmaps (the dataset) never mentioned. scan now stops naming
+    both; `--layout content` converts the maps, train2017/val2017 as train/val, 255 ignored."""
+    shaped = R.make_coco_stuff(tmp_path / "cocostuff")
+    code = cli_main(["scan", str(shaped.root), "--json", "--workers", "1"])
+    said = capsys.readouterr()
+    assert code != 0 and json.loads(said.out)["verdict"]["command"] is None
+    assert "--layout coco" in said.err and "--layout content" in said.err and "stuffthingmaps" in said.err
+    code = cli_main(["scan", str(shaped.root), "--layout", "content", "--json", "--workers", "1"])
+    report = json.loads(capsys.readouterr().out)
+    command = report["verdict"]["command"]
+    assert "--layout content" in command and "--num-classes 182" in command and "--ignore-index 255" in command
+    assert run_command(command, tmp_path / "out") == 0
+    assert_exact(shaped, tmp_path / "out")

@@ -85,10 +85,13 @@ class ContentResult:
 
 
 def split_of(rel: str) -> str | None:
-    """The split a folder path names (any depth; ``train_images``, ``images_x_train`` too)."""
-    for part in rel.split("/"):
+    """The split a folder path names (any depth; ``train_images``, ``images_x_train`` too; a year or
+    version glued on, COCO's ``train2017``/``val2017``, names ``train``/``val``). The folder nearest the
+    files wins: COCO-Stuff's ``stuffthingmaps_trainval2017/val2017/`` is ``val``."""
+    for part in reversed(rel.split("/")):
         words = [w for w in re.split(r"[_\-. ]+", part.lower()) if w]
         for w in words:
+            w = re.sub(r"(?<=[a-z])\d+$", "", w)
             if w in SPLIT_WORDS:
                 return w
     return None

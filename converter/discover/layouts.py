@@ -505,6 +505,8 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
     except (LayoutNotFound, SourceLayoutError, SeveralMaskFolders) as e:
         error = e
     annotations = det is not None and det.layout.name in ANNOTATION_LAYOUTS  # annotation files: their own content
+    if annotations and _paired(listing):
+        _refuse_mask_images_beside(root, det, _paired(listing))  # type: ignore[arg-type]
     if not annotations and (listing is None or _weak(listing)):
         try:
             found = find_by_content(root)
@@ -519,6 +521,19 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
     if error is not None:
         raise error
     return det, listing  # type: ignore[return-value]
+
+
+def _refuse_mask_images_beside(root: str, det: Detected, annotated: int) -> None:
+    """Annotation files beside mask images that pair at least half as many of the photos (COCO-Stuff's
+    stuffthingmaps/ next to COCO's instances JSON) are two readings of one dataset: stop and name both,
+    as for two layouts by name. Pairings that tie, or pair a few by chance, are no reading."""
+    try:
+        found = find_by_content(root)
+    except ContentTie:
+        return
+    if found is not None and found.paired * 2 >= annotated:
+        raise LayoutError(f"{root} holds annotation files and mask images that pair the same images; choose one:\n"
+                          f"  --layout {det.layout.name}: {det.why}\n  --layout content: {found.why}")
 
 
 def _discover(spec: SourceSpec) -> Discovery:
