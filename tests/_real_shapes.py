@@ -643,8 +643,8 @@ def make_massachusetts_roads(root: Path, seed: int = 13) -> Shaped:
                 Image.fromarray(img).save(root / fmt / split / f"{i}.{iext}")
                 Image.fromarray(road.astype(np.uint8) * 255, "L").save(root / fmt / f"{split}_labels" / f"{i}.{mext}")
             rows.append(f"{i},{split},tiff/{split}/{i}.tiff,tiff/{split}_labels/{i}.tif")
-            shaped.samples[i] = Sample(root / "tiff" / split / f"{i}.tiff", root / "tiff" / f"{split}_labels" / f"{i}.tif",
-                                       _nonzero, split)
+            shaped.samples[i] = Sample(root / "tiff" / split / f"{i}.tiff",
+                                       root / "tiff" / f"{split}_labels" / f"{i}.tif", _nonzero, split)
     (root / "metadata.csv").write_text("image_id,split,tiff_image_path,tif_label_path\n" + "\n".join(rows) + "\n")
     return shaped
 

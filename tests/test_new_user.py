@@ -1,5 +1,12 @@
 """A new user on real-shaped data: `scan SRC --json`, its one command, every record bit-exact.
 
+Datasets: Kaggle CamVid (RGB masks; P masks with the VOC palette against a reordered class_dict.csv),
+custom sets in the VOC layout (2 and 6 classes, names files or none), labelme2voc output, TGS salt,
+Oxford-IIIT Pet, Carvana (+ train_hq/, + its RLE CSV), ISIC 2017/2018, Kvasir-SEG, SegNet CamVid,
+12-bit microscopy (PNG, TIFF), Massachusetts Roads, COCO-Stuff beside COCO JSON, LoveDA, Cellpose; and the
+zip residue (__MACOSX, .DS_Store, Thumbs.db) that comes with them. xfail(strict) marks what is still
+wrong, with the precise reason.
+
 Each tree is shaped exactly like a public dataset as downloaded (`tests/_real_shapes.py`: names,
 folders, modes, bit depths, the decoy files beside the data). The test does what a user does:
 `imgshard scan SRC --json`, takes the printed `command`, runs it choosing only `--size` (plus
