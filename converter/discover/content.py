@@ -223,12 +223,16 @@ def _mask_likeness(folder: Folder, prefix: str, suffix: str) -> int:
 
 def _peek_mask_like(folder: Folder) -> int:
     """1 when the folder's first image decodes as one channel (or a palette), -1 as colour, 0 unknown."""
+    import io
+
     from PIL import Image
+
+    from converter.discover.files import read_head
 
     for name in file_names(folder.path):
         if os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
-            try:
-                with Image.open(join(folder.path, name)) as im:
+            try:  # the header only (a local file or an object: one ranged GET)
+                with Image.open(io.BytesIO(read_head(join(folder.path, name), 1 << 16))) as im:
                     return 1 if im.mode in ("1", "L", "P", "I", "I;16", "I;16B", "I;16L") else -1
             except (OSError, ValueError):
                 return 0
