@@ -510,8 +510,6 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
         other = _mask_reading(root, spec)
         if other is not None:
             return _one_reading(root, det, listing, *other)  # type: ignore[arg-type]
-    if annotations and _paired(listing):
-        _refuse_mask_images_beside(root, det, _paired(listing))  # type: ignore[arg-type]
     if not annotations and (listing is None or _weak(listing)):
         try:
             found = find_by_content(root)
@@ -528,22 +526,10 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
     return det, listing  # type: ignore[return-value]
 
 
-def _refuse_mask_images_beside(root: str, det: Detected, annotated: int) -> None:
-    """Annotation files beside mask images that pair at least half as many of the photos (COCO-Stuff's
-    stuffthingmaps/ next to COCO's instances JSON) are two readings of one dataset: stop and name both,
-    as for two layouts by name. Pairings that tie, or pair a few by chance, are no reading."""
-    try:
-        found = find_by_content(root)
-    except ContentTie:
-        return
-    if found is not None and found.paired * 2 >= annotated:
-        raise LayoutError(f"{root} holds annotation files and mask images that pair the same images; choose one:\n"
-                          f"  --layout {det.layout.name}: {det.why}\n  --layout content: {found.why}")
-
-
 def _mask_reading(root: str, spec: SourceSpec) -> tuple[Detected, Listing] | None:
-    """The mask-image reading of a folder that has an annotation file: a mask layout by name, else by
-    content; None when no mask folder pairs (`ContentTie` stands: the mask folders are ambiguous)."""
+    """The mask-image reading of a folder that has an annotation file (COCO-Stuff's stuffthingmaps/ next to
+    COCO's instances JSON, TGS's train/masks/ next to train.csv): a mask layout by name, else by content;
+    None when no mask folder pairs (`ContentTie` stands: the mask folders themselves are ambiguous)."""
     for name in _SPECIFIC + ("unet",):
         why = LAYOUTS[name].detect(root)
         if why is None:
@@ -568,6 +554,8 @@ def _one_reading(root: str, det: Detected, listing, masks: Detected, by_masks: L
     if found is None:
         return det, listing
     result, count = found
+    if count * 2 < len(annotated):  # mask images of a few of the photos, paired by chance: no second reading
+        return det, listing
     rows = " read along the rows (--rle-order rows)" if result.rle_order == "rows" else ""
     if result.agree:
         return Detected(masks.layout, f"{masks.why}; {det.why}{rows} agrees ({result.evidence()}): "
