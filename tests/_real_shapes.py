@@ -643,8 +643,8 @@ def make_massachusetts_roads(root: Path, seed: int = 13) -> Shaped:
                 Image.fromarray(img).save(root / fmt / split / f"{i}.{iext}")
                 Image.fromarray(road.astype(np.uint8) * 255, "L").save(root / fmt / f"{split}_labels" / f"{i}.{mext}")
             rows.append(f"{i},{split},tiff/{split}/{i}.tiff,tiff/{split}_labels/{i}.tif")
-            shaped.samples[i] = Sample(root / "tiff" / split / f"{i}.tiff", root / "tiff" / f"{split}_labels" / f"{i}.tif",
-                                       _nonzero, split)
+            shaped.samples[i] = Sample(root / "tiff" / split / f"{i}.tiff",
+                                       root / "tiff" / f"{split}_labels" / f"{i}.tif", _nonzero, split)
     (root / "metadata.csv").write_text("image_id,split,tiff_image_path,tif_label_path\n" + "\n".join(rows) + "\n")
     return shaped
 
@@ -681,4 +681,24 @@ def make_coco_stuff(root: Path, seed: int = 14) -> Shaped:
             {"images": images, "annotations": anns,
              "categories": [{"id": 1, "name": "person", "supercategory": "person"},
                             {"id": 18, "name": "dog", "supercategory": "animal"}]}))
+    return shaped
+
+
+def make_loveda(root: Path, seed: int = 15) -> Shaped:
+    """LoveDA: {Train,Val}/{Urban,Rural}/images_png/<n>.png + masks_png/<n>.png (L, 0 no-data, 1..7 classes);
+    file names are plain numbers, and the same number appears in Urban and Rural."""
+    rng = np.random.default_rng(seed)
+    shaped = Shaped(root, num_classes=8)
+    for split in ("Train", "Val"):
+        for domain, nums in (("Urban", [1366, 1367, 3]), ("Rural", [0, 3, 13])):
+            base = root / split / domain
+            (base / "images_png").mkdir(parents=True)
+            (base / "masks_png").mkdir(parents=True)
+            for n in nums:
+                h, w = 32, 32  # 1024x1024, scaled
+                _photo(base / "images_png" / f"{n}.png", h, w, rng)
+                Image.fromarray(synth.random_mask(h, w, 8, rng), "L").save(base / "masks_png" / f"{n}.png")
+                shaped.samples[f"{split}/{domain}/{n}"] = Sample(base / "images_png" / f"{n}.png",
+                                                                 base / "masks_png" / f"{n}.png", _values_of,
+                                                                 split.lower())
     return shaped

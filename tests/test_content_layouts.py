@@ -545,6 +545,15 @@ def test_tokens_at_both_ends_with_random_stems(tmp_path, capsys):
         "img_", "_rgb", "lbl_", "_mask")
 
 
+def test_tokens_at_both_ends_despite_stray_names():
+    stems = random_stems(12, 24)
+    images = tuple(f"img_{s}_rgb" for s in stems) + ("Thumbs", "notes_1", "img_x")
+    masks = tuple(f"lbl_{s}_mask" for s in stems) + ("readme",)
+    tokens, n = infer_tokens(images, masks)
+    assert (tokens.image_prefix, tokens.image_suffix, tokens.mask_prefix, tokens.mask_suffix, n) == (
+        "img_", "_rgb", "lbl_", "_mask", 12)
+
+
 def test_write_spec_toml_reads_back_as_the_json_spec_and_converts(tmp_path, capsys):
     import tomllib
 

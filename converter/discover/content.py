@@ -21,6 +21,7 @@ import bisect
 import os
 import re
 import shlex
+from collections import Counter
 from dataclasses import dataclass
 
 from converter.discover.files import file_names, join, subfolders
@@ -28,6 +29,7 @@ from converter.discover.layout import IMAGE_EXTENSIONS
 from converter.options import SplitSource
 
 SEPARATORS = "_-. "
+_FIRST_WORD = re.compile(r"[^_\-. ]+[_\-. ]+")
 SPLIT_WORDS = frozenset({"train", "training", "val", "valid", "validation", "test", "testing", "trainval", "dev"})
 OVERLAY_WORDS = ("visualization", "visualisation", "overlay")
 MASK_WORDS = ("mask", "label", "gt", "manual", "seg", "annot", "trimap", "groundtruth", "ground_truth", "ann")
@@ -156,11 +158,18 @@ def bases(stems: tuple[str, ...] | list[str], prefix: str, suffix: str) -> set[s
 
 
 def _end_token(stems: tuple[str, ...] | list[str], at_start: bool) -> str:
-    """The token every stem starts (or ends) with, cut where no run of digits or letters is split
-    and kept short of the whole name ('' when the stems share none)."""
+    """The token most stems start (or end) with: the stems whose first word (up to a separator) is
+    the most common one, if more than half, else all; their shared start, cut where no run of digits
+    or letters is split and kept short of the whole name ('' when they share none). A few strays
+    (``Thumbs``, ``notes_1``) do not hide it."""
     if len(stems) < 2:
         return ""
     names = list(stems) if at_start else [x[::-1] for x in stems]
+    words = Counter(m.group(0) for x in names for m in [_FIRST_WORD.match(x)] if m)
+    if words:
+        word, n = words.most_common(1)[0]
+        if n * 2 > len(names) and n >= 2:
+            names = [x for x in names if x.startswith(word)]
     k = min(len(os.path.commonprefix(names)), min(len(x) for x in names) - 1)
     while k > 0 and not all(_cut_ok(x if at_start else x[::-1], k if at_start else len(x) - k) for x in names):
         k -= 1
@@ -223,12 +232,16 @@ def _mask_likeness(folder: Folder, prefix: str, suffix: str) -> int:
 
 def _peek_mask_like(folder: Folder) -> int:
     """1 when the folder's first image decodes as one channel (or a palette), -1 as colour, 0 unknown."""
+    import io
+
     from PIL import Image
+
+    from converter.discover.files import read_head
 
     for name in file_names(folder.path):
         if os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
-            try:
-                with Image.open(join(folder.path, name)) as im:
+            try:  # the header only (a local file or an object: one ranged GET)
+                with Image.open(io.BytesIO(read_head(join(folder.path, name), 1 << 16))) as im:
                     return 1 if im.mode in ("1", "L", "P", "I", "I;16", "I;16B", "I;16L") else -1
             except (OSError, ValueError):
                 return 0
