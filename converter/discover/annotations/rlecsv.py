@@ -106,40 +106,6 @@ def _is_submission(name: str) -> bool:
     return "submission" in name.lower()
 
 
-<<<<<<< HEAD
-=======
-def _mask_folders(root: str, depth: int = 2) -> list[str]:
-    """Folders named like mask folders (``masks``, ``train_masks``, ``train/masks``) up to `depth` levels down."""
-    found, level = [], [root]
-    for _ in range(depth):
-        level = [join(d, s) for d in level for s in subfolders(d)]
-        found += [d for d in level if "mask" in os.path.basename(d.rstrip("/")).lower()]
-    return found
-
-
-def _copies_mask_images(root: str, path: str) -> bool:
-    """The CSV re-encodes mask images that ship beside it (TGS ``train/masks/<id>.png``, Carvana
-    ``train_masks/<id>_mask.gif``): most of its first ids have a mask file of their stem (or stem +
-    a token). The mask images are the ground truth (Carvana's CSV runs go along the rows, against
-    the Kaggle convention): the mask layouts read them."""
-    rows = _head(path, 12)
-    cols = _columns(rows[0]) if rows else None
-    ids = [os.path.splitext(r[cols[0]].strip())[0] for r in rows[1:]
-           if cols and len(r) > cols[0] and r[cols[0]].strip()]
-    if not ids:
-        return False
-    for folder in _mask_folders(root):
-        stems = [os.path.splitext(n)[0] for n in file_names(folder) if os.path.splitext(n)[1].lower() in _MASK_EXTS]
-        hits = sum(1 for i in ids if any(s == i or s.startswith(i + "_") for s in stems))
-        if hits * 2 > len(ids):
-            return True
-    return False
-
-
-_MASK_EXTS = (".png", ".gif", ".bmp", ".tif", ".tiff")
-
-
->>>>>>> main
 def rle_files(root: str) -> list[str]:
     return [join(root, n) for n in file_names(root)
             if n.lower().endswith(".csv") and not _is_submission(n) and _is_rle_csv(join(root, n))]
