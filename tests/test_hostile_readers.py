@@ -254,7 +254,9 @@ DAMAGED_MANIFESTS = {
     "records_is_negative": _set("splits.train.shards.0.records", -1),
     "records_is_boolean": _set("splits.train.shards.0.records", True),
     "image_of_1e9_by_1e9_pixels": _set("image", {"height": 10**9, "width": 10**9, "channels": 3, "dtype": "uint8"}),
-    "image_with_5_channels": _set("image.channels", 5),
+    # 1..16 channels are legal since images beyond 8-bit RGB (issue 28): 17 is past the schema
+    "image_with_17_channels": _set("image.channels", 17),
+    "image_of_float_dtype": _set("image.dtype", "float64"),
     "class_colour_out_of_range": _set("classes.0.color", [0, 300, 0]),
     "version_is_boolean": _set("imgshard_manifest", True),
     "not_an_object": lambda doc: "[1, 2, 3]",

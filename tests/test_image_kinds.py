@@ -710,3 +710,21 @@ def test_band_folders_in_a_bucket_convert_to_a_bucket_as_locally(tmp_path: Path,
     for key, image in local.items():
         assert image.dtype == np.uint16 and image.shape == (20, 24, 4)
         np.testing.assert_array_equal(remote[key], image)
+
+
+def test_dask_workers_write_band_folders_as_a_local_run(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    from converter.options import SplitSource
+
+    _band_folders(tmp_path / "src", n=4)
+    root = str(tmp_path / "src")
+    spec = SourceSpec(root=root, sources=(SplitSource(
+        "train", f"{root}/train_red", f"{root}/train_gt", bands=tuple(f"{root}/train_{b}" for b in BANDS)),))
+    options = OutputOptions(size=(20, 24), labels=LabelOptions(num_classes=2))
+    convert(spec, str(tmp_path / "local"), options, RunOptions(workers=1, shard_size_bytes=8192))
+    convert(spec, str(tmp_path / "dask"), options, RunOptions(workers=2, backend="dask", shard_size_bytes=8192))
+    for name in sorted(p.name for p in (tmp_path / "local").iterdir() if p.name.startswith("train-")):
+        assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "dask" / name).read_bytes(), name
+    local = json.loads((tmp_path / "local" / "imgshard.json").read_text())
+    dask = json.loads((tmp_path / "dask" / "imgshard.json").read_text())
+    assert dask["image"] == local["image"] and local["image"]["channels"] == 4

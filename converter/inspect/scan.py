@@ -46,7 +46,7 @@ from converter.inspect.scan_labels import (
     value_summary,
 )
 from converter.discover.content import ContentTie
-from converter.inspect.scan_images import (band_spec_from_tie, decode_for_scan, find_band_folders, format_images,
+from converter.inspect.scan_images import (band_spec_from_tie, decode_for_scan, format_images,
                                            image_verdict, images_section)
 from converter.inspect.scan_readings import format_readings, reading_problems, readings_section
 from converter.options import ANNOTATION_FORMATS, ExifMode, LabelOptions, MaskSemantics, SourceSpec, Task
@@ -414,9 +414,6 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
     duplicates = find_duplicates(summaries, split_names)
     images = image_stats(summaries)
     images["kinds"] = images_section(summaries, options.image_kind)
-    if found is not None and not any(getattr(s, "bands", ()) for s in found.sources) and len(found.sources) == 1:
-        s0 = found.sources[0]
-        images["band_folders"] = find_band_folders(s0.images, s0.masks)
     report = ScanReport(
         source=spec.root or spec.images or "", spec=spec, options=options, classes=classes, splits=pairs,
         summaries=summaries, bad=bad, classes_table=classes_table, unknown_colors=unknown, unknown_unlisted=unlisted,
@@ -573,8 +570,6 @@ def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     out.append("Image modes: " + ", ".join(f"{k} {v}" for k, v in im["image_modes"].items())
                + "; formats: " + ", ".join(f"{k} {v}" for k, v in im["image_formats"].items()))
     out += format_images(im.get("kinds", {}))
-    if im.get("band_folders"):
-        out.append("Band folders (same names, same size): " + ", ".join(im["band_folders"]))
     out.append("Mask modes: " + ", ".join(f"{k} {v}" for k, v in im["mask_modes"].items()))
     out.append("")
     out.append(f"Mask colours by class ({len(r.classes)} classes; share of all mask pixels):")

@@ -104,7 +104,7 @@ def image_verdict(r: Any, problems: list[str], warnings: list[str]) -> tuple[lis
     found_problems, found_warnings, notes = image_findings(section, r.options.image_kind)
     problems += found_problems
     warnings += found_warnings
-    source = band_args(r.spec, r.found, r.images.get("band_folders")) or source_positional(r.spec)
+    source = band_args(r.spec) or source_positional(r.spec)
     return source, image_args(r.options.image_kind, section), notes, bool(found_problems)
 
 
@@ -122,16 +122,14 @@ def image_args(requested: ImageKind | None, section: dict[str, Any]) -> list[str
     return args
 
 
-def band_args(spec: Any, found: Any, detected: Sequence[str] | None) -> list[str]:
-    """``--bands A,B,.. --masks M SRC`` when the sources are band folders (given or detected); [] otherwise."""
+def band_args(spec: Any) -> list[str]:
+    """``--bands A,B,.. --masks M SRC`` when the sources are band folders (given, or found by
+    `band_spec_from_tie`); [] otherwise."""
     root = spec.root or "."
     given = [s for s in spec.sources if getattr(s, "bands", ())]
-    if given:
-        folders, masks = given[0].bands, given[0].masks
-    elif detected and spec.root is not None and not spec.sources and found is not None and found.sources:
-        folders, masks = tuple(detected), found.sources[0].masks
-    else:
+    if not given:
         return []
+    folders, masks = given[0].bands, given[0].masks
     rel = [os.path.relpath(f, root) for f in folders]
     return ["--bands", ",".join(rel), "--masks", os.path.relpath(masks or "", root), root]
 

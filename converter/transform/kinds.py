@@ -130,7 +130,8 @@ def probe_source(src: SourceFile) -> SourceKind:
     try:
         with Image.open(io.BytesIO(src.data)) as im:
             mode = im.mode
-    except Exception as e:  # noqa: BLE001 - the decode names it precisely; a probe only needs the mode
+    except Exception as e:  # noqa: BLE001 - the decode names it precisely: let it say what is wrong
+        open_image(src, 1 << 62)  # raises the DecodeError a conversion would give (corrupt, truncated, ...)
         raise DecodeError(src.path, "not_an_image", f"not an image Pillow can identify ({type(e).__name__})",
                           "remove the file or replace it with a real image") from e
     dtype, channels, alpha = _PILLOW_MODES.get(mode, ("uint8", 3, False))

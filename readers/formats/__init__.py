@@ -2,7 +2,8 @@
 
 Record schema shared by every format (see README "Shard format"):
 
-* image: uint8, shape (H, W, 3), row-major RGB
+* image: the manifest's ``image.dtype`` (uint8, or uint16 little-endian) and ``image.channels``
+  (1..16; 3: RGB), shape (H, W, C), row-major (docs/IMAGES.md)
 * mask (segmentation): class map, shape (H, W), uint8 (uint16 when more than 255
   classes, little-endian), ignore index in the manifest's ``mask.ignore_index``;
   or with ``mask.encoding == "onehot"`` uint8 planes of shape (H, W, C)
@@ -13,7 +14,7 @@ TFRecord: one ``tf.train.Example`` per sample with features ``image`` (bytes, ra
 ``mask`` (bytes, raw) or ``label`` (int64), ``height`` (int64), ``width`` (int64),
 ``key`` (bytes, UTF-8).
 
-NPZ: one ``.npz`` per shard holding ``images`` (N,H,W,3) uint8, ``masks`` (N,H,W)
+NPZ: one ``.npz`` per shard holding ``images`` (N,H,W,C) uint8/uint16, ``masks`` (N,H,W)
 or ``labels`` (N,) int64, and ``keys`` (N,) unicode; never pickled objects.
 
 Encoded storage (manifest ``image.codec`` png/jpeg/webp, ``mask.codec`` png; see
