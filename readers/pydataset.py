@@ -45,12 +45,9 @@ def _build_class() -> type:
     class ShardPyDataset(keras.utils.PyDataset):
         """Batches of (x, y) NumPy arrays read by index from shards.
 
-        Args:
-            readers: one random-access reader per shard.
-            counts: records per shard.
-            spec: the record layout.
-            options: batch size, shuffle, seed, one_hot, normalize.
-            workers, use_multiprocessing, max_queue_size: as `keras.utils.PyDataset`.
+        Args: readers (one random-access reader per shard), counts (records per shard),
+        spec (the record layout), options (`PipelineOptions`); workers,
+        use_multiprocessing, max_queue_size: as `keras.utils.PyDataset`.
         """
 
         def __init__(self, readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,
