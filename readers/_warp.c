@@ -90,6 +90,8 @@ typedef struct {
     int zeroed; /* out_masks is all zeros already (one-hot: only the ones are written) */
     int stream; /* float output rows built in `stage` and written with non-temporal stores */
     float *stage;
+    const void *hot_vecs; /* one-hot output by the avx2 expand kernel: its table (NULL: plain C) */
+    uint16_t *cls_row;    /* the classes of one output row (out_width) for it */
 } Job;
 
 /* `bytes` of `src` (a row built in cache) to `dst` with non-temporal stores where the CPU has
@@ -218,6 +220,13 @@ INTERP_GENERIC(interp_u8, uint8_t)
 INTERP_GENERIC(interp_u16, uint16_t)
 
 #if WARP_AVX2
+/* The expand section's avx2 one-hot kernel (below), run on each output row's classes. */
+__attribute__((target("avx2"))) static void one_hot_blocks(const uint8_t *src, int itemsize, size_t blocks,
+                                                           int classes, const __m256i *vecs, float *dst,
+                                                           int stream_stores);
+static void one_hot_scatter(const uint8_t *src, int itemsize, size_t count, int classes, int ignore, float *dst);
+static void *one_hot_table_avx2(int classes, int ignore);
+
 /* 3-channel uint8, 8 output pixels at a time: the stepped coordinates as 32-bit integer and
  * fraction halves (added with carry), the taps, and each tap one 32-bit gather (r, g, b and
  * the next byte). `last` is the index of the buffer's last pixel (its gather would read one
@@ -336,6 +345,7 @@ __attribute__((target("avx2"))) static int store_u8_3_avx2(const float *r, const
 }
 #endif
 
+#if WARP_AVX2
 /* Whether every coordinate of the row keeps its integer part within 32 bits (the AVX2 lanes
  * hold it so); hostile parameters take the plain path. */
 static int row_fits(const RowMap *m, int w) {
@@ -345,6 +355,7 @@ static int row_fits(const RowMap *m, int w) {
         if (ends[k] >= lim || ends[k] <= -lim) return 0;
     return 1;
 }
+#endif
 
 /* The taps and image row of the general path into `t` and `planes`; returns the number of
  * inside pixels. */
@@ -469,6 +480,24 @@ static void fill_row(const Job *job, float *planes, int count, void *out) {
     finish_row(&plain, planes, NULL, count, NULL, NULL, out);
 }
 
+#if WARP_AVX2
+/* The classes of one output row: the nearest source value where inside, else `fill`. */
+HOT static void classes_u8(const uint8_t *src, const int32_t *near, const uint8_t *valid, int fill, uint16_t *cls,
+                           int count) {
+    for (int x = 0; x < count; x++) cls[x] = (uint16_t)(valid[x] ? src[near[x]] : fill);
+}
+
+HOT static void classes_u16(const uint16_t *src, const int32_t *near, const uint8_t *valid, int fill, uint16_t *cls,
+                            int count) {
+    for (int x = 0; x < count; x++) cls[x] = (uint16_t)(valid[x] ? src[near[x]] : fill);
+}
+#endif
+
+HOT static void class_map_u8(const uint8_t *src, const int32_t *near, const uint8_t *valid, uint8_t fill, uint8_t *o,
+                             int count) {
+    for (int x = 0; x < count; x++) o[x] = valid[x] ? src[near[x]] : fill;
+}
+
 static inline int mask_value(const Job *job, const uint8_t *src, size_t index) {
     return job->mask_itemsize == 1 ? src[index] : ((const uint16_t *)src)[index];
 }
@@ -480,6 +509,21 @@ static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, c
     const size_t plane = (size_t)job->height * job->width * K;
     const uint8_t *src = job->masks + (size_t)n * plane * job->mask_itemsize;
     const size_t row = ((size_t)n * job->out_height + y) * (size_t)w;
+#if WARP_AVX2
+    if (C > 0 && job->hot_vecs) { /* the row's classes, then 8 pixels -> C vectors, each byte stored once */
+        float *hot = (float *)job->out_masks + row * (size_t)C;
+        uint16_t *cls = job->cls_row;
+        if (job->mask_itemsize == 1)
+            classes_u8(src, near, valid, job->mask_fill, cls, w);
+        else
+            classes_u16((const uint16_t *)src, near, valid, job->mask_fill, cls, w);
+        const size_t blocks = (size_t)w / 8;
+        one_hot_blocks((const uint8_t *)cls, 2, blocks, C, (const __m256i *)job->hot_vecs, hot, job->stream);
+        one_hot_scatter((const uint8_t *)(cls + 8 * blocks), 2, (size_t)w - 8 * blocks, C, job->ignore,
+                        hot + 8 * blocks * (size_t)C);
+        return;
+    }
+#endif
     if (C > 0) {
         float *hot = (float *)job->out_masks + row * (size_t)C;
         const int staged = job->stream && job->mask_itemsize == 1;
@@ -493,8 +537,7 @@ static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, c
         return;
     }
     if (K == 1 && job->mask_itemsize == 1) {
-        uint8_t *o = (uint8_t *)job->out_masks + row;
-        for (int x = 0; x < w; x++) o[x] = valid[x] ? src[near[x]] : (uint8_t)job->mask_fill;
+        class_map_u8(src, near, valid, (uint8_t)job->mask_fill, (uint8_t *)job->out_masks + row, w);
         return;
     }
     for (int x = 0; x < w; x++) {
@@ -718,8 +761,20 @@ static int run(const Job *job) {
         stage = malloc(sizeof(float) * n + 32);
         staged.stage = stage ? (float *)(((uintptr_t)stage + 31) & ~(uintptr_t)31) : NULL;
     }
+    void *vecs = NULL;
+#if WARP_AVX2
+    if (job->masks && job->classes > 0 && job->mask_fill >= 0 && job->mask_fill < 65536) {
+        vecs = one_hot_table_avx2(job->classes, job->ignore); /* NULL: the plain kernel is the pick */
+        staged.cls_row = malloc(sizeof(uint16_t) * (size_t)w);
+        staged.hot_vecs = staged.cls_row ? vecs : NULL;
+    }
+#endif
+    (void)vecs;
     if (!fbuf || !ibuf || !bbuf || (job->stream && !stage)) {
-        free(fbuf), free(ibuf), free(bbuf), free(stage);
+        free(fbuf), free(ibuf), free(bbuf), free(stage), free(staged.cls_row);
+#if WARP_AVX2
+        if (vecs) _mm_free(vecs);
+#endif
         return -1;
     }
     job = &staged;
@@ -748,7 +803,10 @@ static int run(const Job *job) {
         else
             sample_affine(job, n, p, &s);
     }
-    free(fbuf), free(ibuf), free(bbuf), free(stage);
+    free(fbuf), free(ibuf), free(bbuf), free(stage), free(staged.cls_row);
+#if WARP_AVX2
+    if (vecs) _mm_free(vecs);
+#endif
     return 0;
 }
 
@@ -1044,16 +1102,23 @@ __attribute__((target("avx2"))) static void one_hot_blocks(const uint8_t *src, i
     if (stream) _mm_sfence();
 }
 
-static int one_hot_avx2(const uint8_t *src, int itemsize, size_t count, int classes, int ignore, float *dst,
-                        int stream) {
+/* The avx2 kernel's table for `classes` (see one_hot_blocks; _mm_free it), or NULL. */
+static int32_t *one_hot_vecs(int classes, int ignore) {
     int32_t *vecs = _mm_malloc(sizeof(int32_t) * 16 * (size_t)classes, 32);
-    if (!vecs) return -1;
+    if (!vecs) return NULL;
     for (int j = 0; j < classes; j++)
         for (int l = 0; l < 8; l++) {
             int flat = 8 * j + l, c = flat % classes;
             vecs[16 * j + l] = flat / classes;
             vecs[16 * j + 8 + l] = c == ignore ? -1 : c;
         }
+    return vecs;
+}
+
+static int one_hot_avx2(const uint8_t *src, int itemsize, size_t count, int classes, int ignore, float *dst,
+                        int stream) {
+    int32_t *vecs = one_hot_vecs(classes, ignore);
+    if (!vecs) return -1;
     size_t blocks = count / 8;
     one_hot_blocks(src, itemsize, blocks, classes, (const __m256i *)vecs, dst, stream);
     one_hot_scatter(src + 8 * blocks * itemsize, itemsize, count - 8 * blocks, classes, ignore,
@@ -1092,6 +1157,13 @@ static int one_hot_pick(int classes) {
     (void)classes;
     return PATH_SCATTER;
 }
+
+#if ONE_HOT_AVX2
+/* The warp kernel's one-hot rows: the avx2 table where "auto" picks avx2 for `classes`, else NULL. */
+static void *one_hot_table_avx2(int classes, int ignore) {
+    return one_hot_pick(classes) == PATH_AVX2 ? one_hot_vecs(classes, ignore) : NULL;
+}
+#endif
 
 static int one_hot_run(int path, const uint8_t *src, int itemsize, size_t count, int classes, int ignore,
                        float *dst, int stream) {

@@ -89,7 +89,7 @@ def _check_images(augment: Any, images: np.ndarray) -> np.ndarray:
 def warp_batch(augment: Any, images: np.ndarray, targets: np.ndarray | None, params: np.ndarray, *,
                normalize: bool, mask_fill: int = 255, one_hot_classes: int = 0,
                ignore_index: int | None = None, general: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-    """The C kernel on one batch: images (B, H, W, C) uint8 or uint16, C in 1..16 (the
+    """The C kernel on one batch: images (B, H, W, C) or (B, H, W) uint8 or uint16, C in 1..16 (the
     colour jitter needs C = 3); targets None or masks (B, H, W) / (B, H, W, K) uint8/uint16;
     params (B, PARAMS) float32. Returns (float32 images / 255 or / 65535, or images in
     their dtype; masks in their dtype or float32 one-hot planes). `general`: every sample
@@ -97,7 +97,8 @@ def warp_batch(augment: Any, images: np.ndarray, targets: np.ndarray | None, par
     if _warp is None:
         raise RuntimeError("readers._warp is not built (no C compiler at install time); "
                            "use readers.augment.augment_tf, or reinstall with a C compiler.")
-    images = _check_images(augment, images)
+    grey = np.ndim(images) == 3  # (B, H, W): one channel, returned without the channel axis
+    images = _check_images(augment, images[..., None] if grey else images)
     b, h, w, channels = images.shape
     params = np.ascontiguousarray(params, np.float32)
     if params.shape != (b, PARAMS):
@@ -124,7 +125,7 @@ def warp_batch(augment: Any, images: np.ndarray, targets: np.ndarray | None, par
                masks, y, itemsize, planes, int(mask_fill), int(one_hot_classes),
                -1 if ignore_index is None else int(ignore_index), zeroed, stream, channels, images.dtype.itemsize,
                bool(general))
-    return x, y
+    return (x[..., 0] if grey else x), y
 
 
 def augment_expand(augment: Any, spec: "RecordSpec", images: np.ndarray, targets: np.ndarray, params: np.ndarray,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from readers.manifest import ManifestError
+from readers.manifest import Manifest, ManifestError
 
 #: What to do about a damaged or stale shard; appended to every `ShardError`.
 FIX_HINT = (
@@ -68,16 +68,14 @@ def missing_shard_error(path: str | os.PathLike, *, record: int | None = None) -
     """The error for a listed shard that is no longer on disk: `DatasetChangedError` when the
     dataset's current manifest no longer lists it (rewritten since it was opened), else a
     `ShardError` saying the dataset is damaged."""
-    from readers.manifest import MANIFEST_NAME, Manifest
-
     path = os.fspath(path)
     root, name = os.path.split(path)
     try:
         listed = any(s.file == name for _, s in Manifest.load(root).iter_shards())
-    except (OSError, ValueError):  # no manifest at all (the folder was removed) or a damaged one
-        listed = not os.path.exists(os.path.join(root, MANIFEST_NAME))
-        if listed:
-            return shard_error(path, "is gone, and so is the dataset's manifest", record=record)
+    except FileNotFoundError:  # the whole folder, or its manifest, was removed
+        return shard_error(path, "is gone, and so is the dataset's manifest", record=record)
+    except (OSError, ValueError) as e:
+        return shard_error(path, f"is gone, and the dataset's manifest cannot be read ({describe(e)})", record=record)
     if listed:
         return shard_error(path, "is missing, though the dataset's manifest lists it (deleted by hand, or the "
                                  "dataset is damaged)", record=record)

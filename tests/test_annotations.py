@@ -132,6 +132,8 @@ def test_coco_keep_crowd_flag_and_overlap_rules(tmp_path):
 ], ids=["yolo_roboflow_list", "yolo_ultralytics_dict", "yolo_classes_txt", "labelme_labels_txt", "labelme_found", "cvat_xml",
         "instances", "instances_grouped", "rlecsv_classid", "rlecsv_airbus"])
 def test_export_converts_bit_exact_against_its_reference(tmp_path, make, layout):
+    """cvat_xml: written as CVAT's ``dump_as_cvat_annotation`` (formats/cvat.py) writes it, expected by CVAT's
+    own "Segmentation mask" export rule (formats/mask.py ``_export``; `_annotations.cvat_reference`)."""
     exp = make(tmp_path / "src")
     assert detect_layout(str(exp.root)).layout.name == layout
     assert_converts(exp, tmp_path / "out")
@@ -239,11 +241,14 @@ def test_labelme_cron_reconverts_only_the_image_whose_shape_changed(tmp_path):
 
 
 def test_cvat_coco_export_crowd_masks_kept_with_flag_and_scan_hints_it(tmp_path, capsys):
+    """CVAT's COCO 1.0 export (formats/coco.py ``_export``: datumaro ``coco_instances``, its
+    ``find_instance_parts`` in guess mode and ``convert_instance``): a mask is an uncompressed RLE
+    (``counts`` a list, column-major from background) with ``iscrowd: 1``; images in ``images/<subset>/``."""
     from pycocotools import mask as mu
 
     root = tmp_path / "cvat_coco"
     h, w = 24, 30
-    A.write_image(root / "images" / "f0.png", h, w, A.rng_for(9, 0))
+    A.write_image(root / "images" / "default" / "f0.png", h, w, A.rng_for(9, 0))
     blob = A._blob(A.rng_for(9, 1), h, w)
     doc = {"licenses": [{"name": "", "id": 0, "url": ""}], "info": {"contributor": "", "description": ""},
            "categories": [{"id": 1, "name": "cell", "supercategory": ""}],

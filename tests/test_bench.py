@@ -26,7 +26,8 @@ READER_ROWS = {
     "p6_np_load_deflate",
     "p6_imgshard_npz_none", "p6_np_load_none", "p8_plain_big", "p8_augment_float32", "p8_augment_compact",
     "p8_augment_device_feed", "p9_bands_float32", "p9_bands_augment", "p10_keras_compact", "p10_keras_float32",
-    "p10_pydataset_ceiling",
+    "p10_pydataset_ceiling", "p11_rotate_float32", "p11_rotate_compact", "p11_albumentations_float32",
+    "p11_albumentations_compact", "p11_keras_layers_float32",
 }
 CONVERT_ROWS = {"decode_floor", "bare_transform", "naive_pillow", "convert_w1", "convert_w2"}
 
@@ -122,6 +123,7 @@ def test_bench_quick_read_section_runs_every_reader_row_in_interleaved_rounds(tm
     _check_reader_rows(data, rows, kept=3)
     assert "4 interleaved rounds, the first (warm-up) dropped" in proc.stdout
     assert "-- side by side" in proc.stdout
+    assert "imgshard Augment(rotate=10) vs albumentations, compact" in data["comparisons"]
 
 
 def test_targets_are_ratios_of_medians_and_say_when_unmeasured():
@@ -133,6 +135,21 @@ def test_targets_are_ratios_of_medians_and_say_when_unmeasured():
     vs_p1 = by_name["reader float32+one-hot vs pipeline 1"]
     assert vs_p1.value == pytest.approx(1000 / 45) and vs_p1.met is True
     assert by_name["converter 2 workers vs 1 (wall clock)"].met is None  # not measured: neither met nor missed
+
+
+def test_rotate_targets_read_cpu_ms_per_sample_and_the_albumentations_ratio():
+    result = BenchResult(BenchOptions(), {}, {})
+    for key, wall, cpu in (("p11_rotate_compact", [900, 1000, 800], [500, 400, 450]),
+                           ("p11_albumentations_compact", [300, 400, 350], [200, 250, 300])):
+        row = result.add(Row(key, key, "reader", 1))
+        row.timing.rates.extend(wall)
+        row.cpu.rates.extend(cpu)
+    by_name = {t.name: t for t in targets(result)}
+    ms = by_name["augmented rotate=10 compact, CPU-ms per sample"]
+    assert ms.value == pytest.approx(1000 / 450) and ms.met is True  # lower is better: 2.22 <= 2.5
+    vs = by_name["augmented rotate=10 compact vs albumentations"]
+    assert vs.value == pytest.approx(900 / 350) and vs.met is True
+    assert by_name["augmented rotate=10 float32+one-hot vs albumentations"].met is None
 
 
 def test_target_lower_is_better_compares_the_other_way():

@@ -1,5 +1,12 @@
 """A new user on real-shaped data: `scan SRC --json`, its one command, every record bit-exact.
 
+Datasets: Kaggle CamVid (RGB masks; P masks with the VOC palette against a reordered class_dict.csv),
+custom sets in the VOC layout (2 and 6 classes, names files or none), labelme2voc output, TGS salt,
+Oxford-IIIT Pet, Carvana (+ train_hq/, + its RLE CSV), ISIC 2017/2018, Kvasir-SEG, SegNet CamVid,
+12-bit microscopy (PNG, TIFF), Massachusetts Roads, COCO-Stuff beside COCO JSON, LoveDA, Cellpose; and the
+zip residue (__MACOSX, .DS_Store, Thumbs.db) that comes with them. xfail(strict) marks what is still
+wrong, with the precise reason.
+
 Each tree is shaped exactly like a public dataset as downloaded (`tests/_real_shapes.py`: names,
 folders, modes, bit depths, the decoy files beside the data). The test does what a user does:
 `imgshard scan SRC --json`, takes the printed `command`, runs it choosing only `--size` (plus
@@ -75,28 +82,28 @@ def _resize16(arr: np.ndarray) -> np.ndarray:
     return np.asarray(out).astype(np.uint16)[..., None]
 
 
-def stored(out: Path) -> tuple[readers.Dataset, dict[str, tuple[str, object]]]:
-    """Records by image stem: (split, record)."""
+def stored(out: Path, ident=None) -> tuple[readers.Dataset, dict[str, tuple[str, object]]]:
+    """Records by image stem (or `ident(key)`): (split, record)."""
     data = readers.open(str(out))
     by_stem: dict[str, tuple[str, object]] = {}
     for split in data.splits:
         for rec in data.records(split):
-            stem = Path(rec.key).stem
+            stem = ident(rec.key) if ident else Path(rec.key).stem
             assert stem not in by_stem, f"two records for {stem}: {by_stem[stem][1].key}, {rec.key}"
             by_stem[stem] = (split, rec)
     return data, by_stem
 
 
-def assert_exact(shaped: R.Shaped, out: Path, check_splits: bool = True) -> readers.Dataset:
+def assert_exact(shaped: R.Shaped, out: Path, check_splits: bool = True, ident=None) -> readers.Dataset:
     """Every record of `out` (and of its sibling `out_spec`, when the spec run made one) bit-exact."""
     spec_out = out.with_name(out.name + "_spec")
     if spec_out.exists():
-        _assert_exact(shaped, spec_out, check_splits)
-    return _assert_exact(shaped, out, check_splits)
+        _assert_exact(shaped, spec_out, check_splits, ident)
+    return _assert_exact(shaped, out, check_splits, ident)
 
 
-def _assert_exact(shaped: R.Shaped, out: Path, check_splits: bool) -> readers.Dataset:
-    data, records = stored(out)
+def _assert_exact(shaped: R.Shaped, out: Path, check_splits: bool, ident) -> readers.Dataset:
+    data, records = stored(out, ident)
     assert set(records) == set(shaped.samples), (sorted(records), sorted(shaped.samples))
     for stem, sample in shaped.samples.items():
         split, rec = records[stem]
@@ -208,15 +215,12 @@ def test_oxford_pet_trimaps_beside_xmls_lists_and_resource_forks(tmp_path, capsy
     assert_exact(shaped, tmp_path / "out", check_splits=False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Oxford-IIIT Pet ships its split as annotations/trainval.txt + annotations/test.txt (`<name> class species "
-    "breed` lines); scan's command (`convert SRC OUT --size .. --num-classes 4`, content layout) neither uses "
-    "nor mentions them and puts the test images in 'train'. `--split-list` works only with --images/--masks "
-    "(with SRC it turns content pairing off and every image is 'without mask'). Should: propose "
-    "`--split-list trainval=annotations/trainval.txt --split-list test=annotations/test.txt` (or name them)"))
 def test_oxford_pet_official_split_lists_are_used(tmp_path, capsys):
+    """annotations/trainval.txt + annotations/test.txt (`<name> class species breed` lines) are the splits:
+    scan's command put the test images in 'train' (and `--split-list` turned pairing by content off)."""
     shaped = R.make_pet(tmp_path / "oxford-iiit-pet")
     report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert sorted(data.splits) == ["test", "trainval"]
     assert_exact(shaped, tmp_path / "out", check_splits=True)
 
 
@@ -388,3 +392,38 @@ def test_massachusetts_roads_two_trees_tie_offers_each_tree(tmp_path, capsys):
         assert f"--images {tiff / split} --masks {tiff / (split + '_labels')} --split {split}" in said.err
     assert f"--images {png / 'train'} --masks {tiff / 'train_labels'}" not in said.err
     assert f"--images {tiff / 'train'} --masks {png / 'train_labels'}" not in said.err
+
+
+def test_coco_stuff_maps_beside_coco_json_stop_with_both_readings(tmp_path, capsys):
+    """COCO-Stuff unpacked as its README says, next to COCO's annotations/instances_*.json: the JSON (things
+    only) was taken silently and the stuffthingmaps (the dataset) never mentioned. scan now stops naming
+    both; `--layout content` converts the maps, train2017/val2017 as train/val, 255 ignored."""
+    shaped = R.make_coco_stuff(tmp_path / "cocostuff")
+    code = cli_main(["scan", str(shaped.root), "--json", "--workers", "1"])
+    said = capsys.readouterr()
+    assert code != 0 and json.loads(said.out)["verdict"]["command"] is None
+    assert "--layout coco" in said.err and "--layout content" in said.err and "stuffthingmaps" in said.err
+    code = cli_main(["scan", str(shaped.root), "--layout", "content", "--json", "--workers", "1"])
+    report = json.loads(capsys.readouterr().out)
+    command = report["verdict"]["command"]
+    assert "--layout content" in command and "--num-classes 182" in command and "--ignore-index 255" in command
+    assert run_command(command, tmp_path / "out") == 0
+    assert_exact(shaped, tmp_path / "out")
+
+
+def test_loveda_two_domains_per_split_with_the_same_numbers(tmp_path, capsys):
+    """Train/Urban/images_png/3.png and Train/Rural/images_png/3.png are two samples, each with its own mask."""
+    shaped = R.make_loveda(tmp_path / "LoveDA")
+    report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert data.num_classes == 8
+    assert_exact(shaped, tmp_path / "out", ident=lambda key: "/".join(key.split("/")[1:3] + [Path(key).stem]))
+
+
+def test_split_lists_that_do_not_divide_the_images_are_not_used(tmp_path, capsys):
+    """A second test.txt (a note at SRC) makes the lists ambiguous: no split from lists, all images in train,
+    never a split that drops or duplicates images."""
+    shaped = R.make_pet(tmp_path / "oxford-iiit-pet")
+    (shaped.root / "test.txt").write_text("run the notebook first\n")
+    report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert list(data.splits) == ["train"]
+    assert_exact(shaped, tmp_path / "out", check_splits=False)

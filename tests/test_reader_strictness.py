@@ -234,3 +234,35 @@ def test_short_png_mask_is_refused_not_padded_with_class_0(tmp_path):
     assert struct.unpack(">I", liar[20:24])[0] == 4000
     with pytest.raises(ValueError, match="is 32x4000, the manifest says 32x24"):
         check_mask_png(liar, SIZE[0], SIZE[1], 8)
+
+
+@pytest.mark.parametrize("kind", [k for k in BAD_KINDS if k != "short"])
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_tensorflow_engine_refuses_the_same_masks_naming_shard_and_record(converted, compression, kind, tmp_path,
+                                                                          monkeypatch):
+    """`ENGINE = "tf"` (TensorFlow's reader and decoders, a tuning switch) checks the PNG
+    header of every mask in the graph: the same refusals, naming shard and record. (A
+    short zlib stream fails inside `decode_png` itself, unnamed: that engine cannot
+    count inflated bytes; the default engine names it, above.)"""
+    from readers.formats.tfrecord import reader as tfrecord_reader
+
+    monkeypatch.setattr(tfrecord_reader, "ENGINE", "tf")
+    out = _copy(converted[("tfrecord", compression)], tmp_path / "out")
+    path = _replace_mask(out, BAD, _bad_mask(kind))
+    ds = readers.open(out)
+    for shuffle in (False, True):
+        with pytest.raises(tf.errors.OpError) as e:
+            for _ in ds.tf_dataset("train", 2, shuffle=shuffle):
+                pass
+        assert f"shard {path}, record {BAD}: mask is not the 32x24 8-bit greyscale PNG class map" in str(e.value)
+
+
+def test_tensorflow_engine_reads_good_masks_like_records(converted, monkeypatch):
+    from readers.formats.tfrecord import reader as tfrecord_reader
+
+    ds = readers.open(converted[("tfrecord", "gzip")])
+    want = np.stack([r.mask for r in ds.records("train")])
+    monkeypatch.setattr(tfrecord_reader, "ENGINE", "tf")
+    got = np.concatenate([y.numpy() for _, y in ds.tf_dataset("train", 4, shuffle=False, one_hot=False,
+                                                                 normalize=False)])
+    np.testing.assert_array_equal(got, want)

@@ -179,7 +179,7 @@ def test_bad_buffers_raise_value_errors_naming_them():
     with pytest.raises(ValueError, match="masks"):
         augment_host.warp_batch(aug, images, np.zeros((2, 10, 9), np.uint8), np.zeros((2, PARAMS), np.float32),
                                 normalize=False)
-    for bad in (np.zeros((2, 10, 10, 17), np.uint8), images.astype(np.float32), images[0]):  # 1-16 channels of uint8/16
+    for bad in (np.zeros((2, 10, 10, 17), np.uint8), images.astype(np.float32), images[0, 0]):  # 1-16 channels of uint8/16
         with pytest.raises(ValueError, match="images"):
             augment_host.warp_batch(aug, bad, None, np.zeros((2, PARAMS), np.float32), normalize=False)
 
@@ -463,3 +463,15 @@ def test_vector_and_plain_kernels_give_the_same_bits(rotate, channels, dtype):
     for normalize in (False, True):
         for a, b in zip(out[True, normalize], out[False, normalize]):
             assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@needs_kernel
+def test_grey_batches_without_a_channel_axis_keep_that_shape():
+    rng = np.random.default_rng(13)
+    grey = _textured_n(rng, 2, 19, 23, 1, np.uint16)
+    masks = rng.integers(0, 4, (2, 19, 23)).astype(np.uint8)
+    params = _affine_params(rng, 2, 19, 23, (15, 17), rotate=25.0)
+    aug = Augment(crop=(15, 17), fill=2)
+    x, m = augment_host.warp_batch(aug, grey[..., 0], masks, params, normalize=False, mask_fill=255)
+    x4, m4 = augment_host.warp_batch(aug, grey, masks, params, normalize=False, mask_fill=255)
+    assert x.shape == (2, 15, 17) and np.array_equal(x, x4[..., 0]) and np.array_equal(m, m4)

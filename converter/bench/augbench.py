@@ -117,5 +117,54 @@ def keras_layers_dataset(compact: Any, size: tuple[int, int], *, rotate: float =
     return compact.map(run, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
-__all__ = ["albumentations_available", "albumentations_batch", "albumentations_loader", "albumentations_recipe",
-           "keras_layers_dataset"]
+
+
+# -- the bench rows (pipeline 11) ----------------------------------------------------------------
+
+#: Issue 29's recipe: `Augment(**ROTATE_RECIPE, crop=size)`, and the same in albumentations / Keras.
+ROTATE_RECIPE = dict(hflip=0.5, scale=(0.5, 2.0), rotate=10.0, brightness=0.2)
+
+
+def rotate_pipelines(opts: Any, ds: Any, split: str, read: int, shape: Any, say: Any) -> list:
+    """Pipeline 11 on the 1.25x shards of pipeline 8: the rotate=10 recipe by imgshard (float32 +
+    one-hot, compact), by albumentations on 2 threads fed by imgshard's compact reader (both
+    forms; skipped without the `augbench` extra), and by Keras 3 preprocessing layers."""
+    from converter.bench.result import Row
+    from converter.bench.rounds import forever, tf_iterator
+    from readers.augment import Augment
+
+    h, w = opts.size
+    bs, kw = opts.batch_size, dict(shuffle_buffer=opts.shuffle_buffer, repeat=True)
+    aug = Augment(**ROTATE_RECIPE, crop=(h, w))
+    note = "hflip, scale 0.5-2, rotate 10, crop, brightness"
+
+    def row(key: str, label: str, mode: str, extra: str = "") -> Row:
+        return Row(key, f"11. {label}", "reader", shape.written(mode), bytes_read=read,
+                   note=note + (f"; {extra}" if extra else ""))
+
+    floats = ds.tf_dataset(split, bs, seed=opts.seed, augment=aug, **kw)
+    compact = ds.tf_dataset(split, bs, seed=opts.seed, augment=aug, normalize=False, one_hot=False, **kw)
+    out = [(row("p11_rotate_float32", "imgshard Augment(rotate=10), float32 + one-hot", "float32"), tf_iterator(floats)),
+           (row("p11_rotate_compact", "imgshard Augment(rotate=10), compact", "compact"), tf_iterator(compact))]
+    plain = ds.tf_dataset(split, bs, normalize=False, one_hot=False, **kw)
+    if albumentations_available():
+        compose = albumentations_recipe((h, w), rotate=ROTATE_RECIPE["rotate"], scale=ROTATE_RECIPE["scale"],
+                                        brightness=ROTATE_RECIPE["brightness"], seed=opts.seed)
+        for mode, normalize in (("float32", True), ("compact", False)):
+            def epoch(normalize: bool = normalize) -> Any:
+                return albumentations_loader(plain, compose, normalize=normalize, classes=shape.classes, threads=2)
+            label = "albumentations chain, 2 threads, " + ("float32 + one-hot" if normalize else "compact")
+            out.append((row(f"p11_albumentations_{mode}", label, mode, "fed by imgshard's compact reader"),
+                        forever(epoch)))
+    else:
+        say("albumentations rows skipped: install the augbench extra (albumentations, opencv-python-headless)")
+    keras_ds = keras_layers_dataset(plain, (h, w), rotate=ROTATE_RECIPE["rotate"], scale=ROTATE_RECIPE["scale"],
+                                    brightness=ROTATE_RECIPE["brightness"], classes=shape.classes, normalize=True,
+                                    seed=opts.seed)
+    out.append((row("p11_keras_layers_float32", "Keras 3 preprocessing layers on tf.data, float32 + one-hot",
+                    "float32", "mask resampled bilinearly with the image, rounded"), tf_iterator(keras_ds)))
+    return out
+
+
+__all__ = ["ROTATE_RECIPE", "albumentations_available", "albumentations_batch", "albumentations_loader",
+           "albumentations_recipe", "keras_layers_dataset", "rotate_pipelines"]

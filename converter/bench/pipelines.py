@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from converter.bench import baselines
+from converter.bench.augbench import rotate_pipelines
 from converter.bench.options import BenchOptions
 from converter.bench.result import Row
 from converter.bench.rounds import forever, tf_iterator
@@ -165,7 +166,8 @@ AUGMENT_RECIPE = dict(hflip=0.5, scale=(0.75, 1.5), brightness=0.2, contrast=0.2
 
 def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, shape: Shape, say: Say) -> Pipelines:
     """Pipeline 8: shards converted at 1.25x the training size (640x640 for 512x512), read
-    plain and with `Augment(**AUGMENT_RECIPE, crop=size)`, float32 + one-hot and compact."""
+    plain and with `Augment(**AUGMENT_RECIPE, crop=size)`, float32 + one-hot and compact;
+    pipeline 11 reads the same shards (`_rotate_rows`)."""
     import readers
     from readers.augment import Augment
 
@@ -201,7 +203,7 @@ def augment_pipelines(opts: BenchOptions, sources: Sources, work: str, shape: Sh
 
 
 def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, say: Say) -> Pipelines:
-    """Every reader pipeline (rows 1-6, 8, 9 and 10), built once, in table order."""
+    """Every reader pipeline (rows 1-6 and 8-11), built once, in table order."""
     import readers
 
     ds = readers.open(tfr)
@@ -212,7 +214,7 @@ def reader_pipelines(opts: BenchOptions, sources: Sources, tfr: str, work: str, 
     return [*png_pipelines(opts, sources, shape), *saved_pipelines(opts, ds, split, work, shape, say),
             *imgshard_pipelines(opts, ds, split, shape), *npz_pipelines(opts, sources, split, work, shape, say),
             *augment_pipelines(opts, sources, work, shape, say), *band_rows(opts, work, say),
-            *_keras_rows(opts, ds, split, shape)]
+            *_keras_rows(opts, ds, split, shape), *_rotate_rows(opts, work, shape, say)]
 
 
 def band_rows(opts: BenchOptions, work: str, say: Say) -> Pipelines:
@@ -225,6 +227,17 @@ def band_rows(opts: BenchOptions, work: str, say: Say) -> Pipelines:
     from converter.bench.bands import band_pipelines
 
     return band_pipelines(opts, work, say)
+
+
+def _rotate_rows(opts: BenchOptions, work: str, shape: Shape, say: Say) -> Pipelines:
+    """Rows 11 (`converter.bench.augbench`) on pipeline 8's 1.25x shards: rotate=10 against
+    albumentations and Keras preprocessing layers."""
+    import readers
+
+    ds = readers.open(os.path.join(work, "augment_src"))
+    split = next(iter(ds.splits))
+    read = stored_bytes_per_sample([s.path for s in ds.shards(split)], ds.splits[split])
+    return rotate_pipelines(opts, ds, split, read, shape, say)
 
 
 def _keras_rows(opts: BenchOptions, ds: Any, split: str, shape: Shape) -> Pipelines:

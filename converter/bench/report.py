@@ -41,6 +41,23 @@ def _ratio(result: "BenchResult", a: str, b: str, *, cpu: bool = False) -> float
     return x / y if y and not math.isnan(x) and not math.isnan(y) else float("nan")
 
 
+def _cpu_ms(result: "BenchResult", key: str) -> float:
+    rate = result.rate(key, cpu=True) if key in result.rows else float("nan")
+    return 1000 / rate if rate and not math.isnan(rate) else float("nan")
+
+
+def rotate_targets(result: "BenchResult") -> list[Target]:
+    """Issue 29: the rotate=10 recipe in CPU-ms per sample (the whole reader: read, augment,
+    hand-over) and against albumentations, float32 + one-hot and compact."""
+    out = []
+    for form, key in (("float32+one-hot", "float32"), ("compact", "compact")):
+        out += [Target(f"augmented rotate=10 {form}, CPU-ms per sample", _cpu_ms(result, f"p11_rotate_{key}"), 2.5,
+                       False, " ms"),
+                Target(f"augmented rotate=10 {form} vs albumentations",
+                       _ratio(result, f"p11_rotate_{key}", f"p11_albumentations_{key}"), 2, True)]
+    return out
+
+
 def keras_targets(result: "BenchResult") -> list[Target]:
     """Issue 30: keras_dataset against tf_dataset and against its feeder's ceiling."""
     return [
@@ -69,6 +86,7 @@ def targets(result: "BenchResult") -> list[Target]:
         Target("augmented float32+one-hot vs pipeline 1", _ratio(result, "p8_augment_float32", "p1_tf_png"), 10, True),
         Target("augmented float32+one-hot vs un-augmented reader",
                _ratio(result, "p8_augment_float32", "p4_imgshard_float32"), 0.5, True),
+        *rotate_targets(result),
         Target("NPZ reader (compressed) vs np.load loop",
                _ratio(result, "p6_imgshard_npz_deflate", "p6_np_load_deflate"), 2, True),
         Target("NPZ reader (stored) vs np.load loop", _ratio(result, "p6_imgshard_npz_none", "p6_np_load_none"), 2, True),

@@ -21,6 +21,11 @@ COMPARISONS = (
     ("imgshard NPZ compressed vs np.load loop", "p6_imgshard_npz_deflate", "p6_np_load_deflate"),
     ("imgshard NPZ stored vs np.load loop", "p6_imgshard_npz_none", "p6_np_load_none"),
     ("converter 2 workers vs 1 (wall clock, run by run)", "convert_w2", "convert_w1"),
+    ("imgshard Augment(rotate=10) vs albumentations, float32 + one-hot", "p11_rotate_float32",
+     "p11_albumentations_float32"),
+    ("imgshard Augment(rotate=10) vs albumentations, compact", "p11_rotate_compact", "p11_albumentations_compact"),
+    ("imgshard Augment(rotate=10) vs Keras preprocessing layers, float32 + one-hot", "p11_rotate_float32",
+     "p11_keras_layers_float32"),
 )
 
 

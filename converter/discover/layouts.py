@@ -63,6 +63,11 @@ class LayoutNotFound(FileNotFoundError):
     """The source folder matches no layout."""
 
 
+class SeveralMaskFolders(LayoutError):
+    """An image folder beside several mask folders by name: pairing by content may settle which
+    (DRIVE's ``1st_manual/`` and ``mask/``); this error stands when it cannot."""
+
+
 def is_mask_dir_name(name: str) -> bool:
     low = name.lower()
     return (low in MASK_DIR_NAMES or low.endswith(LABELS_SUFFIX) or low.startswith("segmentationclass")
@@ -313,7 +318,7 @@ def _unet_pair(folder: str) -> tuple[str, str] | None:
     if len(imgs) == 1 and len(masks) == 1:
         return imgs[0], masks[0]
     if len(imgs) == 1 and len(masks) > 1:
-        raise LayoutError(f"{folder} holds the image folder {imgs[0]}/ and several mask folders {masks}. "
+        raise SeveralMaskFolders(f"{folder} holds the image folder {imgs[0]}/ and several mask folders {masks}. "
                           f"Pick one: --images {os.path.join(folder, imgs[0])} --masks {os.path.join(folder, masks[0])}")
     return None
 
@@ -497,9 +502,11 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
     try:
         det = detect_layout(root)  # several layouts by name: that error stands (--layout picks one)
         listing = det.layout.pairs(root, spec)
-    except (LayoutNotFound, SourceLayoutError) as e:
+    except (LayoutNotFound, SourceLayoutError, SeveralMaskFolders) as e:
         error = e
     annotations = det is not None and det.layout.name in ANNOTATION_LAYOUTS  # annotation files: their own content
+    if annotations and _paired(listing):
+        _refuse_mask_images_beside(root, det, _paired(listing))  # type: ignore[arg-type]
     if not annotations and (listing is None or _weak(listing)):
         try:
             found = find_by_content(root)
@@ -514,6 +521,19 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
     if error is not None:
         raise error
     return det, listing  # type: ignore[return-value]
+
+
+def _refuse_mask_images_beside(root: str, det: Detected, annotated: int) -> None:
+    """Annotation files beside mask images that pair at least half as many of the photos (COCO-Stuff's
+    stuffthingmaps/ next to COCO's instances JSON) are two readings of one dataset: stop and name both,
+    as for two layouts by name. Pairings that tie, or pair a few by chance, are no reading."""
+    try:
+        found = find_by_content(root)
+    except ContentTie:
+        return
+    if found is not None and found.paired * 2 >= annotated:
+        raise LayoutError(f"{root} holds annotation files and mask images that pair the same images; choose one:\n"
+                          f"  --layout {det.layout.name}: {det.why}\n  --layout content: {found.why}")
 
 
 def _discover(spec: SourceSpec) -> Discovery:

@@ -2,7 +2,7 @@
 and followed exactly by `imgshard convert --spec FILE OUT` (a nightly job then never
 re-detects, so new files cannot change what the dataset means).
 
-A small JSON document (a ``.toml`` file with the same structure is read too)::
+A small JSON document (or a ``.toml`` file of the same structure, read and written alike)::
 
     {
       "imgshard_source_spec": 1,
@@ -253,13 +253,17 @@ def spec_document(sources: list[SplitSource], root: str, spec_dir: str, *, class
 
 
 def write_spec(path: str, doc: Mapping) -> None:
-    """Write `doc` as indented JSON (atomically: a temporary name, then renamed)."""
-    if path.lower().endswith(".toml"):
-        raise SpecFileError(f"--write-spec {path}: imgshard writes spec files as JSON. Name the file *.json "
-                            f"(a TOML file of the same structure is read). Received: {path!r}")
+    """Write `doc` as indented JSON, or TOML when `path` ends in ``.toml`` (atomically: a temporary
+    name, then renamed)."""
     from converter.fsutil import write_atomic
 
-    write_atomic(os.path.abspath(path), (json.dumps(doc, indent=2) + "\n").encode("utf-8"))
+    if path.lower().endswith(".toml"):
+        from converter.discover.spec_toml import dumps
+
+        text = dumps(doc)
+    else:
+        text = json.dumps(doc, indent=2) + "\n"
+    write_atomic(os.path.abspath(path), text.encode("utf-8"))
 
 
 __all__ = ["LoadedSpec", "PAIR_KEYS", "SPEC_VERSION", "SpecFileError", "load_spec", "spec_document", "write_spec"]

@@ -318,8 +318,6 @@ def tf_decode_one_mask(data: "tf.Tensor", spec: "RecordSpec") -> "tf.Tensor":
     import tensorflow as tf
 
     wide = wide_class_map(spec)
-    with tf.control_dependencies([tf_check_mask_header(data, 16 if wide else 8)]):
-        data = tf.identity(data)
     cmap = tf.io.decode_png(data, channels=1, dtype=tf.uint16 if wide else tf.uint8)[..., 0]
     cmap = tf.ensure_shape(cmap, (spec.height, spec.width))
     if spec.mask_encoding == "onehot":
@@ -327,26 +325,32 @@ def tf_decode_one_mask(data: "tf.Tensor", spec: "RecordSpec") -> "tf.Tensor":
     return cmap
 
 
-def tf_check_mask_header(data: "tf.Tensor", depth: int) -> "tf.Operation":
-    """In a graph: the PNG signature and IHDR of `readers.formats.pngmask.check_mask_png`
-    (greyscale, `depth` bits, not interlaced), so `decode_png(channels=1)` never converts
-    an RGB, palette, grey+alpha, other-depth or JPEG mask. (The reader's own pipelines
-    decode in the generator and name shard and record; this guards `ENGINE` = "tf".)"""
+def tf_checked_mask_strings(strings: "tf.Tensor", paths: "tf.Tensor", indices: "tf.Tensor",
+                            spec: "RecordSpec") -> "tf.Tensor":
+    """In a graph (`ENGINE` = "tf"): a batch of stored mask PNGs after asserting the header
+    rules of `readers.formats.pngmask.check_mask_png` (signature, IHDR of the manifest's
+    size, greyscale, the dataset's bit depth, not interlaced), so `decode_png(channels=1)`
+    never converts an RGB, palette, grey+alpha, other-depth or JPEG mask, and never
+    allocates a size the manifest does not give. A failure names the shard and record of
+    the first bad mask. (The default pipelines decode in the generator with every rule.)"""
+    import struct
+
     import tensorflow as tf
 
     from readers.formats.pngmask import SIGNATURE
 
-    head = tf.strings.join([tf.strings.substr(data, 0, 29), tf.constant(bytes(29))])
-    ok = tf.reduce_all(tf.stack([
-        tf.equal(tf.strings.substr(head, 0, 8), SIGNATURE),
-        tf.equal(tf.strings.substr(head, 12, 4), b"IHDR"),
-        tf.equal(tf.strings.substr(head, 24, 2), bytes([depth, 0])),
-        tf.equal(tf.strings.substr(head, 28, 1), b"\0"),
-    ]))
-    return tf.debugging.Assert(ok, [
-        f"imgshard: a mask is not the {depth}-bit greyscale PNG class map the writer stores (RGB, palette, "
-        "grey+alpha, another bit depth, interlaced or JPEG bytes). `Dataset.records(split)` names the shard and "
-        f"record. {FIX_HINT}"])
+    depth = 16 if wide_class_map(spec) else 8
+    head = tf.strings.join([tf.strings.substr(strings, 0, 29), tf.fill(tf.shape(strings), bytes(29))])
+    ihdr = b"IHDR" + struct.pack(">IIBB", spec.width, spec.height, depth, 0)
+    ok = (tf.equal(tf.strings.substr(head, 0, 8), SIGNATURE) & tf.equal(tf.strings.substr(head, 12, 14), ihdr)
+          & tf.equal(tf.strings.substr(head, 28, 1), b"\0"))
+    first = tf.argmin(tf.cast(ok, tf.int32), output_type=tf.int32)
+    check = tf.debugging.Assert(tf.reduce_all(ok), [tf.strings.join([
+        "shard ", paths[first], ", record ", tf.strings.as_string(indices[first]),
+        f": mask is not the {spec.width}x{spec.height} {depth}-bit greyscale PNG class map the writer stores (RGB, "
+        f"palette, grey+alpha, another size or bit depth, interlaced, or JPEG bytes). {FIX_HINT}"])])
+    with tf.control_dependencies([check]):
+        return tf.identity(strings)
 
 
 def tf_decode_batch(strings: "tf.Tensor", spec: "RecordSpec", what: str) -> "tf.Tensor":
@@ -380,6 +384,7 @@ __all__ = [
     "mask_column",
     "parallel_for",
     "row_layout",
+    "tf_checked_mask_strings",
     "tf_decode_batch",
     "tf_decode_one_image",
     "tf_decode_one_mask",

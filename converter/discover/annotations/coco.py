@@ -65,12 +65,13 @@ def pycocotools_mask():
 
 
 def _image_base(root: str, path: str, first: str) -> str | None:
-    """The folder `file_name`s are relative to: beside the JSON, above it, ``images/``, or the split folder."""
+    """The folder `file_name`s are relative to: beside the JSON, above it, ``images/``, or the split folder
+    (``<split>/``, or ``images/<split>/`` as CVAT's and datumaro's COCO export writes it)."""
     here = os.path.dirname(path)
     stem = os.path.splitext(os.path.basename(path))[0]
     candidates = [here, root, join(here, "images"), join(root, "images")]
     if stem.startswith("instances_"):
-        candidates.insert(0, join(root, stem[len("instances_"):]))
+        candidates[:0] = [join(root, stem[len("instances_"):]), join(root, "images", stem[len("instances_"):])]
     for base in candidates:
         if is_file(join(base, first)):
             return base

@@ -122,7 +122,8 @@ def _copies_mask_images(root: str, path: str) -> bool:
     the Kaggle convention): the mask layouts read them."""
     rows = _head(path, 12)
     cols = _columns(rows[0]) if rows else None
-    ids = [os.path.splitext(r[cols[0]].strip())[0] for r in rows[1:] if cols and len(r) > cols[0] and r[cols[0]].strip()]
+    ids = [os.path.splitext(r[cols[0]].strip())[0] for r in rows[1:]
+           if cols and len(r) > cols[0] and r[cols[0]].strip()]
     if not ids:
         return False
     for folder in _mask_folders(root):

@@ -34,7 +34,8 @@ from readers.formats import (
 from readers.formats import layouts
 from readers.formats.base import (CountError, FileAdapter, RandomAccessShard, crc_due, file_key, mark_verified,
                                   naming_shard)
-from readers.formats.encoding import decode_record, decode_stored, image_column, mask_column, tf_decode_batch
+from readers.formats.encoding import (decode_record, decode_stored, image_column, mask_column,
+                                      tf_checked_mask_strings, tf_decode_batch)
 from readers.formats.expand import make_expand_tf
 from readers.formats.pipeline import PipelineOptions
 from readers.formats.spec import Record, RecordSpec, ShardRef
@@ -488,7 +489,10 @@ def _plain_reader(compression: str):
 
 def _named(records: "tf.data.Dataset", path: "tf.Tensor") -> "tf.data.Dataset":
     """(serialized record, shard path, record index): what a batch check needs to name a record."""
-    return records.enumerate().map(lambda index, record: (record, path, index))
+    import tensorflow as tf
+
+    # zip, not map: no function call per record
+    return tf.data.Dataset.zip((records, tf.data.Dataset.from_tensors(path).repeat(), tf.data.Dataset.range(1 << 62)))
 
 
 def _checked_reader(compression: str):
@@ -568,7 +572,8 @@ def make_batch_parser(spec: RecordSpec, *, one_hot: bool, normalize: bool, batch
             image_dtype = tf.uint16 if spec.image_dtype == "uint16" else tf.uint8
             images = tf.reshape(tf.io.decode_raw(parsed[FEATURE_IMAGE], image_dtype, little_endian=True), image_shape)
         if spec.segmentation and spec.mask_codec != "raw":
-            targets = tf.reshape(tf_decode_batch(parsed[FEATURE_MASK], spec, "mask"), mask_shape)
+            masks = tf_checked_mask_strings(parsed[FEATURE_MASK], paths, indices, spec)
+            targets = tf.reshape(tf_decode_batch(masks, spec, "mask"), mask_shape)
         elif spec.segmentation:
             targets = tf.reshape(tf.io.decode_raw(parsed[FEATURE_MASK], mask_dtype, little_endian=True), mask_shape)
         else:
