@@ -493,3 +493,79 @@ def make_rlecsv(root: Path, seed: int = 5, class_column: bool = True) -> Export:
     (root / "train.csv").write_text("\n".join(rows) + "\n")
     write_image(root / "train_images" / "unlisted.jpg", 20, 20, rng_for(seed, 99))  # not in the CSV: left out
     return exp
+
+
+# -- an annotation file beside mask images of the same images (two readings) --------------------------
+
+def kaggle_rle(mask: np.ndarray) -> str:
+    """The Kaggle encoder (TGS's ``rle_encode``): 1-based ``start length`` pairs down the columns first."""
+    flat = np.concatenate([[0], mask.flatten(order="F").astype(np.uint8), [0]])
+    runs = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+    runs[1::2] -= runs[::2]
+    return " ".join(map(str, runs))
+
+
+def make_tgs_like(root: Path, seed: int = 8, disagree: bool = False) -> Export:
+    """TGS salt: ``train/images/<id>.png``, ``train/masks/<id>.png`` (0/255) and ``train.csv``
+    (``id,rle_mask``) encoding the same masks; `disagree`: the CSV's shapes are shifted 5 pixels."""
+    exp = Export(root, ["background", "foreground"])
+    rows = ["id,rle_mask"]
+    for i in range(5):
+        rng = rng_for(seed, i)
+        h = w = 40
+        ident = f"{int(rng.integers(1 << 30)):08x}"
+        write_image(root / "train" / "images" / f"{ident}.png", h, w, rng)
+        mask = _blob(rng, h, w).astype(bool) if i != 2 else np.zeros((h, w), bool)  # one image without salt
+        (root / "train" / "masks").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(mask.astype(np.uint8) * 255).save(root / "train" / "masks" / f"{ident}.png")
+        rows.append(f"{ident},{kaggle_rle(np.roll(mask, 5, axis=1) if disagree else mask)}")
+        exp.images[f"train/{ident}.png"] = root / "train" / "images" / f"{ident}.png"
+        exp.expected[f"train/{ident}.png"] = mask.astype(np.int64)
+    (root / "train.csv").write_text("\n".join(rows) + "\n")
+    return exp
+
+
+def make_coco_beside_voc(root: Path, seed: int = 9, disagree: bool = False) -> Export:
+    """Pascal VOC (``JPEGImages/``, palette ``SegmentationClass/`` with the 255 border, ``ImageSets/
+    Segmentation/train.txt``) and a COCO file ``annotations/instances_train.json`` of the same images
+    (``file_name`` ``JPEGImages/<id>.jpg``); the class masks are pycocotools' rasterization of the
+    polygons (class = category position), with a 255 border painted on the edges; `disagree`: the
+    COCO categories in the other order."""
+    from pycocotools import mask as mu
+
+    cats = ["cat", "dog"]
+    exp = Export(root, ["background"] + cats)
+    images, anns, ids = [], [], []
+    for i in range(4):
+        rng = rng_for(seed, i)
+        h, w = 30, 36
+        name = f"2008_{i:06d}"
+        path = root / "JPEGImages" / f"{name}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(h, w, rng)).save(path, quality=95)
+        cls = np.zeros((h, w), np.int64)
+        for k in range(2):
+            xy = [float(f"{v:.2f}") for v in _polygon(rng, h, w, 6)]
+            value = 1 + int(rng.integers(0, 2))
+            m = mu.decode(mu.frPyObjects([xy], h, w)[0]).astype(bool)
+            cls[m] = value  # file order, later on top
+            category = value if not disagree else 3 - value
+            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": category, "iscrowd": 0,
+                         "segmentation": [xy], "area": float(m.sum()), "bbox": [0, 0, 1, 1]})
+        images.append({"id": i + 1, "file_name": f"JPEGImages/{name}.jpg", "height": h, "width": w})
+        border = cls.copy()
+        edge = (np.diff(cls, axis=1, prepend=cls[:, :1]) != 0) | (np.diff(cls, axis=0, prepend=cls[:1]) != 0)
+        border[edge] = 255  # VOC's 255 outline
+        voc = Image.fromarray(border.astype(np.uint8), "P")
+        voc.putpalette([0, 0, 0, 128, 0, 0, 0, 128, 0] + [0] * (3 * 252) + [224, 224, 192])
+        (root / "SegmentationClass").mkdir(exist_ok=True)
+        voc.save(root / "SegmentationClass" / f"{name}.png")
+        ids.append(name)
+        exp.images[f"train/{name}.jpg"], exp.expected[f"train/{name}.jpg"] = path, cls
+    (root / "ImageSets" / "Segmentation").mkdir(parents=True)
+    (root / "ImageSets" / "Segmentation" / "train.txt").write_text("\n".join(ids) + "\n")
+    (root / "annotations").mkdir()
+    doc = {"images": images, "annotations": anns,
+           "categories": [{"id": j + 1, "name": n, "supercategory": ""} for j, n in enumerate(cats)]}
+    (root / "annotations" / "instances_train.json").write_text(json.dumps(doc))
+    return exp

@@ -17,7 +17,8 @@ from converter.convert import BadInputError, convert
 from converter.discover.classfolders import classification_layout, detect_task
 from converter.discover.annotations.base import AnnotationFileError
 from converter.discover.layouts import LayoutError, detect_layout
-from converter.options import AnnotationOptions, OnChange, OutputOptions, RunOptions, SourceSpec, Task
+from converter.options import (AnnotationOptions, LabelOptions, MaskSemantics, OnChange, OutputOptions, RunOptions,
+                               SourceSpec, Task)
 from tests import _annotations as A
 
 SIZE = (20, 26)  # (h, w): never a source size
@@ -572,3 +573,77 @@ def test_rle_csv_along_the_rows_found_by_scan_and_written_to_the_spec(tmp_path, 
     spec_path = tmp_path / "source.json"
     cli_main(["scan", str(exp.root), "--workers", "1", "--write-spec", str(spec_path), "-q"])
     assert json.loads(spec_path.read_text())["annotation_options"] == {"rle_order": "rows"}
+
+
+# -- an annotation file beside mask images of the same images: two readings (issue 27 follow-up) ----------
+
+def _scan_json(root, capsys) -> tuple[int, dict, str]:
+    capsys.readouterr()
+    code = cli_main(["scan", str(root), "--workers", "1", "--json"])
+    said = capsys.readouterr()
+    return code, json.loads(said.out), said.err
+
+
+def test_tgs_csv_beside_mask_images_that_agree_reads_the_masks_and_says_so(tmp_path, capsys):
+    exp = A.make_tgs_like(tmp_path / "tgs")
+    _, report, _ = _scan_json(exp.root, capsys)  # 65: the masks need --mask-semantics binary, in its command
+    assert report["verdict"]["command"], report["verdict"]
+    text = json.dumps(report)
+    assert "train.csv" in text and "train/masks" in text and "agrees" in text and "0 of " in text
+    args = shlex.split(report["verdict"]["command"])[1:]
+    args[args.index("OUT")] = str(tmp_path / "out")
+    args[args.index("--size") + 1] = f"{SIZE[0]}x{SIZE[1]}"
+    assert cli_main(args + ["--workers", "1", "-q"]) == 0
+    records = {r.key: r for r in readers.open(tmp_path / "out").records("train")}
+    assert set(records) == set(exp.images)
+    for key, image in exp.images.items():
+        _, ref_mask = A.reference(image, exp.expected[key], SIZE)
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64), ref_mask, err_msg=key)
+
+
+def test_tgs_csv_beside_mask_images_that_disagree_refuses_and_each_flag_picks_a_reading(tmp_path, capsys):
+    from converter.discover.annotations.ambiguity import ReadingsDisagree
+
+    exp = A.make_tgs_like(tmp_path / "tgs", disagree=True)
+    with pytest.raises(ReadingsDisagree) as e:
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "no"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    for text in ("--layout rlecsv", "--layout unet", "train.csv", "train/masks", "pixels differ", "Received:"):
+        assert text in str(e.value), str(e.value)
+    assert not (tmp_path / "no" / "imgshard.json").exists()
+    code, report, err = _scan_json(exp.root, capsys)
+    assert code == 65 and report["verdict"]["command"] is None and "--layout rlecsv" in err
+    for layout in ("unet", "rlecsv"):  # each flag reads its own files, without comparing
+        out = tmp_path / layout
+        labels = LabelOptions(semantics=MaskSemantics.BINARY) if layout == "unet" else None
+        convert(SourceSpec(root=str(exp.root), layout=layout), str(out), OutputOptions(size=(40, 40), labels=labels),
+                RunOptions(workers=1))
+        for r in readers.open(out).records("train"):
+            mask = exp.expected["train/" + r.key.split("/")[-1]].astype(bool)  # keys differ by reading
+            want = np.roll(mask, 5, axis=1) if layout == "rlecsv" else mask
+            np.testing.assert_array_equal(r.mask > 0, want, err_msg=f"{layout} {r.key}")
+
+
+@pytest.mark.parametrize("disagree", [False, True], ids=["same_classes", "categories_in_other_order"])
+def test_coco_json_beside_voc_segmentation_class(tmp_path, capsys, disagree):
+    from converter.discover.annotations.ambiguity import ReadingsDisagree
+
+    exp = A.make_coco_beside_voc(tmp_path / "voc", disagree=disagree)
+    spec = SourceSpec(root=str(exp.root))
+    if not disagree:
+        convert(spec, str(tmp_path / "out"), OutputOptions(size=(30, 36)), RunOptions(workers=1))
+        for r in readers.open(tmp_path / "out").records("train"):
+            keep = np.asarray(Image.open(exp.root / "SegmentationClass" / (r.key.split("/")[-1][:-4] + ".png"))) != 255
+            want = exp.expected["train/" + r.key.split("/")[-1]]
+            np.testing.assert_array_equal(r.mask[keep], want[keep], err_msg=r.key)
+        return
+    with pytest.raises(ReadingsDisagree, match="--layout coco") as e:
+        convert(spec, str(tmp_path / "no"), OutputOptions(size=(30, 36)), RunOptions(workers=1))
+    assert "--layout voc" in str(e.value) and "instances_train.json" in str(e.value)
+    code, report, _ = _scan_json(exp.root, capsys)
+    assert code == 65 and report["verdict"]["command"] is None
+    swapped = {k: np.where(v > 0, 3 - v, 0) for k, v in exp.expected.items()}  # the COCO file's own classes
+    convert(SourceSpec(root=str(exp.root), layout="coco"), str(tmp_path / "coco"), OutputOptions(size=(30, 36)),
+            RunOptions(workers=1))
+    for r in readers.open(tmp_path / "coco").records("train"):
+        np.testing.assert_array_equal(r.mask.astype(np.int64), swapped["train/" + r.key.split("/")[-1]],
+                                      err_msg=r.key)

@@ -19,7 +19,9 @@ from PIL import Image
 
 import readers
 from converter.cli import main as cli_main
+from converter.discover import files
 from converter.discover.content import ContentTie, infer_tokens, split_of
+from converter.discover.evidence import PEEK_MASKS
 from converter.discover.layouts import discover
 from converter.discover.spec_file import SpecFileError, load_spec
 from converter.inspect.scan import ScanOptions, scan
@@ -393,9 +395,20 @@ def test_colour_masks_without_a_table_take_the_colours_present(tmp_path, capsys)
         Image.fromarray(values).save(root / "masks" / f"{stem}.png")
         masks[f"train/{stem}.png"] = (root / "images" / f"{stem}.png", values)
     present = np.unique(np.concatenate([v.reshape(-1, 3) for _, v in masks.values()]), axis=0)  # rows, sorted
-    report = scan_json(capsys, str(root))
+    reads: list[str] = []
+    original = files.LocalFiles.read
+    with pytest.MonkeyPatch.context() as mp:  # count the real reads (one worker: in this process)
+        mp.setattr(files.LocalFiles, "read", lambda self, path: reads.append(path) or original(self, path))
+        report = scan_json(capsys, str(root))
+    mask_reads = [p for p in reads if Path(p).parent == root / "masks"]
+    # one pass over every mask makes the table and the report (not a census pass, then a second pass); the
+    # semantics and readings checks peek at the first mask and up to PEEK_MASKS spread over the samples
+    assert len(set(mask_reads)) == len(masks) and len(mask_reads) <= len(masks) + 1 + PEEK_MASKS, mask_reads
     assert report["verdict"]["command"] is None and report["exit"] == 65
     assert [c["name"] for c in report["classes"]] == ["#{:02x}{:02x}{:02x}".format(*c) for c in present]
+    for c, colour in zip(report["classes"], present):  # pixels and files per class, counted by NumPy
+        hits = [int((v.reshape(-1, 3) == colour).all(-1).sum()) for _, v in masks.values()]
+        assert (c["pixels"], c["files"]) == (sum(hits), sum(h > 0 for h in hits)), c["name"]
     table = tmp_path / "classes.csv"
     report = scan_json(capsys, str(root), "--write-classes", str(table), "--write-spec", str(tmp_path / "s.json"))
     assert table.read_text().splitlines()[1:] == [f"#{r:02x}{g:02x}{b:02x},{r},{g},{b}" for r, g, b in present]

@@ -215,15 +215,12 @@ def test_oxford_pet_trimaps_beside_xmls_lists_and_resource_forks(tmp_path, capsy
     assert_exact(shaped, tmp_path / "out", check_splits=False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Oxford-IIIT Pet ships its split as annotations/trainval.txt + annotations/test.txt (`<name> class species "
-    "breed` lines); scan's command (`convert SRC OUT --size .. --num-classes 4`, content layout) neither uses "
-    "nor mentions them and puts the test images in 'train'. `--split-list` works only with --images/--masks "
-    "(with SRC it turns content pairing off and every image is 'without mask'). Should: propose "
-    "`--split-list trainval=annotations/trainval.txt --split-list test=annotations/test.txt` (or name them)"))
 def test_oxford_pet_official_split_lists_are_used(tmp_path, capsys):
+    """annotations/trainval.txt + annotations/test.txt (`<name> class species breed` lines) are the splits:
+    scan's command put the test images in 'train' (and `--split-list` turned pairing by content off)."""
     shaped = R.make_pet(tmp_path / "oxford-iiit-pet")
     report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert sorted(data.splits) == ["test", "trainval"]
     assert_exact(shaped, tmp_path / "out", check_splits=True)
 
 
@@ -304,12 +301,9 @@ def test_microscopy_12bit_grey_is_stored_as_uint16(tmp_path, capsys, tiff):
 # -- more public shapes ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ISIC 2017 ships ISIC_NNNNNNN_superpixels.png beside each ISIC_NNNNNNN.jpg in ISIC-2017_*_Data/; content "
-    "pairing lists them as images, scan reports '6 bad input(s): 6 missing_mask' and its command carries "
-    "`--max-bad 6` (a cron job that then tolerates 6 real failures). Records are right; the companion "
-    "`<stem>_<token>.png` of an image in the same folder should not be an image (h26b, content pairing)"))
 def test_isic2017_superpixel_companions_are_not_images(tmp_path, capsys):
+    """ISIC_NNNNNNN_superpixels.png beside each photo: scan reported '6 missing_mask' and its command carried
+    `--max-bad 6` (a cron job then tolerating 6 real failures); they are files beside images, left out."""
     shaped = R.make_isic2017(tmp_path / "isic2017")
     report, data = convert_as_told(shaped, tmp_path, capsys)
     assert "--max-bad" not in report["verdict"]["command"], report["verdict"]["command"]
@@ -420,3 +414,22 @@ def test_loveda_two_domains_per_split_with_the_same_numbers(tmp_path, capsys):
     report, data = convert_as_told(shaped, tmp_path, capsys)
     assert data.num_classes == 8
     assert_exact(shaped, tmp_path / "out", ident=lambda key: "/".join(key.split("/")[1:3] + [Path(key).stem]))
+
+
+def test_split_lists_that_do_not_divide_the_images_are_not_used(tmp_path, capsys):
+    """A second test.txt (a note at SRC) makes the lists ambiguous: no split from lists, all images in train,
+    never a split that drops or duplicates images."""
+    shaped = R.make_pet(tmp_path / "oxford-iiit-pet")
+    (shaped.root / "test.txt").write_text("run the notebook first\n")
+    report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert list(data.splits) == ["train"]
+    assert_exact(shaped, tmp_path / "out", check_splits=False)
+
+
+def test_a_photo_without_its_mask_is_still_named_beside_companions(tmp_path, capsys):
+    """Companions are left out only when every image without a mask is one: a photo whose ground truth is
+    missing stays a bad input (and so do the companions), never hidden."""
+    shaped = R.make_isic2017(tmp_path / "isic2017")
+    shaped.samples.pop("ISIC_0000013").mask.unlink()
+    report = scan_json(capsys, shaped.root)
+    assert "missing_mask" in json.dumps(report["verdict"]) and "ISIC_0000013" in json.dumps(report)

@@ -11,13 +11,15 @@ side only. Never chosen as mask folders: JPEG overlays (``*Visualization/``, ``*
 per-class sub-folders of a mask folder that pairs as well. Which side holds the masks:
 folder names, name tokens (``mask``, ``gt``, ``label``...), then the files (JPEG or RGB
 is the image side). Splits come from folder names at any depth (``train``, ``training``,
-``train_images``, ``images_train``, ``images_x_train``; none: ``train``). Two choices that
+``train_images``, ``images_train``, ``images_x_train``; none: ``train``; or, for one folder pair,
+the split lists beside it: `split_lists_beside`). Two choices that
 pair equally well stop with `ContentTie`, listing the flags that pick one.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import re
 import shlex
@@ -404,8 +406,25 @@ def to_sources(chosen: list[Candidate]) -> tuple[SplitSource, ...]:
     for c in sorted(chosen, key=lambda c: (c.images.split or "train", c.images.rel)):
         t = c.tokens
         out.append(SplitSource(c.images.split or "train", c.images.path, c.masks.path, t.image_prefix, t.image_suffix,
-                               t.mask_prefix, t.mask_suffix, recursive=False))
+                               t.mask_prefix, t.mask_suffix, recursive=False, skip_unpaired=bool(companions(c))))
     return tuple(out)
+
+
+def companions(c: Candidate) -> tuple[str, ...]:
+    """Stems of the image folder that are not images of their own but files beside a paired image,
+    ``<name>_<word>`` (ISIC 2017's ``ISIC_0000000_superpixels.png`` beside ``ISIC_0000000.jpg``),
+    when every image left without a mask is one of them, one word for all; () otherwise."""
+    t = c.tokens
+    paired = bases(c.images.stems, t.image_prefix, t.image_suffix) & bases(c.masks.stems, t.mask_prefix, t.mask_suffix)
+    paired_stems = {s for s in c.images.stems if bases([s], t.image_prefix, t.image_suffix) & paired}
+    left = [s for s in c.images.stems if s not in paired_stems]
+    words = set()
+    for s in left:
+        head, sep, word = s.rpartition("_")
+        if not sep or not word.isalpha() or head not in paired_stems:
+            return ()
+        words.add(word)
+    return tuple(left) if len(words) == 1 else ()
 
 
 def find_by_content(root: str) -> ContentResult | None:
@@ -417,8 +436,55 @@ def find_by_content(root: str) -> ContentResult | None:
     why = "pairing by content: " + ", ".join(
         f"{c.images.rel or '.'}/ + {c.masks.rel or '.'}/ ({c.paired} pairs, {c.tokens.describe()})"
         for c in sorted(chosen, key=lambda c: c.images.rel))
-    return ContentResult(to_sources(chosen), tuple(chosen), sum(c.paired for c in chosen),
+    sources = to_sources(chosen)
+    for c in chosen:
+        beside = companions(c)
+        if beside:
+            why += (f"; {len(beside)} file(s) beside the images in {c.images.rel or '.'}/ are not images "
+                    f"({beside[0]}, ...): left out")
+    lists = split_lists_beside(root, chosen[0]) if len(chosen) == 1 and chosen[0].images.split is None else ()
+    if lists:
+        sources = tuple(dataclasses.replace(sources[0], split=split, split_list=path) for split, path in lists)
+        why += "; splits from the lists " + ", ".join(os.path.relpath(p, root) for _, p in lists)
+    return ContentResult(sources, tuple(chosen), sum(c.paired for c in chosen),
                          why + _set_aside_note(chosen, set_aside), tuple(set_aside))
+
+
+def split_lists_beside(root: str, c: Candidate) -> tuple[tuple[str, str], ...]:
+    """(split, file) of the split lists that divide one folder pair's images, when no folder names a
+    split (Oxford-IIIT Pet: annotations/trainval.txt + annotations/test.txt): ``<split word>.txt`` at
+    SRC or one folder down; at least two, disjoint, each naming images of the pair (90% of its
+    names), together 90% of the images; ``trainval`` left out when ``train`` and ``val`` are there."""
+    from converter.discover.pairing import read_split_list
+
+    names = bases(c.images.stems, c.tokens.image_prefix, c.tokens.image_suffix)
+    found: dict[str, list[str]] = {}
+    for folder in [root] + [join(root, d) for d in subfolders(root)]:
+        for n in file_names(folder):
+            word, ext = os.path.splitext(n)
+            if ext.lower() == ".txt" and word.lower() in SPLIT_WORDS:
+                found.setdefault(word.lower(), []).append(join(folder, n))
+    if "train" in found and "val" in found:
+        found.pop("trainval", None)
+    if len(found) < 2 or any(len(paths) > 1 for paths in found.values()):
+        return ()
+    listed: dict[str, set[str]] = {}
+    for word, [path] in found.items():
+        try:
+            listed[word] = set(read_split_list(path))
+        except (ValueError, FileNotFoundError):
+            return ()
+        if not listed[word] or len(listed[word] & names) * 10 < len(listed[word]) * 9:
+            return ()
+    union = set().union(*listed.values())
+    if sum(len(v) for v in listed.values()) != len(union) or len(union & names) * 10 < len(names) * 9:
+        return ()
+    return tuple((word, found[word][0]) for word in sorted(found, key=_split_order))
+
+
+def _split_order(word: str) -> tuple[int, str]:
+    order = ("train", "training", "trainval", "val", "valid", "validation", "dev", "test", "testing")
+    return (order.index(word) if word in order else len(order), word)
 
 
 def _set_aside_note(chosen: list[Candidate], set_aside: list[Candidate]) -> str:

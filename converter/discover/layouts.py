@@ -25,6 +25,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
+from converter.discover.annotations.ambiguity import ReadingsDisagree, compare_readings
 from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS, follow_spec
 from converter.discover.bands import attach_bands, band_tokens
 from converter.discover.content import ContentTie, find_by_content
@@ -505,8 +506,10 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
     except (LayoutNotFound, SourceLayoutError, SeveralMaskFolders) as e:
         error = e
     annotations = det is not None and det.layout.name in ANNOTATION_LAYOUTS  # annotation files: their own content
-    if annotations and _paired(listing):
-        _refuse_mask_images_beside(root, det, _paired(listing))  # type: ignore[arg-type]
+    if annotations and listing is not None and det.layout.name != "instances":  # mask images too? (issue 27)
+        other = _mask_reading(root, spec)
+        if other is not None:
+            return _one_reading(root, det, listing, *other)  # type: ignore[arg-type]
     if not annotations and (listing is None or _weak(listing)):
         try:
             found = find_by_content(root)
@@ -523,17 +526,47 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
     return det, listing  # type: ignore[return-value]
 
 
-def _refuse_mask_images_beside(root: str, det: Detected, annotated: int) -> None:
-    """Annotation files beside mask images that pair at least half as many of the photos (COCO-Stuff's
-    stuffthingmaps/ next to COCO's instances JSON) are two readings of one dataset: stop and name both,
-    as for two layouts by name. Pairings that tie, or pair a few by chance, are no reading."""
-    try:
-        found = find_by_content(root)
-    except ContentTie:
-        return
-    if found is not None and found.paired * 2 >= annotated:
-        raise LayoutError(f"{root} holds annotation files and mask images that pair the same images; choose one:\n"
-                          f"  --layout {det.layout.name}: {det.why}\n  --layout content: {found.why}")
+def _mask_reading(root: str, spec: SourceSpec) -> tuple[Detected, Listing] | None:
+    """The mask-image reading of a folder that has an annotation file (COCO-Stuff's stuffthingmaps/ next to
+    COCO's instances JSON, TGS's train/masks/ next to train.csv): a mask layout by name, else by content;
+    None when no mask folder pairs (`ContentTie` stands: the mask folders themselves are ambiguous)."""
+    for name in _SPECIFIC + ("unet",):
+        why = LAYOUTS[name].detect(root)
+        if why is None:
+            continue
+        try:
+            listing = LAYOUTS[name].pairs(root, spec)
+        except (LayoutNotFound, SourceLayoutError, LayoutError):
+            continue
+        if _paired(listing):
+            return Detected(LAYOUTS[name], why), listing
+    found = find_by_content(root)
+    if found is not None and found.paired:
+        return Detected(LAYOUTS["content"], found.why), sources_listing(found.sources, root)
+    return None
+
+
+def _one_reading(root: str, det: Detected, listing, masks: Detected, by_masks: Listing) -> tuple[Detected, Listing]:
+    """Both readings of the images they share compared (`annotations.ambiguity`): agreeing, the mask
+    images are read and the evidence says so; disagreeing, `ReadingsDisagree` names the flag for each."""
+    annotated = [s for block in listing.samples for s in block]
+    found = compare_readings(det.layout.name, annotated, [s for block in by_masks.samples for s in block])
+    if found is None:
+        return det, listing
+    result, count = found
+    if count * 2 < len(annotated):  # mask images of a few of the photos, paired by chance: no second reading
+        return det, listing
+    rows = " read along the rows (--rle-order rows)" if result.rle_order == "rows" else ""
+    if result.agree:
+        return Detected(masks.layout, f"{masks.why}; {det.why}{rows} agrees ({result.evidence()}): "
+                        "reading the mask images"), by_masks
+    pick = f"--layout {masks.layout.name}" + "".join(f" (or --images {s.images} --masks {s.masks})"
+                                                      for s in by_masks.sources[:1])
+    raise ReadingsDisagree(
+        f"{root}: an annotation file and mask images describe the same {count} images and disagree "
+        f"({result.evidence()}):\n  annotations: {det.why} -> --layout {det.layout.name}\n"
+        f"  mask images: {masks.why} -> {pick}\nChoose the reading with its flag (or `imgshard scan SRC "
+        f"--write-spec FILE` after choosing). Received: both readings, no flag")
 
 
 def _discover(spec: SourceSpec) -> Discovery:

@@ -31,7 +31,7 @@ import numpy as np
 
 from converter.discover.files import WithStorage, source_scope
 from converter.discover.labels import auto_semantics, resolve_labels
-from converter.inspect.scan_colours import census_classes, census_verdict, needs_census
+from converter.inspect.scan_colours import census_classes, census_verdict, counted_as_classes, needs_census
 from converter.discover.layout import BadInput, SourceSample
 from converter.discover.layouts import discover
 from converter.inspect.scan_labels import (
@@ -277,17 +277,16 @@ def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None
     semantics = labels.semantics or auto_semantics(spec, found)
     classes: tuple[ClassInfo, ...] = ()
     census = semantics is MaskSemantics.COLOUR and needs_census(spec, found)
-    if census:  # colour masks without a class table: the colours present are the classes
-        classes = census_classes(run_scan_workers(found.samples, (), spec.base, options.max_pixels,
-                                                  options.effective_workers, None, storage_options=spec.storage_options),
-                                 spec.base)
-    elif semantics is MaskSemantics.COLOUR:
+    if semantics is MaskSemantics.COLOUR and not census:
         classes = resolve_labels(spec, labels, found)[1]
     if on_start is not None:
         on_start(len(found.samples))
     mode = None if semantics is MaskSemantics.COLOUR else semantics.value
     summaries = run_scan_workers(found.samples, classes, spec.base, options.max_pixels, options.effective_workers,
                                  on_progress, values=mode, storage_options=spec.storage_options)
+    if census:  # colour masks without a class table: the colours present are the classes (one read of each mask)
+        classes = census_classes(summaries, spec.base)
+        summaries = counted_as_classes(summaries, classes)
     bad = list(found.bad)
     section: dict[str, Any] = {"layout": found.layout, "why": found.why, "semantics": semantics.value,
                                "flags": [], "notes": [], "suffixes": list(found.suffixes) if found.suffixes else None,
