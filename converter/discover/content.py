@@ -412,8 +412,25 @@ def to_sources(chosen: list[Candidate]) -> tuple[SplitSource, ...]:
     for c in sorted(chosen, key=lambda c: (c.images.split or "train", c.images.rel)):
         t = c.tokens
         out.append(SplitSource(c.images.split or "train", c.images.path, c.masks.path, t.image_prefix, t.image_suffix,
-                               t.mask_prefix, t.mask_suffix, recursive=False))
+                               t.mask_prefix, t.mask_suffix, recursive=False, skip_unpaired=bool(companions(c))))
     return tuple(out)
+
+
+def companions(c: Candidate) -> tuple[str, ...]:
+    """Stems of the image folder that are not images of their own but files beside a paired image,
+    ``<name>_<word>`` (ISIC 2017's ``ISIC_0000000_superpixels.png`` beside ``ISIC_0000000.jpg``),
+    when every image left without a mask is one of them, one word for all; () otherwise."""
+    t = c.tokens
+    paired = bases(c.images.stems, t.image_prefix, t.image_suffix) & bases(c.masks.stems, t.mask_prefix, t.mask_suffix)
+    paired_stems = {s for s in c.images.stems if bases([s], t.image_prefix, t.image_suffix) & paired}
+    left = [s for s in c.images.stems if s not in paired_stems]
+    words = set()
+    for s in left:
+        head, sep, word = s.rpartition("_")
+        if not sep or not word.isalpha() or head not in paired_stems:
+            return ()
+        words.add(word)
+    return tuple(left) if len(words) == 1 else ()
 
 
 def find_by_content(root: str) -> ContentResult | None:
@@ -426,6 +443,11 @@ def find_by_content(root: str) -> ContentResult | None:
         f"{c.images.rel or '.'}/ + {c.masks.rel or '.'}/ ({c.paired} pairs, {c.tokens.describe()})"
         for c in sorted(chosen, key=lambda c: c.images.rel))
     sources = to_sources(chosen)
+    for c in chosen:
+        beside = companions(c)
+        if beside:
+            why += (f"; {len(beside)} file(s) beside the images in {c.images.rel or '.'}/ are not images "
+                    f"({beside[0]}, ...): left out")
     lists = split_lists_beside(root, chosen[0]) if len(chosen) == 1 and chosen[0].images.split is None else ()
     if lists:
         sources = tuple(dataclasses.replace(sources[0], split=split, split_list=path) for split, path in lists)
