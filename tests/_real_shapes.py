@@ -601,7 +601,7 @@ def add_zip_residue(root: Path) -> None:
 
 def make_cellpose(root: Path, seed: int = 12) -> Shaped:
     """Cellpose's training folders: train/NNN_img.png (RGB) beside train/NNN_masks.png (uint16 I;16
-    instance ids: 0 background, one id per cell, ids in the hundreds). The meaning for a semantic
+    instance ids: 0 background, cells numbered 1..N in each image). The meaning for a semantic
     model: cell (any id) vs background."""
     rng = np.random.default_rng(seed)
     (root / "train").mkdir(parents=True)
@@ -611,10 +611,9 @@ def make_cellpose(root: Path, seed: int = 12) -> Shaped:
         _photo(root / "train" / f"{n:03d}_img.png", h, w, rng)
         lab = Image.new("I", (w, h), 0)
         draw = ImageDraw.Draw(lab)
-        first = int(rng.integers(1, 250))
-        for i in range(25):
+        for i in range(1, int(rng.integers(18, 40))):  # ids 1..N per image, as Cellpose numbers its cells
             cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(2.5, 5)
-            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=first + i)
+            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=i)
         Image.fromarray(np.asarray(lab).astype(np.uint16)).save(root / "train" / f"{n:03d}_masks.png")
         shaped.samples[f"{n:03d}_img"] = Sample(root / "train" / f"{n:03d}_img.png",
                                                 root / "train" / f"{n:03d}_masks.png", _nonzero, "train")

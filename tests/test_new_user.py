@@ -343,13 +343,14 @@ def test_zip_residue_never_changes_the_records(tmp_path, capsys, make):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "Cellpose-style 16-bit instance-id masks (0 = background, one id per cell, ids in the hundreds) are read "
-    "as class ids: scan says 'K = max value + 1' and proposes `--num-classes 136` (here), a semantic dataset "
-    "of 136 classes, most never present; `--mask-semantics binary` would not do either (threshold 128 drops "
-    "ids below 128). Should: scan names the values as instance ids (one blob each, ids not shared between "
-    "files) and proposes foreground = any id (or refuses naming the flag). Also: `NNN_img.png` + "
-    "`NNN_masks.png` in one folder is not detected (scan SRC: 'no known layout')"))
-def test_cellpose_instance_id_masks_are_not_hundreds_of_classes(tmp_path, capsys):
+    "Cellpose-style 16-bit instance-id masks (0 = background, cells numbered 1..N in each image) are read as "
+    "class ids: scan says 'K = max value + 1' and proposes `--num-classes K` (K = the largest cell count + 1), "
+    "a semantic dataset whose 'classes' are cell numbers; `--mask-semantics binary` alone would not do either "
+    "(threshold 128 drops ids below 128; `--binary-threshold 1` converts right). Should: scan names the values "
+    "as instance ids (per file 1..N consecutive, one blob each, N varying) and proposes `--mask-semantics "
+    "binary --binary-threshold 1` (or refuses naming the flag). Also: `NNN_img.png` + `NNN_masks.png` in one "
+    "folder is not detected (scan SRC: 'no known layout')"))
+def test_cellpose_instance_id_masks_are_not_classes(tmp_path, capsys):
     shaped = R.make_cellpose(tmp_path / "cellpose")
     train = shaped.root / "train"
     code = cli_main(["scan", "--images", str(train), "--masks", str(train), "--image-suffix", "_img",
@@ -433,3 +434,13 @@ def test_a_photo_without_its_mask_is_still_named_beside_companions(tmp_path, cap
     shaped.samples.pop("ISIC_0000013").mask.unlink()
     report = scan_json(capsys, shaped.root)
     assert "missing_mask" in json.dumps(report["verdict"]) and "ISIC_0000013" in json.dumps(report)
+
+
+def test_cellpose_instance_ids_convert_with_the_binary_threshold_flags(tmp_path, capsys):
+    """The workaround the xfail above names: `--mask-semantics binary --binary-threshold 1` (any id = cell)."""
+    shaped = R.make_cellpose(tmp_path / "cellpose")
+    train = shaped.root / "train"
+    assert cli_main(["convert", "--images", str(train), "--masks", str(train), "--image-suffix", "_img",
+                     "--mask-suffix", "_masks", str(tmp_path / "out"), "--size", f"{SIZE[0]}x{SIZE[1]}",
+                     "--mask-semantics", "binary", "--binary-threshold", "1", "--workers", "1", "-q"]) == 0
+    assert_exact(shaped, tmp_path / "out")

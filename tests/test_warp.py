@@ -411,7 +411,7 @@ def test_hostile_parameters_give_padding_not_a_crash(bad):
     images = _textured(rng, 2, 12, 14)
     masks = rng.integers(0, 3, (2, 12, 14)).astype(np.uint8)
     params = _affine_params(rng, 2, 12, 14, (10, 10), rotate=30.0)
-    params[:, [2, 5]] = bad
+    params[:, [0, 2, 5]] = bad  # a00 too: the step itself
     x, m = augment_host.warp_batch(Augment(crop=(10, 10), fill=(1, 2, 3)), images, masks, params,
                                    normalize=False, mask_fill=254)
     assert (m == 254).all() and (x == (1, 2, 3)).all()

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from converter.options import AnnotationOptions, LabelOptions, SourceSpec, SplitSource, check_split_name
+from readers.files import NotRegularFileError, open_regular_file
 
 SPEC_VERSION = 1
 VERSION_KEY = "imgshard_source_spec"
@@ -81,11 +82,13 @@ def _fail(path: str, what: str, fix: str, received: Any) -> SpecFileError:
 def read_spec_document(path: str) -> dict:
     """The parsed document of `path` (JSON, or TOML for ``*.toml``), or a named error."""
     try:
-        with open(path, "rb") as f:
+        with open_regular_file(path) as f:  # never blocks on a FIFO, never reads a device
             raw = f.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"--spec: file not found: {path}. Write one with `imgshard scan SRC --write-spec "
                                 f"{path}`.") from None
+    except NotRegularFileError as e:
+        raise SpecFileError(f"source spec {path}: {e}. Give a regular TOML or JSON file.") from e
     try:
         if path.lower().endswith(".toml"):
             import tomllib
