@@ -498,7 +498,8 @@ def _set_aside_note(chosen: list[Candidate], set_aside: list[Candidate]) -> str:
     if not set_aside:
         return ""
     instead = {c.images.rel: c for c in set_aside}
-    pairs = [instead.get(c.images.rel, c) for c in sorted(chosen, key=lambda c: (c.images.split or "train", c.images.rel))]
+    in_order = sorted(chosen, key=lambda c: (c.images.split or "train", c.images.rel))
+    pairs = [instead.get(c.images.rel, c) for c in in_order]
     flags = " ".join(f"--images {shlex.quote(c.images.path)} --masks {shlex.quote(c.masks.path)} "
                      f"--split {c.images.split or 'train'}" for c in pairs)
     folders = ", ".join(f"{c.masks.rel}/" for c in set_aside)
