@@ -537,7 +537,7 @@ def test_coco_without_image_sizes_takes_the_image_size(tmp_path):
     assert_converts(exp, tmp_path / "out")
 
 
-def test_spec_annotation_options_are_followed_and_a_flag_overrides_them(tmp_path, capsys):
+def test_spec_annotation_options_are_followed_a_flag_adds_one_and_never_contradicts_one(tmp_path, capsys):
     exp = A.make_coco(tmp_path / "src", splits=("train",), per_split=3)
     spec_path = tmp_path / "source.json"
     capsys.readouterr()
@@ -551,6 +551,13 @@ def test_spec_annotation_options_are_followed_and_a_flag_overrides_them(tmp_path
     b = {r.key: r.mask for r in readers.open(tmp_path / "b").records("train")}[key]
     assert not (a == A.IGNORE).any()  # crowd kept, as the spec says
     assert (b == A.IGNORE).any() and not np.array_equal(a, b)  # --overlap ignore given: overlaps ignored
+    assert cli_main(base[:3] + [str(tmp_path / "c")] + base[3:] + ["--keep-crowd"]) == 0  # the spec's own value
+    capsys.readouterr()
+    assert cli_main(base[:3] + [str(tmp_path / "d")] + base[3:] + ["--no-keep-crowd"]) != 0
+    err = capsys.readouterr().err
+    for text in (str(spec_path), "keep_crowd: True", "Drop the flag", "Received: --no-keep-crowd"):
+        assert text in err, err
+    assert not (tmp_path / "d" / "imgshard.json").exists()
 
 
 def test_rle_csv_along_the_rows_found_by_scan_and_written_to_the_spec(tmp_path, capsys):
