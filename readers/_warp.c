@@ -27,8 +27,9 @@
  *             rows blended over the columns that the row reads, then one gather-and-blend
  *             per output value. General maps (rotation, shear) compute the taps of each
  *             output row from the stepped coordinates and gather the four taps (AVX2
- *             gathers for 3-channel uint8 where the CPU has AVX2, chosen at run time; plain
- *             C otherwise). Same coordinates and the same arithmetic in every path, so they
+ *             gathers for 3-channel uint8 where the CPU has AVX2, chosen at run time, 8
+ *             pixels at a time with their coordinates in registers, the uint8 mask classes
+ *             gathered in the same loop; plain C otherwise). Same coordinates and the same arithmetic in every path, so they
  *             give the same bits where more than one applies (tests/test_warp.py forces the
  *             general path on axis-aligned maps with `general=True`), except for the
  *             contrast mean, which the separable path sums in another order (within a level).
@@ -91,7 +92,8 @@ typedef struct {
     int stream; /* float output rows built in `stage` and written with non-temporal stores */
     float *stage;
     const void *hot_vecs; /* one-hot output by the avx2 expand kernel: its table (NULL: plain C) */
-    uint16_t *cls_row;    /* the classes of one output row (out_width) for it */
+    uint16_t *cls_row;    /* the classes of one output row (out_width) */
+    int fused_mask;       /* uint8 class maps: the general AVX2 row gathers the classes into cls_row */
 } Job;
 
 /* `bytes` of `src` (a row built in cache) to `dst` with non-temporal stores where the CPU has
@@ -163,6 +165,12 @@ static inline int round_int(float v) {
     return (int)((v + big) - big);
 }
 
+/* start + x step in wrapping (defined) arithmetic: hostile parameters give garbage coordinates,
+ * which the clamped taps keep inside the image, never undefined behaviour. */
+static inline int64_t step_at(int64_t start, long x, int64_t step) {
+    return (int64_t)((uint64_t)start + (uint64_t)(int64_t)x * (uint64_t)step);
+}
+
 /* One output row's stepped coordinates: X(x) = x0 + x dx, Y(x) = y0 + x dy. */
 typedef struct {
     int64_t x0, y0, dx, dy;
@@ -182,8 +190,8 @@ static RowMap row_map(const float *p, int y) {
 HOT static int row_taps(const RowMap *m, int W, int H, int from, int w, const Taps *t) {
     int inside = 0;
     for (int x = from; x < w; x++) {
-        const int64_t X = m->x0 + (int64_t)x * m->dx, Y = m->y0 + (int64_t)x * m->dy;
-        const int64_t NX = X + FIX_HALF, NY = Y + FIX_HALF;
+        const int64_t X = step_at(m->x0, x, m->dx), Y = step_at(m->y0, x, m->dy);
+        const int64_t NX = (int64_t)((uint64_t)X + (uint64_t)FIX_HALF), NY = (int64_t)((uint64_t)Y + (uint64_t)FIX_HALF);
         const int xi = (int)(X >> 32), yi = (int)(Y >> 32), nx = (int)(NX >> 32), ny = (int)(NY >> 32);
         const int in = NX > 0 && NY > 0 && nx < W && ny < H;
         const int xa = xi < 0 ? 0 : (xi > W - 1 ? W - 1 : xi), xb = xi + 1 < 0 ? 0 : (xi + 1 > W - 1 ? W - 1 : xi + 1);
@@ -250,11 +258,11 @@ typedef struct {
 __attribute__((target("avx2"))) static Lanes lanes_at(int64_t start, int64_t step) {
     int32_t hi[8], lo[8];
     for (int l = 0; l < 8; l++) {
-        const int64_t v = start + l * step;
+        const int64_t v = step_at(start, l, step);
         hi[l] = (int32_t)(v >> 32);
         lo[l] = (int32_t)(uint32_t)v;
     }
-    const int64_t jump = 8 * step;
+    const int64_t jump = step_at(0, 8, step);
     Lanes a = {_mm256_loadu_si256((const __m256i *)hi), _mm256_loadu_si256((const __m256i *)lo),
                _mm256_set1_epi32((int32_t)(jump >> 32)), _mm256_set1_epi32((int32_t)(uint32_t)jump)};
     return a;
@@ -290,7 +298,10 @@ __attribute__((target("avx2"))) static inline __m256 frac8(__m256i lo) {
 /* Output pixels [0, done) of a row of the general path, 3-channel uint8: planes, the mask's
  * nearest index and validity. Returns done (a multiple of 8); *inside counts the inside ones. */
 __attribute__((target("avx2"))) static int row_rgb8_avx2(const uint8_t *src, const RowMap *m, int W, int H, int w,
-                                                         int last, float *planes, const Taps *t, int *inside) {
+                                                         int last, float *planes, const Taps *t, int *inside,
+                                                         const uint8_t *mask, int mask_lim, int mask_fill,
+                                                         uint16_t *cls) {
+    const __m256i mlim = _mm256_set1_epi32(mask_lim), mfill = _mm256_set1_epi32(mask_fill);
     Lanes X = lanes_at(m->x0, m->dx), Y = lanes_at(m->y0, m->dy);
     const __m256i lastv = _mm256_set1_epi32(last), one = _mm256_set1_epi32(1);
     const __m256i wmax = _mm256_set1_epi32(W - 1), hmax = _mm256_set1_epi32(H - 1), width = _mm256_set1_epi32(W);
@@ -299,8 +310,16 @@ __attribute__((target("avx2"))) static int row_rgb8_avx2(const uint8_t *src, con
         __m256i inx, iny;
         const __m256i nx = nearest(&X, W, &inx), ny = nearest(&Y, H, &iny);
         const __m256i in = _mm256_and_si256(inx, iny);
-        _mm256_storeu_si256((__m256i *)(t->near + x),
-                            _mm256_add_epi32(_mm256_mullo_epi32(clamp8(ny, hmax), width), clamp8(nx, wmax)));
+        const __m256i nidx = _mm256_add_epi32(_mm256_mullo_epi32(clamp8(ny, hmax), width), clamp8(nx, wmax));
+        _mm256_storeu_si256((__m256i *)(t->near + x), nidx);
+        if (mask) { /* the uint8 class of each pixel (or the fill), gathered here: no second pass over near */
+            const __m256i at = _mm256_min_epi32(nidx, mlim); /* within 4 bytes of the buffer's end: read earlier */
+            __m256i c = _mm256_i32gather_epi32((const int *)mask, at, 1);
+            c = _mm256_srlv_epi32(c, _mm256_slli_epi32(_mm256_sub_epi32(nidx, at), 3));
+            c = _mm256_blendv_epi8(mfill, _mm256_and_si256(c, _mm256_set1_epi32(0xFF)), in);
+            c = _mm256_permute4x64_epi64(_mm256_packus_epi32(c, c), 0x08);
+            _mm_storeu_si128((__m128i *)(cls + x), _mm256_castsi256_si128(c));
+        }
         const int bits = _mm256_movemask_ps(_mm256_castsi256_ps(in));
         for (int l = 0; l < 8; l++) t->valid[x + l] = (uint8_t)((bits >> l) & 1);
         count += __builtin_popcount((unsigned)bits);
@@ -321,6 +340,33 @@ __attribute__((target("avx2"))) static int row_rgb8_avx2(const uint8_t *src, con
         }
     }
     *inside = count;
+    return x;
+}
+
+/* r, g, b planes * scale, interleaved and written with non-temporal stores straight to `o`
+ * (32-byte aligned), 8 pixels (3 vectors) at a time: the same multiply as store_float3. */
+__attribute__((target("avx2"))) static int stream_float3_avx2(const float *r, const float *g, const float *b,
+                                                              int count, float scale, float *o) {
+    const __m256 s = _mm256_set1_ps(scale);
+    const __m256i i0 = _mm256_setr_epi32(0, 0, 0, 1, 1, 1, 2, 2), i1 = _mm256_setr_epi32(2, 3, 3, 3, 4, 4, 4, 5);
+    const __m256i i2 = _mm256_setr_epi32(5, 5, 6, 6, 6, 7, 7, 7);
+    int x = 0;
+    for (; x + 8 <= count; x += 8) {
+        const __m256 R = _mm256_mul_ps(_mm256_loadu_ps(r + x), s), G = _mm256_mul_ps(_mm256_loadu_ps(g + x), s);
+        const __m256 B = _mm256_mul_ps(_mm256_loadu_ps(b + x), s);
+        /* lanes: out0 r g b r g b r g, out1 b r g b r g b r, out2 g b r g b r g b */
+        const __m256 o0 = _mm256_blend_ps(_mm256_blend_ps(_mm256_permutevar8x32_ps(R, i0), _mm256_permutevar8x32_ps(G, i0), 0x92),
+                                          _mm256_permutevar8x32_ps(B, i0), 0x24);
+        const __m256 o1 = _mm256_blend_ps(_mm256_blend_ps(_mm256_permutevar8x32_ps(R, i1), _mm256_permutevar8x32_ps(G, i1), 0x24),
+                                          _mm256_permutevar8x32_ps(B, i1), 0x49);
+        const __m256 o2 = _mm256_blend_ps(_mm256_blend_ps(_mm256_permutevar8x32_ps(R, i2), _mm256_permutevar8x32_ps(G, i2), 0x49),
+                                          _mm256_permutevar8x32_ps(B, i2), 0x92);
+        float *d = o + 3 * (size_t)x;
+        _mm256_stream_ps(d, o0);
+        _mm256_stream_ps(d + 8, o1);
+        _mm256_stream_ps(d + 16, o2);
+    }
+    _mm_sfence();
     return x;
 }
 
@@ -349,8 +395,9 @@ __attribute__((target("avx2"))) static int store_u8_3_avx2(const float *r, const
 /* Whether every coordinate of the row keeps its integer part within 32 bits (the AVX2 lanes
  * hold it so); hostile parameters take the plain path. */
 static int row_fits(const RowMap *m, int w) {
-    const int64_t lim = (int64_t)1 << 61;
-    const int64_t ends[4] = {m->x0, m->x0 + (int64_t)(w - 1) * m->dx, m->y0, m->y0 + (int64_t)(w - 1) * m->dy};
+    const int64_t lim = (int64_t)1 << 61, step = (int64_t)1 << 40; /* < 256 source pixels per output pixel */
+    if (w > (1 << 20) || m->dx >= step || m->dx <= -step || m->dy >= step || m->dy <= -step) return 0;
+    const int64_t ends[4] = {m->x0, step_at(m->x0, w - 1, m->dx), m->y0, step_at(m->y0, w - 1, m->dy)};
     for (int k = 0; k < 4; k++)
         if (ends[k] >= lim || ends[k] <= -lim) return 0;
     return 1;
@@ -359,14 +406,22 @@ static int row_fits(const RowMap *m, int w) {
 
 /* The taps and image row of the general path into `t` and `planes`; returns the number of
  * inside pixels. */
-static int image_row(const Job *job, const uint8_t *src, int last, const RowMap *rm, const Taps *t, float *planes) {
+static int image_row(const Job *job, const uint8_t *src, int last, const RowMap *rm, const Taps *t, float *planes,
+                     const uint8_t *mask, int *cls_done) {
     const int W = job->width, H = job->height, w = job->out_width, C = job->channels;
     int done = 0, inside = 0;
+    *cls_done = 0;
 #if WARP_AVX2
-    if (C == 3 && job->itemsize == 1 && have_avx2() && row_fits(rm, w))
-        done = row_rgb8_avx2(src, rm, W, H, w, last, planes, t, &inside);
+    if (C == 3 && job->itemsize == 1 && have_avx2() && row_fits(rm, w)) {
+        const int fused = job->fused_mask && mask;
+        /* the mask gather reads 4 bytes: in the batch's last sample, never past its last byte */
+        const int lim = last >= 0 ? H * W - 4 : INT32_MAX;
+        done = row_rgb8_avx2(src, rm, W, H, w, last, planes, t, &inside, fused ? mask : NULL, lim, job->mask_fill,
+                             job->cls_row);
+        if (fused) *cls_done = done;
+    }
 #else
-    (void)last;
+    (void)last, (void)mask;
 #endif
     if (done == w) return inside;
     inside += row_taps(rm, W, H, done, w, t);
@@ -456,8 +511,14 @@ static void finish_row(const Job *job, float *planes, const uint8_t *valid, int 
 #endif
             store_u8_3(r + done, g + done, b + done, count - done, (uint8_t *)out + 3 * (size_t)done);
         } else if (job->stream) {
-            store_float3(r, g, b, count, 1.0f / 255.0f, job->stage);
-            stream_row(job->stage, out, sizeof(float) * 3 * (size_t)count);
+            int done = 0;
+#if WARP_AVX2
+            if (have_avx2() && !((uintptr_t)out & 31)) done = stream_float3_avx2(r, g, b, count, 1.0f / 255.0f, (float *)out);
+#endif
+            if (done < count) {
+                store_float3(r + done, g + done, b + done, count - done, 1.0f / 255.0f, job->stage);
+                stream_row(job->stage, (float *)out + 3 * (size_t)done, sizeof(float) * 3 * (size_t)(count - done));
+            }
         } else {
             store_float3(r, g, b, count, 1.0f / 255.0f, (float *)out);
         }
@@ -493,6 +554,10 @@ HOT static void classes_u16(const uint16_t *src, const int32_t *near, const uint
 }
 #endif
 
+HOT static void narrow_u16(const uint16_t *src, uint8_t *dst, int count) {
+    for (int x = 0; x < count; x++) dst[x] = (uint8_t)src[x];
+}
+
 HOT static void class_map_u8(const uint8_t *src, const int32_t *near, const uint8_t *valid, uint8_t fill, uint8_t *o,
                              int count) {
     for (int x = 0; x < count; x++) o[x] = valid[x] ? src[near[x]] : fill;
@@ -504,7 +569,7 @@ static inline int mask_value(const Job *job, const uint8_t *src, size_t index) {
 
 /* One output row of the mask: the nearest source pixel of each output pixel (`near`), or the
  * padding where it is outside (`valid`). */
-static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, const uint8_t *valid) {
+static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, const uint8_t *valid, int cls_done) {
     const int w = job->out_width, K = job->mask_planes, C = job->classes;
     const size_t plane = (size_t)job->height * job->width * K;
     const uint8_t *src = job->masks + (size_t)n * plane * job->mask_itemsize;
@@ -512,11 +577,12 @@ static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, c
 #if WARP_AVX2
     if (C > 0 && job->hot_vecs) { /* the row's classes, then 8 pixels -> C vectors, each byte stored once */
         float *hot = (float *)job->out_masks + row * (size_t)C;
-        uint16_t *cls = job->cls_row;
+        uint16_t *cls = job->cls_row; /* [0, cls_done) gathered by the image row already */
         if (job->mask_itemsize == 1)
-            classes_u8(src, near, valid, job->mask_fill, cls, w);
+            classes_u8(src, near + cls_done, valid + cls_done, job->mask_fill, cls + cls_done, w - cls_done);
         else
-            classes_u16((const uint16_t *)src, near, valid, job->mask_fill, cls, w);
+            classes_u16((const uint16_t *)src, near + cls_done, valid + cls_done, job->mask_fill, cls + cls_done,
+                        w - cls_done);
         const size_t blocks = (size_t)w / 8;
         one_hot_blocks((const uint8_t *)cls, 2, blocks, C, (const __m256i *)job->hot_vecs, hot, job->stream);
         one_hot_scatter((const uint8_t *)(cls + 8 * blocks), 2, (size_t)w - 8 * blocks, C, job->ignore,
@@ -537,7 +603,9 @@ static void mask_row(const Job *job, Py_ssize_t n, int y, const int32_t *near, c
         return;
     }
     if (K == 1 && job->mask_itemsize == 1) {
-        class_map_u8(src, near, valid, (uint8_t)job->mask_fill, (uint8_t *)job->out_masks + row, w);
+        uint8_t *o = (uint8_t *)job->out_masks + row;
+        narrow_u16(job->cls_row, o, cls_done); /* gathered by the image row already */
+        class_map_u8(src, near + cls_done, valid + cls_done, (uint8_t)job->mask_fill, o + cls_done, w - cls_done);
         return;
     }
     for (int x = 0; x < w; x++) {
@@ -649,7 +717,7 @@ static void sample_separable(const Job *job, Py_ssize_t n, const float *p, Scrat
     const RowMap cols = row_map(p, 0); /* a01 = 0: the same x0 for every row */
     int lo = W, hi = 0, inside_x = 0;
     for (int x = 0; x < w; x++) {
-        const int64_t X = cols.x0 + (int64_t)x * cols.dx, NX = X + FIX_HALF;
+        const int64_t X = step_at(cols.x0, x, cols.dx), NX = (int64_t)((uint64_t)X + (uint64_t)FIX_HALF);
         const long xi = (long)(X >> 32), nx = (long)(NX >> 32);
         s->vx[x] = NX > 0 && nx < W;
         inside_x += s->vx[x];
@@ -694,7 +762,7 @@ static void sample_separable(const Job *job, Py_ssize_t n, const float *p, Scrat
                 s->t.near[x] = ny * W + s->xn[x];
                 s->t.valid[x] = (uint8_t)(vy && s->vx[x]);
             }
-            mask_row(job, n, y, s->t.near, s->t.valid);
+            mask_row(job, n, y, s->t.near, s->t.valid, 0);
         }
     }
 }
@@ -708,7 +776,8 @@ static void general_mean(const Job *job, const uint8_t *src, int last, const flo
     for (int k = 0; k < C; k++) mean[k] = 0.0;
     for (int y = 0; y < h; y++) {
         const RowMap rm = row_map(p, y);
-        if (!image_row(job, src, last, &rm, &s->t, s->planes)) continue;
+        int cls_done;
+        if (!image_row(job, src, last, &rm, &s->t, s->planes, NULL, &cls_done)) continue;
         for (int k = 0; k < C; k++) {
             const float *pl = s->planes + (size_t)k * w;
             double sum = 0.0;
@@ -725,6 +794,7 @@ static void sample_affine(const Job *job, Py_ssize_t n, const float *p, Scratch 
     const int W = job->width, H = job->height, w = job->out_width, h = job->out_height, C = job->channels;
     const uint8_t *src = job->images + (size_t)n * H * W * C * job->itemsize;
     const int last = n == job->batch - 1 ? H * W - 1 : -1; /* the buffer's last pixel: no read past it */
+    const uint8_t *mask = job->masks ? job->masks + (size_t)n * H * W * job->mask_planes * job->mask_itemsize : NULL;
     float m[9], v[3];
     if (job->photometric) {
         double mean[MAX_CHANNELS];
@@ -735,14 +805,15 @@ static void sample_affine(const Job *job, Py_ssize_t n, const float *p, Scratch 
     char *out = (char *)job->out_images + (size_t)n * h * row_values * item;
     for (int y = 0; y < h; y++) {
         const RowMap rm = row_map(p, y);
-        const int inside = image_row(job, src, last, &rm, &s->t, s->planes);
+        int cls_done;
+        const int inside = image_row(job, src, last, &rm, &s->t, s->planes, mask, &cls_done);
         void *dst = out + (size_t)y * row_values * item;
         if (!inside) {
             fill_row(job, s->planes, w, dst);
         } else {
             finish_row(job, s->planes, inside == w ? NULL : s->t.valid, w, m, v, dst);
         }
-        if (job->masks) mask_row(job, n, y, s->t.near, s->t.valid);
+        if (job->masks) mask_row(job, n, y, s->t.near, s->t.valid, cls_done);
     }
 }
 
@@ -762,15 +833,20 @@ static int run(const Job *job) {
         staged.stage = stage ? (float *)(((uintptr_t)stage + 31) & ~(uintptr_t)31) : NULL;
     }
     void *vecs = NULL;
+    if (job->masks) staged.cls_row = malloc(sizeof(uint16_t) * (size_t)w + 16);
 #if WARP_AVX2
     if (job->masks && job->classes > 0 && job->mask_fill >= 0 && job->mask_fill < 65536) {
         vecs = one_hot_table_avx2(job->classes, job->ignore); /* NULL: the plain kernel is the pick */
-        staged.cls_row = malloc(sizeof(uint16_t) * (size_t)w);
         staged.hot_vecs = staged.cls_row ? vecs : NULL;
     }
+    /* uint8 class maps, to a class map or (by the avx2 one-hot kernel) one-hot rows; the gather
+     * reads 4 bytes, so the last sample needs 4 */
+    staged.fused_mask = staged.cls_row && job->mask_itemsize == 1 && job->mask_planes == 1 &&
+                        (job->classes == 0 || staged.hot_vecs) && job->mask_fill >= 0 &&
+                        job->mask_fill < (job->classes > 0 ? 65536 : 256) && (size_t)H * W >= 4;
 #endif
     (void)vecs;
-    if (!fbuf || !ibuf || !bbuf || (job->stream && !stage)) {
+    if (!fbuf || !ibuf || !bbuf || (job->stream && !stage) || (job->masks && !staged.cls_row)) {
         free(fbuf), free(ibuf), free(bbuf), free(stage), free(staged.cls_row);
 #if WARP_AVX2
         if (vecs) _mm_free(vecs);

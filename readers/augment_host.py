@@ -3,8 +3,8 @@
 `augment_expand` takes a compact NumPy batch (uint8 or uint16 images of 1-16 channels, class maps / one-hot planes /
 labels) and its parameter rows (`readers.augment.draw_params`) and writes the final
 training tensors straight into new 64-byte aligned arrays: the image resampled
-bilinearly, colour-jittered, padded with `fill` and stored as float32 / 255 or rounded
-uint8; the mask resampled with nearest neighbour from the same source coordinates,
+bilinearly, colour-jittered, padded with `fill` and stored as float32 / 255 (uint16:
+/ 65535) or rounded in its dtype; the mask resampled with nearest neighbour from the same source coordinates,
 padded with the ignore index, and (class maps with `one_hot`) one-hot encoded in the
 same pass. No TensorFlow op runs per sample; the GIL is released while pixels are
 written, so `tf.data`'s parallel map (`make_host_map`) runs batches on all cores.
@@ -20,6 +20,7 @@ rounding order; tested in tests/test_warp.py).
 from __future__ import annotations
 
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,6 +35,11 @@ PARAMS = 19
 try:
     from readers import _warp
 except ImportError:  # built without a C compiler: the TensorFlow implementation runs
+    _warp = None
+if _warp is not None and not hasattr(_warp, "use_simd"):  # a build older than this module's calls
+    warnings.warn("readers._warp was built from an older readers/_warp.c (before image kinds); augmentation runs "
+                  "as TensorFlow ops until it is rebuilt: python setup.py build_ext --inplace", RuntimeWarning,
+                  stacklevel=2)
     _warp = None
 
 if TYPE_CHECKING:  # pragma: no cover

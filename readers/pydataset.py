@@ -45,12 +45,9 @@ def _build_class() -> type:
     class ShardPyDataset(keras.utils.PyDataset):
         """Batches of (x, y) NumPy arrays read by index from shards.
 
-        Args:
-            readers: one random-access reader per shard.
-            counts: records per shard.
-            spec: the record layout.
-            options: batch size, shuffle, seed, one_hot, normalize.
-            workers, use_multiprocessing, max_queue_size: as `keras.utils.PyDataset`.
+        Args: readers (one random-access reader per shard), counts (records per shard),
+        spec (the record layout), options (`PipelineOptions`); workers,
+        use_multiprocessing, max_queue_size: as `keras.utils.PyDataset`.
         """
 
         def __init__(self, readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,
@@ -112,6 +109,9 @@ def _build_class() -> type:
             self.epoch += 1
             self._skip = 0
             self._order = self._epoch_order()
+            self._ends = getattr(self, "_ends", 0) + 1
+
+        on_epoch_begin = _on_epoch_begin
 
         def keys_order(self) -> np.ndarray:
             """(shard position in this dataset, record index) of every sample in the current order."""
@@ -135,6 +135,16 @@ def _picked(order: np.ndarray, options: PipelineOptions, index: int) -> np.ndarr
     return order[index * bs:(index + 1) * bs]
 
 
+def _on_epoch_begin(seq: Any) -> None:
+    """Keras' `fit` (and `evaluate`) end an epoch of their input before the first one
+    begins (`EpochIterator.reset`): that end, the only one before the first begin, is
+    undone, so the first epoch trained is `options.epoch`, as with `tf_dataset`."""
+    if not getattr(seq, "_begun", False) and getattr(seq, "_ends", 0) == 1:
+        seq.epoch -= 1
+        seq._order = seq._epoch_order()
+    seq._begun = True
+
+
 def _start_resumed_epoch(seq: Any) -> None:
     """Back to epoch `options.epoch` (Keras' `fit` ends an epoch of its input before the
     first one begins), where batch i is batch `options.start_step + i` until the epoch
@@ -142,6 +152,7 @@ def _start_resumed_epoch(seq: Any) -> None:
     seq.epoch = int(seq.options.epoch)
     seq._order = seq._epoch_order()
     seq._skip = int(seq.options.start_step)
+    seq._begun = True  # the epoch is set: nothing for `on_epoch_begin` to undo
 
 
 def plain_batch(seq: Any, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -2,7 +2,9 @@
 reference class map of each image computed by the reference implementation, never by
 imgshard: pycocotools `annToMask`; labelme's `shape_to_mask` rule on `PIL.ImageDraw`
 (re-implemented here from labelme/utils/shape.py); ultralytics' `polygon2mask`
-(`cv2.fillPoly` on int32 points); a NumPy decoder of the Kaggle and CVAT RLEs written here.
+(`cv2.fillPoly` on int32 points); a NumPy decoder of the Kaggle RLE written here; CVAT's
+mask export step by step from its code (`cvat_reference`: cvat/apps/dataset_manager/formats/mask.py,
+transformations.py, bindings.py and datumaro's transforms.py / annotation.py).
 
 Every generator returns an `Export`: its root, and per key the image path and the
 expected class map at the source resolution (`expected[key]`), plus the class names.
@@ -277,32 +279,113 @@ def make_labelme(root: Path, seed: int = 2, labels_txt: bool = True) -> Export:
 # -- CVAT for images 1.1 ----------------------------------------------------------------------------
 
 def cvat_rle(mask: np.ndarray) -> list[int]:
-    """CVAT's mask RLE: run lengths over the box, row-major, starting with background."""
+    """CVAT's mask RLE over the mask's box, as ``import_dm_annotations`` (bindings.py) encodes it:
+    row-major, the first run is background (0 when the first pixel is set)."""
     counts = [len(list(g)) for _, g in itertools.groupby(mask.flatten(order="C").tolist())]
     return ([0] + counts) if mask.flat[0] else counts
 
 
-def decode_cvat_rle(runs: list[int], w: int, h: int) -> np.ndarray:
-    """A NumPy decoder of CVAT's mask RLE, written here."""
-    out = np.zeros(w * h, np.uint8)
-    pos, value = 0, 0
+def decode_cvat_rle(runs: list[int], left: int, top: int, width: int, h: int, w: int) -> np.ndarray:
+    """CVAT's ``CVATRleToCOCORle.convert_mask`` rule (transformations.py), written here: runs alternate
+    from 0, pixel k of the runs at (top + k // width, left + k % width) of an h x w image."""
+    out = np.zeros((h, w), np.uint8)
+    value, offset = 0, 0
     for r in runs:
-        out[pos:pos + r] = value
-        pos, value = pos + r, 1 - value
-    return out.reshape(h, w).astype(bool)
+        for _ in range(r):
+            out[top + offset // width][left + offset % width] = value
+            offset += 1
+        value = 1 - value
+    return out.astype(bool)
+
+
+def cvat_reference(shapes: list[dict], h: int, w: int) -> np.ndarray:
+    """CVAT's "Segmentation mask 1.1" export of one image (formats/mask.py ``_export``), step by step:
+    ``RotatedBoxesToPolygons`` (rotated boxes removed, appended as polygons), ``polygons_to_masks`` and
+    ``boxes_to_masks`` (pycocotools ``frPyObjects``), ``merge_instance_segments`` (``find_instances``: sorted
+    by group, group 0 one instance each; a group's union takes its largest member's label and z_order), then
+    ``CompiledMask.from_instance_masks`` (sorted by z_order, later on top). Shapes: dicts with kind, label
+    value, z, group and the mask already drawn (``mask``)."""
+    anns = list(shapes)
+    for ann in [a for a in anns if a["kind"] == "box" and a.get("rotation")]:
+        anns.remove(ann)
+        anns.append(ann)
+    anns = sorted(anns, key=lambda a: a["group"])
+    instances = []
+    for group, members in itertools.groupby(anns, key=lambda a: a["group"]):
+        members = list(members)
+        if not group:
+            instances += [(m["mask"], m["value"], m["z"]) for m in members]
+            continue
+        leader = max(members, key=lambda m: int(m["mask"].sum()))
+        union = np.logical_or.reduce([m["mask"] for m in members])
+        instances.append((union, leader["value"], leader["z"]))
+    cls = np.zeros((h, w), np.int64)
+    for mask, value, _ in sorted(instances, key=lambda i: i[2]):
+        cls = np.where(mask, value, cls)
+    return cls
+
+
+def _cvat_element(kind: str, label: str, rng, h: int, w: int, z: int, group: int, k: int) -> tuple[str, dict]:
+    """One shape as CVAT's ``dump_as_cvat_annotation`` writes it (label, source, occluded, coordinates to 2
+    decimals, rotation when set, z_order, group_id when set), and its mask by CVAT's rule."""
+    from pycocotools import mask as mu
+    import cv2
+
+    head = f'label="{label}" source="manual" occluded="0" '
+    tail = f' z_order="{z}"' + (f' group_id="{group}"' if group else "")
+    shape = {"kind": kind, "z": z, "group": group}
+    if kind == "polygon":
+        xy = [float(f"{v:.2f}") for v in _polygon(rng, h, w, 5, border=k == 3)]
+        pts = ";".join(f"{xy[j]:.2f},{xy[j + 1]:.2f}" for j in range(0, len(xy), 2))
+        shape["mask"] = mu.decode(mu.frPyObjects([xy], h, w)[0]).astype(bool)
+        return f'<polygon {head}points="{pts}"{tail}>\n    </polygon>', shape
+    if kind == "box":
+        x0, y0 = float(rng.uniform(0, w / 2)), float(rng.uniform(0, h / 2))
+        x0, y0, x1, y1 = (float(f"{v:.2f}") for v in (x0, y0, x0 + rng.uniform(3, w / 2), y0 + rng.uniform(3, h / 2)))
+        rot = float(f"{rng.uniform(5, 80):.2f}") if k % 2 else 0.0
+        corners = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
+        if rot:  # RotatedBoxesToPolygons._rotate_point about the centre
+            a, cx, cy = math.radians(rot), x0 + (x1 - x0) / 2, y0 + (y1 - y0) / 2
+            corners = [(cx + math.cos(a) * (x - cx) - math.sin(a) * (y - cy),
+                        cy + math.sin(a) * (x - cx) + math.cos(a) * (y - cy)) for x, y in corners]
+        shape.update(rotation=rot, mask=mu.decode(mu.frPyObjects([[v for c in corners for v in c]], h, w)[0]).astype(bool))
+        rotation = f' rotation="{rot:.2f}"' if rot else ""
+        return (f'<box {head}xtl="{x0:.2f}" ytl="{y0:.2f}" xbr="{x1:.2f}" ybr="{y1:.2f}"{rotation}{tail}>\n'
+                f'    </box>'), shape
+    if kind == "ellipse":
+        cx, cy = float(f"{rng.uniform(w / 4, 3 * w / 4):.2f}"), float(f"{rng.uniform(h / 4, 3 * h / 4):.2f}")
+        rx, ry = float(f"{rng.uniform(2, w / 3):.2f}"), float(f"{rng.uniform(2, h / 3):.2f}")
+        rot = float(f"{rng.uniform(0, 90):.2f}")
+        right, top = float(f"{cx + rx:.2f}"), float(f"{cy - ry:.2f}")  # load_anno's points
+        canvas = np.zeros((h, w), np.uint8)  # EllipsesToMasks.convert_ellipse
+        cv2.ellipse(canvas, (round(cx), round(cy)), (round(right - cx), round(cy - top)), rot, 0, 360, 255, thickness=-1)
+        shape["mask"] = canvas.astype(bool)
+        return (f'<ellipse {head}cx="{cx:.2f}" cy="{cy:.2f}" rx="{rx:.2f}" ry="{ry:.2f}" rotation="{rot:.2f}"{tail}>\n'
+                f'    </ellipse>'), shape
+    left, top = int(rng.integers(0, w // 2)), int(rng.integers(0, h // 2))
+    bw, bh = int(rng.integers(6, w - left)), int(rng.integers(6, h - top))
+    inner = _blob(rng, bh, bw).astype(bool)
+    ys, xs = np.nonzero(inner)  # CVAT keeps the tight box of the drawn pixels
+    inner = inner[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
+    left, top, bh, bw = left + int(xs.min()), top + int(ys.min()), inner.shape[0], inner.shape[1]
+    runs = cvat_rle(inner)
+    shape["mask"] = decode_cvat_rle(runs, left, top, bw, h, w)
+    return (f'<mask {head}rle="{", ".join(map(str, runs))}" left="{left}" top="{top}" width="{bw}" height="{bh}"'
+            f'{tail}>\n    </mask>'), shape
 
 
 def make_cvat(root: Path, seed: int = 3) -> Export:
-    """``annotations.xml`` + ``images/``: polygons, boxes, masks with z_order, a tag, a polyline, subsets."""
-    from pycocotools import mask as mu
-
+    """``annotations.xml`` + ``images/``, as CVAT's project export writes it (formats/cvat.py
+    ``dump_as_cvat_annotation``): polygons, boxes (some rotated), ellipses and masks with z_order and
+    group_id, then a polyline and points (shapes CVAT's mask export leaves out), tags after the shapes."""
     labels = ["tree", "house", "sky"]
     exp = Export(root, ["background"] + labels)
     (root / "images").mkdir(parents=True, exist_ok=True)
     parts = ['<?xml version="1.0" encoding="utf-8"?>', "<annotations>", "  <version>1.1</version>",
-             "  <meta><task><id>3</id><name>t</name><labels>"]
+             "  <meta><project><id>3</id><name>t</name><labels>"]
     parts += [f"<label><name>{n}</name><color>#aabbcc</color><type>any</type><attributes/></label>" for n in labels]
-    parts += ["</labels></task></meta>"]
+    parts += ["</labels></project></meta>"]
+    kinds = ("polygon", "box", "mask", "polygon", "ellipse", "box", "mask")
     for i in range(4):
         rng = rng_for(seed, i)
         h, w = [(30, 40), (34, 28), (28, 36), (32, 32)][i]
@@ -310,42 +393,22 @@ def make_cvat(root: Path, seed: int = 3) -> Export:
         write_image(root / "images" / name, h, w, rng)
         subset = "Train" if i < 3 else "Validation"
         shapes, elements = [], []
-        for k in range(4):
+        for k, kind in enumerate(kinds):
             label = labels[int(rng.integers(0, 3))]
-            z = int(rng.integers(-1, 3))
-            kind = ("polygon", "box", "mask", "polygon")[k]
-            if kind == "polygon":
-                xy = _polygon(rng, h, w, 5, border=k == 3)
-                pts = ";".join(f"{xy[j]:.2f},{xy[j + 1]:.2f}" for j in range(0, len(xy), 2))
-                elements.append(f'<polygon label="{label}" source="manual" occluded="0" points="{pts}" '
-                                f'z_order="{z}"></polygon>')
-                m = mu.decode(mu.frPyObjects([[float(f"{v:.2f}") for v in xy]], h, w)[0]).astype(bool)
-            elif kind == "box":
-                x0, y0 = float(rng.uniform(0, w / 2)), float(rng.uniform(0, h / 2))
-                x1, y1 = x0 + float(rng.uniform(3, w / 2)), y0 + float(rng.uniform(3, h / 2))
-                elements.append(f'<box label="{label}" source="manual" occluded="0" xtl="{x0:.2f}" ytl="{y0:.2f}" '
-                                f'xbr="{x1:.2f}" ybr="{y1:.2f}" z_order="{z}"></box>')
-                x0, y0, x1, y1 = (float(f"{v:.2f}") for v in (x0, y0, x1, y1))
-                m = mu.decode(mu.frPyObjects([[x0, y0, x1, y0, x1, y1, x0, y1]], h, w)[0]).astype(bool)
-            else:
-                left, top = int(rng.integers(0, w // 2)), int(rng.integers(0, h // 2))
-                bw, bh = int(rng.integers(4, w - left)), int(rng.integers(4, h - top))
-                inner = _blob(rng, bh, bw).astype(bool)
-                runs = cvat_rle(inner)
-                elements.append(f'<mask label="{label}" source="manual" occluded="0" rle="{", ".join(map(str, runs))}" '
-                                f'left="{left}" top="{top}" width="{bw}" height="{bh}" z_order="{z}"></mask>')
-                m = np.zeros((h, w), bool)
-                m[top:top + bh, left:left + bw] = decode_cvat_rle(runs, bw, bh)
-            shapes.append((z, k, m, labels.index(label) + 1))
-        elements.insert(1, '<tag label="sky" source="manual"></tag>')
-        elements.append('<polyline label="tree" source="manual" occluded="0" points="1,1;5,5" z_order="0"></polyline>')
+            group = (0, 0, 1, 1, 0, 2, 2)[k] if i % 2 == 0 else 0
+            element, shape = _cvat_element(kind, label, rng, h, w, int(rng.integers(-1, 3)), group, k)
+            elements.append(element)
+            shapes.append({**shape, "value": labels.index(label) + 1})
+        elements.append('<polyline label="tree" source="manual" occluded="0" points="1.00,1.00;5.00,5.00" '
+                        'z_order="3">\n    </polyline>')
+        elements.append('<points label="house" source="manual" occluded="0" points="2.00,2.00" z_order="3">\n'
+                        '    </points>')
+        elements.append('<tag label="sky" source="manual">\n    </tag>')
         parts.append(f'  <image id="{i}" name="{name}" subset="{subset}" task_id="3" width="{w}" height="{h}">')
         parts += ["    " + e for e in elements] + ["  </image>"]
-        cls = np.zeros((h, w), np.int64)
-        for _, _, m, v in sorted(shapes, key=lambda s: (s[0], s[1])):  # z_order, then document order
-            cls[m] = v
         split = "train" if subset == "Train" else "validation"
-        exp.images[f"{split}/{name}"], exp.expected[f"{split}/{name}"] = root / "images" / name, cls
+        exp.images[f"{split}/{name}"] = root / "images" / name
+        exp.expected[f"{split}/{name}"] = cvat_reference(shapes, h, w)
     parts.append("</annotations>")
     (root / "annotations.xml").write_text("\n".join(parts))
     return exp
@@ -429,4 +492,72 @@ def make_rlecsv(root: Path, seed: int = 5, class_column: bool = True) -> Export:
         exp.images[f"train/{name}"], exp.expected[f"train/{name}"] = root / "train_images" / name, cls
     (root / "train.csv").write_text("\n".join(rows) + "\n")
     write_image(root / "train_images" / "unlisted.jpg", 20, 20, rng_for(seed, 99))  # not in the CSV: left out
+    return exp
+
+
+# -- an annotation file beside mask images of the same images (two readings) --------------------------
+
+def make_tgs_like(root: Path, seed: int = 8, disagree: bool = False) -> Export:
+    """TGS salt: ``train/images/<id>.png``, ``train/masks/<id>.png`` (0/255) and ``train.csv``
+    (``id,rle_mask``) encoding the same masks; `disagree`: the CSV's shapes are shifted 5 pixels."""
+    exp = Export(root, ["background", "foreground"])
+    rows = ["id,rle_mask"]
+    for i in range(5):
+        rng = rng_for(seed, i)
+        h = w = 40
+        ident = f"{int(rng.integers(1 << 30)):08x}"
+        write_image(root / "train" / "images" / f"{ident}.png", h, w, rng)
+        mask = _blob(rng, h, w).astype(bool) if i != 2 else np.zeros((h, w), bool)  # one image without salt
+        (root / "train" / "masks").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(mask.astype(np.uint8) * 255).save(root / "train" / "masks" / f"{ident}.png")
+        rows.append(f"{ident},{kaggle_rle((np.roll(mask, 5, axis=1) if disagree else mask).astype(np.uint8))}")
+        exp.images[f"train/{ident}.png"] = root / "train" / "images" / f"{ident}.png"
+        exp.expected[f"train/{ident}.png"] = mask.astype(np.int64)
+    (root / "train.csv").write_text("\n".join(rows) + "\n")
+    return exp
+
+
+def make_coco_beside_voc(root: Path, seed: int = 9, disagree: bool = False) -> Export:
+    """Pascal VOC (``JPEGImages/``, palette ``SegmentationClass/`` with the 255 border, ``ImageSets/
+    Segmentation/train.txt``) and a COCO file ``annotations/instances_train.json`` of the same images
+    (``file_name`` ``JPEGImages/<id>.jpg``); the class masks are pycocotools' rasterization of the
+    polygons (class = category position), with a 255 border painted on the edges; `disagree`: the
+    COCO categories in the other order."""
+    from pycocotools import mask as mu
+
+    cats = ["cat", "dog"]
+    exp = Export(root, ["background"] + cats)
+    images, anns, ids = [], [], []
+    for i in range(4):
+        rng = rng_for(seed, i)
+        h, w = 30, 36
+        name = f"2008_{i:06d}"
+        path = root / "JPEGImages" / f"{name}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(synth.textured_image(h, w, rng)).save(path, quality=95)
+        cls = np.zeros((h, w), np.int64)
+        for k in range(2):
+            xy = [float(f"{v:.2f}") for v in _polygon(rng, h, w, 6)]
+            value = 1 + int(rng.integers(0, 2))
+            m = mu.decode(mu.frPyObjects([xy], h, w)[0]).astype(bool)
+            cls[m] = value  # file order, later on top
+            category = value if not disagree else 3 - value
+            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": category, "iscrowd": 0,
+                         "segmentation": [xy], "area": float(m.sum()), "bbox": [0, 0, 1, 1]})
+        images.append({"id": i + 1, "file_name": f"JPEGImages/{name}.jpg", "height": h, "width": w})
+        border = cls.copy()
+        edge = (np.diff(cls, axis=1, prepend=cls[:, :1]) != 0) | (np.diff(cls, axis=0, prepend=cls[:1]) != 0)
+        border[edge] = 255  # VOC's 255 outline
+        voc = Image.fromarray(border.astype(np.uint8), "P")
+        voc.putpalette([0, 0, 0, 128, 0, 0, 0, 128, 0] + [0] * (3 * 252) + [224, 224, 192])
+        (root / "SegmentationClass").mkdir(exist_ok=True)
+        voc.save(root / "SegmentationClass" / f"{name}.png")
+        ids.append(name)
+        exp.images[f"train/{name}.jpg"], exp.expected[f"train/{name}.jpg"] = path, cls
+    (root / "ImageSets" / "Segmentation").mkdir(parents=True)
+    (root / "ImageSets" / "Segmentation" / "train.txt").write_text("\n".join(ids) + "\n")
+    (root / "annotations").mkdir()
+    doc = {"images": images, "annotations": anns,
+           "categories": [{"id": j + 1, "name": n, "supercategory": ""} for j, n in enumerate(cats)]}
+    (root / "annotations" / "instances_train.json").write_text(json.dumps(doc))
     return exp

@@ -397,8 +397,8 @@ def make_carvana(root: Path, seed: int = 6) -> Shaped:
             m = Image.fromarray(obj.astype(np.uint8), "P")
             m.putpalette([0, 0, 0, 255, 255, 255])
             m.save(root / "train_masks" / f"{stem}_mask.gif")
-            check = Image.open(root / "train_masks" / f"{stem}_mask.gif")
-            assert check.mode == "P" and set(np.unique(np.asarray(check)).tolist()) <= {0, 1}, "fixture: GIF 0/1"
+            with Image.open(root / "train_masks" / f"{stem}_mask.gif") as check:
+                assert check.mode == "P" and set(np.unique(np.asarray(check)).tolist()) <= {0, 1}, "fixture: GIF 0/1"
             rows.append((f"{stem}.jpg", rle_rows(obj)))
             shaped.samples[stem] = Sample(root / "train" / f"{stem}.jpg", root / "train_masks" / f"{stem}_mask.gif",
                                           _white, "train")
@@ -601,7 +601,7 @@ def add_zip_residue(root: Path) -> None:
 
 def make_cellpose(root: Path, seed: int = 12) -> Shaped:
     """Cellpose's training folders: train/NNN_img.png (RGB) beside train/NNN_masks.png (uint16 I;16
-    instance ids: 0 background, one id per cell, ids in the hundreds). The meaning for a semantic
+    instance ids: 0 background, cells numbered 1..N in each image). The meaning for a semantic
     model: cell (any id) vs background."""
     rng = np.random.default_rng(seed)
     (root / "train").mkdir(parents=True)
@@ -611,10 +611,9 @@ def make_cellpose(root: Path, seed: int = 12) -> Shaped:
         _photo(root / "train" / f"{n:03d}_img.png", h, w, rng)
         lab = Image.new("I", (w, h), 0)
         draw = ImageDraw.Draw(lab)
-        first = int(rng.integers(1, 250))
-        for i in range(25):
+        for i in range(1, int(rng.integers(18, 40))):  # ids 1..N per image, as Cellpose numbers its cells
             cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(2.5, 5)
-            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=first + i)
+            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=i)
         Image.fromarray(np.asarray(lab).astype(np.uint16)).save(root / "train" / f"{n:03d}_masks.png")
         shaped.samples[f"{n:03d}_img"] = Sample(root / "train" / f"{n:03d}_img.png",
                                                 root / "train" / f"{n:03d}_masks.png", _nonzero, "train")
@@ -643,7 +642,62 @@ def make_massachusetts_roads(root: Path, seed: int = 13) -> Shaped:
                 Image.fromarray(img).save(root / fmt / split / f"{i}.{iext}")
                 Image.fromarray(road.astype(np.uint8) * 255, "L").save(root / fmt / f"{split}_labels" / f"{i}.{mext}")
             rows.append(f"{i},{split},tiff/{split}/{i}.tiff,tiff/{split}_labels/{i}.tif")
-            shaped.samples[i] = Sample(root / "tiff" / split / f"{i}.tiff", root / "tiff" / f"{split}_labels" / f"{i}.tif",
-                                       _nonzero, split)
+            shaped.samples[i] = Sample(root / "tiff" / split / f"{i}.tiff",
+                                       root / "tiff" / f"{split}_labels" / f"{i}.tif", _nonzero, split)
     (root / "metadata.csv").write_text("image_id,split,tiff_image_path,tif_label_path\n" + "\n".join(rows) + "\n")
+    return shaped
+
+
+def make_coco_stuff(root: Path, seed: int = 14) -> Shaped:
+    """COCO-Stuff as its README says to unpack it: train2017/ and val2017/ photos, stuffthingmaps_trainval2017/
+    {train2017,val2017}/<id>.png (L: 0..181 stuff+thing ids, 255 unlabeled), and beside them the COCO
+    annotations_trainval2017 zip: annotations/instances_{train,val}2017.json (polygons of things only)."""
+    import json
+
+    rng = np.random.default_rng(seed)
+    shaped = Shaped(root, num_classes=182)
+    for split, ids in (("train2017", [9, 25, 30, 34]), ("val2017", [139, 285])):
+        (root / split).mkdir(parents=True)
+        (root / "stuffthingmaps_trainval2017" / split).mkdir(parents=True)
+        images, anns = [], []
+        for i in ids:
+            name = f"{i:012d}"
+            h, w = int(rng.integers(30, 40)), int(rng.integers(40, 52))
+            _photo(root / split / f"{name}.jpg", h, w, rng, "JPEG", quality=90)
+            labels = np.array([0, 17, 92, 118, 148, 181], np.uint8)
+            m = labels[synth.random_mask(h, w, len(labels), rng)]
+            m[_voc_border(m == 17)] = 255
+            Image.fromarray(m, "L").save(root / "stuffthingmaps_trainval2017" / split / f"{name}.png")
+            images.append({"id": i, "file_name": f"{name}.jpg", "height": h, "width": w})
+            anns.append({"id": len(anns) + 1 + 1000 * i, "image_id": i, "category_id": 18, "iscrowd": 0,
+                         "segmentation": [[2, 2, w / 2, 2, w / 2, h / 2, 2, h / 2]], "area": 1.0,
+                         "bbox": [2, 2, w / 2 - 2, h / 2 - 2]})
+            shaped.samples[name] = Sample(root / split / f"{name}.jpg",
+                                          root / "stuffthingmaps_trainval2017" / split / f"{name}.png",
+                                          _values_of, "train" if split.startswith("train") else "val")
+        (root / "annotations").mkdir(exist_ok=True)
+        (root / "annotations" / f"instances_{split}.json").write_text(json.dumps(
+            {"images": images, "annotations": anns,
+             "categories": [{"id": 1, "name": "person", "supercategory": "person"},
+                            {"id": 18, "name": "dog", "supercategory": "animal"}]}))
+    return shaped
+
+
+def make_loveda(root: Path, seed: int = 15) -> Shaped:
+    """LoveDA: {Train,Val}/{Urban,Rural}/images_png/<n>.png + masks_png/<n>.png (L, 0 no-data, 1..7 classes);
+    file names are plain numbers, and the same number appears in Urban and Rural."""
+    rng = np.random.default_rng(seed)
+    shaped = Shaped(root, num_classes=8)
+    for split in ("Train", "Val"):
+        for domain, nums in (("Urban", [1366, 1367, 3]), ("Rural", [0, 3, 13])):
+            base = root / split / domain
+            (base / "images_png").mkdir(parents=True)
+            (base / "masks_png").mkdir(parents=True)
+            for n in nums:
+                h, w = 32, 32  # 1024x1024, scaled
+                _photo(base / "images_png" / f"{n}.png", h, w, rng)
+                Image.fromarray(synth.random_mask(h, w, 8, rng), "L").save(base / "masks_png" / f"{n}.png")
+                shaped.samples[f"{split}/{domain}/{n}"] = Sample(base / "images_png" / f"{n}.png",
+                                                                 base / "masks_png" / f"{n}.png", _values_of,
+                                                                 split.lower())
     return shaped

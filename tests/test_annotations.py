@@ -17,7 +17,8 @@ from converter.convert import BadInputError, convert
 from converter.discover.classfolders import classification_layout, detect_task
 from converter.discover.annotations.base import AnnotationFileError
 from converter.discover.layouts import LayoutError, detect_layout
-from converter.options import AnnotationOptions, OnChange, OutputOptions, RunOptions, SourceSpec, Task
+from converter.options import (AnnotationOptions, LabelOptions, MaskSemantics, OnChange, OutputOptions, RunOptions,
+                               SourceSpec, Task)
 from tests import _annotations as A
 
 SIZE = (20, 26)  # (h, w): never a source size
@@ -132,6 +133,8 @@ def test_coco_keep_crowd_flag_and_overlap_rules(tmp_path):
 ], ids=["yolo_roboflow_list", "yolo_ultralytics_dict", "yolo_classes_txt", "labelme_labels_txt", "labelme_found", "cvat_xml",
         "instances", "instances_grouped", "rlecsv_classid", "rlecsv_airbus"])
 def test_export_converts_bit_exact_against_its_reference(tmp_path, make, layout):
+    """cvat_xml: written as CVAT's ``dump_as_cvat_annotation`` (formats/cvat.py) writes it, expected by CVAT's
+    own "Segmentation mask" export rule (formats/mask.py ``_export``; `_annotations.cvat_reference`)."""
     exp = make(tmp_path / "src")
     assert detect_layout(str(exp.root)).layout.name == layout
     assert_converts(exp, tmp_path / "out")
@@ -239,23 +242,30 @@ def test_labelme_cron_reconverts_only_the_image_whose_shape_changed(tmp_path):
 
 
 def test_cvat_coco_export_crowd_masks_kept_with_flag_and_scan_hints_it(tmp_path, capsys):
+    """CVAT's COCO 1.0 export (formats/coco.py ``_export``: datumaro ``coco_instances``, its
+    ``find_instance_parts`` in guess mode and ``convert_instance``): a mask is an uncompressed RLE
+    (``counts`` a list, column-major from background) with ``iscrowd: 1``; images in ``images/<subset>/``."""
     from pycocotools import mask as mu
 
     root = tmp_path / "cvat_coco"
     h, w = 24, 30
-    A.write_image(root / "images" / "f0.png", h, w, A.rng_for(9, 0))
+    A.write_image(root / "images" / "default" / "f0.png", h, w, A.rng_for(9, 0))
     blob = A._blob(A.rng_for(9, 1), h, w)
     doc = {"licenses": [{"name": "", "id": 0, "url": ""}], "info": {"contributor": "", "description": ""},
            "categories": [{"id": 1, "name": "cell", "supercategory": ""}],
            "images": [{"id": 1, "width": w, "height": h, "file_name": "f0.png", "license": 0}],
            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 1, "area": 1.0, "bbox": [0, 0, 1, 1],
-                            "segmentation": {"size": [h, w], "counts": A.coco_counts(blob.flatten(order="F"))}}]}
+                            "segmentation": {"size": [h, w], "counts": A.coco_counts(blob.flatten(order="F"))}},
+                           {"id": 2, "image_id": 1, "category_id": 1, "iscrowd": 0, "area": 20.0,  # a box alone
+                            "bbox": [2.0, 3.0, 5.0, 4.0], "segmentation": []}]}
     (root / "annotations").mkdir(parents=True)
     (root / "annotations" / "instances_default.json").write_text(json.dumps(doc))
     capsys.readouterr()
     cli_main(["scan", str(root), "--workers", "1", "--json"])
-    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    report = json.loads(capsys.readouterr().out)
+    verdict = report["verdict"]
     assert any("--keep-crowd" in h for h in verdict["hints"])
+    assert "boxes only" in json.dumps(report)  # CVAT writes a box alone as segmentation: [] (nothing drawn)
     spec = SourceSpec(root=str(root), annotations=AnnotationOptions(keep_crowd=True))
     convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
     record = next(readers.open(tmp_path / "out").records("train"))
@@ -531,7 +541,7 @@ def test_coco_without_image_sizes_takes_the_image_size(tmp_path):
     assert_converts(exp, tmp_path / "out")
 
 
-def test_spec_annotation_options_are_followed_and_a_flag_overrides_them(tmp_path, capsys):
+def test_spec_annotation_options_are_followed_a_flag_adds_one_and_never_contradicts_one(tmp_path, capsys):
     exp = A.make_coco(tmp_path / "src", splits=("train",), per_split=3)
     spec_path = tmp_path / "source.json"
     capsys.readouterr()
@@ -545,6 +555,13 @@ def test_spec_annotation_options_are_followed_and_a_flag_overrides_them(tmp_path
     b = {r.key: r.mask for r in readers.open(tmp_path / "b").records("train")}[key]
     assert not (a == A.IGNORE).any()  # crowd kept, as the spec says
     assert (b == A.IGNORE).any() and not np.array_equal(a, b)  # --overlap ignore given: overlaps ignored
+    assert cli_main(base[:3] + [str(tmp_path / "c")] + base[3:] + ["--keep-crowd"]) == 0  # the spec's own value
+    capsys.readouterr()
+    assert cli_main(base[:3] + [str(tmp_path / "d")] + base[3:] + ["--no-keep-crowd"]) != 0
+    err = capsys.readouterr().err
+    for text in (str(spec_path), "keep_crowd: True", "Drop the flag", "Received: --no-keep-crowd"):
+        assert text in err, err
+    assert not (tmp_path / "d" / "imgshard.json").exists()
 
 
 def test_rle_csv_along_the_rows_found_by_scan_and_written_to_the_spec(tmp_path, capsys):
@@ -567,3 +584,77 @@ def test_rle_csv_along_the_rows_found_by_scan_and_written_to_the_spec(tmp_path, 
     spec_path = tmp_path / "source.json"
     cli_main(["scan", str(exp.root), "--workers", "1", "--write-spec", str(spec_path), "-q"])
     assert json.loads(spec_path.read_text())["annotation_options"] == {"rle_order": "rows"}
+
+
+# -- an annotation file beside mask images of the same images: two readings (issue 27 follow-up) ----------
+
+def _scan_json(root, capsys) -> tuple[int, dict, str]:
+    capsys.readouterr()
+    code = cli_main(["scan", str(root), "--workers", "1", "--json"])
+    said = capsys.readouterr()
+    return code, json.loads(said.out), said.err
+
+
+def test_tgs_csv_beside_mask_images_that_agree_reads_the_masks_and_says_so(tmp_path, capsys):
+    exp = A.make_tgs_like(tmp_path / "tgs")
+    _, report, _ = _scan_json(exp.root, capsys)  # 65: the masks need --mask-semantics binary, in its command
+    assert report["verdict"]["command"], report["verdict"]
+    text = json.dumps(report)
+    assert "train.csv" in text and "train/masks" in text and "agrees" in text and "0 of " in text
+    args = shlex.split(report["verdict"]["command"])[1:]
+    args[args.index("OUT")] = str(tmp_path / "out")
+    args[args.index("--size") + 1] = f"{SIZE[0]}x{SIZE[1]}"
+    assert cli_main(args + ["--workers", "1", "-q"]) == 0
+    records = {r.key: r for r in readers.open(tmp_path / "out").records("train")}
+    assert set(records) == set(exp.images)
+    for key, image in exp.images.items():
+        _, ref_mask = A.reference(image, exp.expected[key], SIZE)
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64), ref_mask, err_msg=key)
+
+
+def test_tgs_csv_beside_mask_images_that_disagree_refuses_and_each_flag_picks_a_reading(tmp_path, capsys):
+    from converter.discover.annotations.ambiguity import ReadingsDisagree
+
+    exp = A.make_tgs_like(tmp_path / "tgs", disagree=True)
+    with pytest.raises(ReadingsDisagree) as e:
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "no"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    for text in ("--layout rlecsv", "--layout unet", "train.csv", "train/masks", "pixels differ", "Received:"):
+        assert text in str(e.value), str(e.value)
+    assert not (tmp_path / "no" / "imgshard.json").exists()
+    code, report, err = _scan_json(exp.root, capsys)
+    assert code == 65 and report["verdict"]["command"] is None and "--layout rlecsv" in err
+    for layout in ("unet", "rlecsv"):  # each flag reads its own files, without comparing
+        out = tmp_path / layout
+        labels = LabelOptions(semantics=MaskSemantics.BINARY) if layout == "unet" else None
+        convert(SourceSpec(root=str(exp.root), layout=layout), str(out), OutputOptions(size=(40, 40), labels=labels),
+                RunOptions(workers=1))
+        for r in readers.open(out).records("train"):
+            mask = exp.expected["train/" + r.key.split("/")[-1]].astype(bool)  # keys differ by reading
+            want = np.roll(mask, 5, axis=1) if layout == "rlecsv" else mask
+            np.testing.assert_array_equal(r.mask > 0, want, err_msg=f"{layout} {r.key}")
+
+
+@pytest.mark.parametrize("disagree", [False, True], ids=["same_classes", "categories_in_other_order"])
+def test_coco_json_beside_voc_segmentation_class(tmp_path, capsys, disagree):
+    from converter.discover.annotations.ambiguity import ReadingsDisagree
+
+    exp = A.make_coco_beside_voc(tmp_path / "voc", disagree=disagree)
+    spec = SourceSpec(root=str(exp.root))
+    if not disagree:
+        convert(spec, str(tmp_path / "out"), OutputOptions(size=(30, 36)), RunOptions(workers=1))
+        for r in readers.open(tmp_path / "out").records("train"):
+            keep = np.asarray(Image.open(exp.root / "SegmentationClass" / (r.key.split("/")[-1][:-4] + ".png"))) != 255
+            want = exp.expected["train/" + r.key.split("/")[-1]]
+            np.testing.assert_array_equal(r.mask[keep], want[keep], err_msg=r.key)
+        return
+    with pytest.raises(ReadingsDisagree, match="--layout coco") as e:
+        convert(spec, str(tmp_path / "no"), OutputOptions(size=(30, 36)), RunOptions(workers=1))
+    assert "--layout voc" in str(e.value) and "instances_train.json" in str(e.value)
+    code, report, _ = _scan_json(exp.root, capsys)
+    assert code == 65 and report["verdict"]["command"] is None
+    swapped = {k: np.where(v > 0, 3 - v, 0) for k, v in exp.expected.items()}  # the COCO file's own classes
+    convert(SourceSpec(root=str(exp.root), layout="coco"), str(tmp_path / "coco"), OutputOptions(size=(30, 36)),
+            RunOptions(workers=1))
+    for r in readers.open(tmp_path / "coco").records("train"):
+        np.testing.assert_array_equal(r.mask.astype(np.int64), swapped["train/" + r.key.split("/")[-1]],
+                                      err_msg=r.key)

@@ -19,7 +19,9 @@ from PIL import Image
 
 import readers
 from converter.cli import main as cli_main
+from converter.discover import files
 from converter.discover.content import ContentTie, infer_tokens, split_of
+from converter.discover.evidence import PEEK_MASKS
 from converter.discover.layouts import discover
 from converter.discover.spec_file import SpecFileError, load_spec
 from converter.inspect.scan import ScanOptions, scan
@@ -393,9 +395,20 @@ def test_colour_masks_without_a_table_take_the_colours_present(tmp_path, capsys)
         Image.fromarray(values).save(root / "masks" / f"{stem}.png")
         masks[f"train/{stem}.png"] = (root / "images" / f"{stem}.png", values)
     present = np.unique(np.concatenate([v.reshape(-1, 3) for _, v in masks.values()]), axis=0)  # rows, sorted
-    report = scan_json(capsys, str(root))
+    reads: list[str] = []
+    original = files.LocalFiles.read
+    with pytest.MonkeyPatch.context() as mp:  # count the real reads (one worker: in this process)
+        mp.setattr(files.LocalFiles, "read", lambda self, path: reads.append(path) or original(self, path))
+        report = scan_json(capsys, str(root))
+    mask_reads = [p for p in reads if Path(p).parent == root / "masks"]
+    # one pass over every mask makes the table and the report (not a census pass, then a second pass); the
+    # semantics and readings checks peek at the first mask and up to PEEK_MASKS spread over the samples
+    assert len(set(mask_reads)) == len(masks) and len(mask_reads) <= len(masks) + 1 + PEEK_MASKS, mask_reads
     assert report["verdict"]["command"] is None and report["exit"] == 65
     assert [c["name"] for c in report["classes"]] == ["#{:02x}{:02x}{:02x}".format(*c) for c in present]
+    for c, colour in zip(report["classes"], present):  # pixels and files per class, counted by NumPy
+        hits = [int((v.reshape(-1, 3) == colour).all(-1).sum()) for _, v in masks.values()]
+        assert (c["pixels"], c["files"]) == (sum(hits), sum(h > 0 for h in hits)), c["name"]
     table = tmp_path / "classes.csv"
     report = scan_json(capsys, str(root), "--write-classes", str(table), "--write-spec", str(tmp_path / "s.json"))
     assert table.read_text().splitlines()[1:] == [f"#{r:02x}{g:02x}{b:02x},{r},{g},{b}" for r, g, b in present]
@@ -467,3 +480,125 @@ def test_replace_and_prune_never_touch_another_splits_records(tmp_path, capsys):
     for key in train_keys[:2]:
         np.testing.assert_array_equal(after[key].image, before[key].image)
         np.testing.assert_array_equal(after[key].mask, before[key].mask)
+
+
+# -- DRIVE as downloaded, tokens at both ends, TOML specs (issue 26 follow-up) ----------------------------
+
+
+def _drive_as_downloaded(root: Path, sparse: bool = False) -> tuple[Tree, Tree]:
+    """DRIVE exactly as unpacked: <split>/images/NN_<split>.tif (RGB), <split>/1st_manual/NN_manual1.gif
+    (vessels, 0/255, different in every image) and <split>/mask/NN_<split>_mask.gif (the camera's field of
+    view: the same disk for every image). Returns (vessel pairs, field-of-view pairs) keyed as converted.
+    `sparse`: labels of a few pixels each (mostly background, so any two agree on 99% of the image) and a
+    field of view whose edge moves by a pixel from image to image."""
+    labels, fov = Tree(root), Tree(root)
+    h, w = (160, 180) if sparse else (30, 34)  # a one-pixel edge is ~2% of a disk this size (DRIVE's: 0.7%)
+    yy, xx = np.mgrid[:h, :w]
+    for split, ids in (("training", (24, 21, 37, 22)), ("test", (3, 1, 13))):  # unsorted ids, '3' beside '13'
+        for i in ids:
+            rng = np.random.default_rng(100 + i)
+            radius = min(h, w) / 2 - 1 - (i % 2 if sparse else 0)
+            disk = np.where((yy - h / 2) ** 2 + (xx - w / 2) ** 2 <= radius ** 2, 255, 0).astype(np.uint8)
+            image = root / split / "images" / f"{i:02d}_{split}.tif"
+            vessels = root / split / "1st_manual" / f"{i:02d}_manual1.gif"
+            field = root / split / "mask" / f"{i:02d}_{split}_mask.gif"
+            for p in (image, vessels, field):
+                p.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(synth.textured_image(h, w, rng)).save(image, format="TIFF")
+            drawn = synth.random_mask(h, w, 2, rng) > 0
+            if sparse:
+                drawn = np.zeros((h, w), bool)
+                drawn[rng.integers(h // 4, 3 * h // 4, 40), rng.integers(w // 4, 3 * w // 4, 40)] = True
+            Image.fromarray(np.where(drawn, 255, 0).astype(np.uint8) & disk, "L").save(vessels)
+            Image.fromarray(disk, "L").save(field)
+            labels.pairs[f"{split}/{i:02d}_{split}.tif"] = (image, vessels)
+            fov.pairs[f"{split}/{i:02d}_{split}.tif"] = (image, field)
+    return labels, fov
+
+
+def assert_binary_records(tree: Tree, out: Path) -> None:
+    """Records equal Pillow's resize of each image and of each 0/255 mask (255 -> class 1)."""
+    data = readers.open(out)
+    records = {r.key: r for split in data.splits for r in data.records(split)}
+    assert set(records) == set(tree.pairs)
+    h, w = SIZE
+    for key, (image, mask) in tree.pairs.items():
+        ref_image = np.asarray(Image.open(image).convert("RGB").resize((w, h), Image.Resampling.BILINEAR))
+        ref_mask = np.asarray(Image.open(mask).convert("L").resize((w, h), Image.Resampling.NEAREST)) == 255
+        np.testing.assert_array_equal(records[key].image, ref_image, err_msg=key)
+        np.testing.assert_array_equal(records[key].mask.astype(np.int64), ref_mask.astype(np.int64), err_msg=key)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_drive_as_downloaded_pairs_the_vessel_labels_and_names_the_field_of_view(tmp_path, capsys, sparse):
+    labels, fov = _drive_as_downloaded(tmp_path / "DRIVE", sparse)
+    spec_path = tmp_path / "drive.json"
+    report = scan_json(capsys, str(labels.root), "--write-spec", str(spec_path))
+    v = report["verdict"]
+    assert v["status"] == "needs_flags" and v["flags"] == ["--mask-semantics", "binary"], v  # vessels: 0/255
+    assert report["total_pairs"] == len(labels.pairs), v
+    assert run_command(v["command"], tmp_path / "cmd") == 0  # the one command scan prints, --size chosen
+    assert_binary_records(labels, tmp_path / "cmd")
+    assert run_command(v["spec_command"], tmp_path / "spec") == 0  # and the spec it writes
+    assert_binary_records(labels, tmp_path / "spec")
+    spec = json.loads(spec_path.read_text())
+    assert {s: [p["masks"] for p in pairs] for s, pairs in spec["splits"].items()} == {
+        "training": ["training/1st_manual"], "test": ["test/1st_manual"]}
+    why = report["labels"]["why"]
+    assert "set aside: training/mask/, test/mask/" in why or "set aside: test/mask/, training/mask/" in why
+    flags = shlex.split(why.split("instead: ", 1)[1].rstrip(")"))  # the flags that choose the second candidate
+    masks = sorted(flags[i + 1] for i, f in enumerate(flags) if f == "--masks")
+    assert masks == sorted(str(labels.root / s / "mask") for s in ("training", "test"))
+    assert cli_main(["convert", *flags, str(tmp_path / "fov"), "--size", f"{SIZE[0]}x{SIZE[1]}", "--workers", "1",
+                     "-q", "--mask-semantics", "binary"]) == 0
+    assert_binary_records(fov, tmp_path / "fov")
+
+
+def test_tokens_at_both_ends_with_random_stems(tmp_path, capsys):
+    tree = Tree(tmp_path / "src")
+    for i, stem in enumerate(random_stems(10, 21)):
+        add_pair(tree, f"train/img_{stem}_rgb.png", tree.root / "inputs" / f"img_{stem}_rgb.png",
+                 tree.root / "labels" / f"lbl_{stem}_mask.png", 40 + i)
+    check_scan_and_spec(tree, tmp_path, capsys)
+    pair = json.loads((tmp_path / "spec.json").read_text())["splits"]["train"][0]
+    assert (pair["image_prefix"], pair["image_suffix"], pair["mask_prefix"], pair["mask_suffix"]) == (
+        "img_", "_rgb", "lbl_", "_mask")
+
+
+def test_tokens_at_both_ends_despite_stray_names():
+    stems = random_stems(12, 24)
+    images = tuple(f"img_{s}_rgb" for s in stems) + ("Thumbs", "notes_1", "img_x")
+    masks = tuple(f"lbl_{s}_mask" for s in stems) + ("readme",)
+    tokens, n = infer_tokens(images, masks)
+    assert (tokens.image_prefix, tokens.image_suffix, tokens.mask_prefix, tokens.mask_suffix, n) == (
+        "img_", "_rgb", "lbl_", "_mask", 12)
+
+
+def test_write_spec_toml_reads_back_as_the_json_spec_and_converts(tmp_path, capsys):
+    import tomllib
+
+    tree = Tree(tmp_path / "src")
+    for i, stem in enumerate(random_stems(6, 22)):
+        add_pair(tree, f"train/red_{stem}.png", tree.root / "bands" / f"red_{stem}.png",
+                 tree.root / "truth" / f"gt_{stem}.png", 60 + i)
+    scan_json(capsys, str(tree.root), "--write-spec", str(tmp_path / "s.json"))
+    report = scan_json(capsys, str(tree.root), "--write-spec", str(tmp_path / "s.toml"))
+    text = (tmp_path / "s.toml").read_text()
+    assert not text.lstrip().startswith("{")  # TOML, not JSON under a .toml name
+    assert tomllib.loads(text) == json.loads((tmp_path / "s.json").read_text())
+    assert "s.toml" in report["verdict"]["spec_command"]
+    assert run_command(report["verdict"]["spec_command"], tmp_path / "out") == 0
+    assert_records(tree, tmp_path / "out")
+
+
+def test_toml_writer_round_trips_awkward_names():
+    import tomllib
+
+    from converter.discover.spec_toml import dumps
+
+    doc = {"imgshard_source_spec": 1, "root": 'C:\\data "raw"/ü\tx', "labels": {"ignore_values": [255, 0],
+           "reduce_zero_label": False, "label_map": {"7": 1, "a.b c": 2}},
+           "splits": {"train val": [{"images": "a/b", "bands": ["x", "y"], "recursive": True}, {"images": "c"}],
+                      "test": []}, "skip": None}
+    expected = {k: v for k, v in doc.items() if v is not None}
+    assert tomllib.loads(dumps(doc)) == expected

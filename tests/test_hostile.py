@@ -242,6 +242,41 @@ def test_class_table_that_is_not_a_regular_file_is_named_not_a_hang(tmp_path, wh
     assert_named_error(proc, "class_dict.csv", "not a regular file")
 
 
+@pytest.mark.parametrize("how", ["found_beside_the_data", "given_as_classes"])
+def test_names_file_that_is_a_fifo_is_named_or_passed_over_not_a_hang(tmp_path, how):
+    from _annotations import make_labelme
+
+    exp = make_labelme(tmp_path / "src")
+    names = exp.root / "labels.txt"
+    names.unlink()
+    os.mkfifo(names)
+    extra = ["--classes", str(names)] if how == "given_as_classes" else []
+    proc = run_hostile(["convert", str(exp.root), str(tmp_path / "out"), "--size", "16x16", *extra], timeout=60)
+    if how == "given_as_classes":
+        assert_named_error(proc, "labels.txt", "not a regular file")
+    else:  # a names file that is not a regular file is not a names file: the labels found name the classes
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_annotation_file_that_is_a_fifo_is_not_a_hang(tmp_path):
+    from _annotations import make_coco
+
+    exp = make_coco(tmp_path / "src")
+    js = exp.root / "train" / "_annotations.coco.json"
+    js.unlink()
+    os.mkfifo(js)
+    for command in (["scan", str(exp.root)], ["convert", str(exp.root), str(tmp_path / "out"), "--size", "16x16"]):
+        proc = run_hostile(command, timeout=60)
+        assert "Traceback (most recent call last)" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+
+
+def test_spec_file_that_is_a_fifo_is_named_not_a_hang(tmp_path):
+    spec = tmp_path / "spec.toml"
+    os.mkfifo(spec)
+    proc = run_hostile(["convert", "--spec", str(spec), str(tmp_path / "out"), "--size", "16x16"], timeout=60)
+    assert_named_error(proc, "spec.toml", "not a regular file", codes=[65])
+
+
 # --- item 7: output-folder faults
 
 

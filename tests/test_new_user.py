@@ -1,5 +1,12 @@
 """A new user on real-shaped data: `scan SRC --json`, its one command, every record bit-exact.
 
+Datasets: Kaggle CamVid (RGB masks; P masks with the VOC palette against a reordered class_dict.csv),
+custom sets in the VOC layout (2 and 6 classes, names files or none), labelme2voc output, TGS salt,
+Oxford-IIIT Pet, Carvana (+ train_hq/, + its RLE CSV), ISIC 2017/2018, Kvasir-SEG, SegNet CamVid,
+12-bit microscopy (PNG, TIFF), Massachusetts Roads, COCO-Stuff beside COCO JSON, LoveDA, Cellpose; and the
+zip residue (__MACOSX, .DS_Store, Thumbs.db) that comes with them. xfail(strict) marks what is still
+wrong, with the precise reason.
+
 Each tree is shaped exactly like a public dataset as downloaded (`tests/_real_shapes.py`: names,
 folders, modes, bit depths, the decoy files beside the data). The test does what a user does:
 `imgshard scan SRC --json`, takes the printed `command`, runs it choosing only `--size` (plus
@@ -75,28 +82,28 @@ def _resize16(arr: np.ndarray) -> np.ndarray:
     return np.asarray(out).astype(np.uint16)[..., None]
 
 
-def stored(out: Path) -> tuple[readers.Dataset, dict[str, tuple[str, object]]]:
-    """Records by image stem: (split, record)."""
+def stored(out: Path, ident=None) -> tuple[readers.Dataset, dict[str, tuple[str, object]]]:
+    """Records by image stem (or `ident(key)`): (split, record)."""
     data = readers.open(str(out))
     by_stem: dict[str, tuple[str, object]] = {}
     for split in data.splits:
         for rec in data.records(split):
-            stem = Path(rec.key).stem
+            stem = ident(rec.key) if ident else Path(rec.key).stem
             assert stem not in by_stem, f"two records for {stem}: {by_stem[stem][1].key}, {rec.key}"
             by_stem[stem] = (split, rec)
     return data, by_stem
 
 
-def assert_exact(shaped: R.Shaped, out: Path, check_splits: bool = True) -> readers.Dataset:
+def assert_exact(shaped: R.Shaped, out: Path, check_splits: bool = True, ident=None) -> readers.Dataset:
     """Every record of `out` (and of its sibling `out_spec`, when the spec run made one) bit-exact."""
     spec_out = out.with_name(out.name + "_spec")
     if spec_out.exists():
-        _assert_exact(shaped, spec_out, check_splits)
-    return _assert_exact(shaped, out, check_splits)
+        _assert_exact(shaped, spec_out, check_splits, ident)
+    return _assert_exact(shaped, out, check_splits, ident)
 
 
-def _assert_exact(shaped: R.Shaped, out: Path, check_splits: bool) -> readers.Dataset:
-    data, records = stored(out)
+def _assert_exact(shaped: R.Shaped, out: Path, check_splits: bool, ident) -> readers.Dataset:
+    data, records = stored(out, ident)
     assert set(records) == set(shaped.samples), (sorted(records), sorted(shaped.samples))
     for stem, sample in shaped.samples.items():
         split, rec = records[stem]
@@ -208,15 +215,12 @@ def test_oxford_pet_trimaps_beside_xmls_lists_and_resource_forks(tmp_path, capsy
     assert_exact(shaped, tmp_path / "out", check_splits=False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Oxford-IIIT Pet ships its split as annotations/trainval.txt + annotations/test.txt (`<name> class species "
-    "breed` lines); scan's command (`convert SRC OUT --size .. --num-classes 4`, content layout) neither uses "
-    "nor mentions them and puts the test images in 'train'. `--split-list` works only with --images/--masks "
-    "(with SRC it turns content pairing off and every image is 'without mask'). Should: propose "
-    "`--split-list trainval=annotations/trainval.txt --split-list test=annotations/test.txt` (or name them)"))
 def test_oxford_pet_official_split_lists_are_used(tmp_path, capsys):
+    """annotations/trainval.txt + annotations/test.txt (`<name> class species breed` lines) are the splits:
+    scan's command put the test images in 'train' (and `--split-list` turned pairing by content off)."""
     shaped = R.make_pet(tmp_path / "oxford-iiit-pet")
     report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert sorted(data.splits) == ["test", "trainval"]
     assert_exact(shaped, tmp_path / "out", check_splits=True)
 
 
@@ -297,12 +301,9 @@ def test_microscopy_12bit_grey_is_stored_as_uint16(tmp_path, capsys, tiff):
 # -- more public shapes ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ISIC 2017 ships ISIC_NNNNNNN_superpixels.png beside each ISIC_NNNNNNN.jpg in ISIC-2017_*_Data/; content "
-    "pairing lists them as images, scan reports '6 bad input(s): 6 missing_mask' and its command carries "
-    "`--max-bad 6` (a cron job that then tolerates 6 real failures). Records are right; the companion "
-    "`<stem>_<token>.png` of an image in the same folder should not be an image (h26b, content pairing)"))
 def test_isic2017_superpixel_companions_are_not_images(tmp_path, capsys):
+    """ISIC_NNNNNNN_superpixels.png beside each photo: scan reported '6 missing_mask' and its command carried
+    `--max-bad 6` (a cron job then tolerating 6 real failures); they are files beside images, left out."""
     shaped = R.make_isic2017(tmp_path / "isic2017")
     report, data = convert_as_told(shaped, tmp_path, capsys)
     assert "--max-bad" not in report["verdict"]["command"], report["verdict"]["command"]
@@ -342,13 +343,14 @@ def test_zip_residue_never_changes_the_records(tmp_path, capsys, make):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "Cellpose-style 16-bit instance-id masks (0 = background, one id per cell, ids in the hundreds) are read "
-    "as class ids: scan says 'K = max value + 1' and proposes `--num-classes 136` (here), a semantic dataset "
-    "of 136 classes, most never present; `--mask-semantics binary` would not do either (threshold 128 drops "
-    "ids below 128). Should: scan names the values as instance ids (one blob each, ids not shared between "
-    "files) and proposes foreground = any id (or refuses naming the flag). Also: `NNN_img.png` + "
-    "`NNN_masks.png` in one folder is not detected (scan SRC: 'no known layout')"))
-def test_cellpose_instance_id_masks_are_not_hundreds_of_classes(tmp_path, capsys):
+    "Cellpose-style 16-bit instance-id masks (0 = background, cells numbered 1..N in each image) are read as "
+    "class ids: scan says 'K = max value + 1' and proposes `--num-classes K` (K = the largest cell count + 1), "
+    "a semantic dataset whose 'classes' are cell numbers; `--mask-semantics binary` alone would not do either "
+    "(threshold 128 drops ids below 128; `--binary-threshold 1` converts right). Should: scan names the values "
+    "as instance ids (per file 1..N consecutive, one blob each, N varying) and proposes `--mask-semantics "
+    "binary --binary-threshold 1` (or refuses naming the flag). Also: `NNN_img.png` + `NNN_masks.png` in one "
+    "folder is not detected (scan SRC: 'no known layout')"))
+def test_cellpose_instance_id_masks_are_not_classes(tmp_path, capsys):
     shaped = R.make_cellpose(tmp_path / "cellpose")
     train = shaped.root / "train"
     code = cli_main(["scan", "--images", str(train), "--masks", str(train), "--image-suffix", "_img",
@@ -388,3 +390,57 @@ def test_massachusetts_roads_two_trees_tie_offers_each_tree(tmp_path, capsys):
         assert f"--images {tiff / split} --masks {tiff / (split + '_labels')} --split {split}" in said.err
     assert f"--images {png / 'train'} --masks {tiff / 'train_labels'}" not in said.err
     assert f"--images {tiff / 'train'} --masks {png / 'train_labels'}" not in said.err
+
+
+def test_coco_stuff_maps_beside_coco_json_stop_with_both_readings(tmp_path, capsys):
+    """COCO-Stuff unpacked as its README says, next to COCO's annotations/instances_*.json: the JSON (things
+    only) was taken silently and the stuffthingmaps (the dataset) never mentioned. scan now stops naming
+    both; `--layout content` converts the maps, train2017/val2017 as train/val, 255 ignored."""
+    shaped = R.make_coco_stuff(tmp_path / "cocostuff")
+    code = cli_main(["scan", str(shaped.root), "--json", "--workers", "1"])
+    said = capsys.readouterr()
+    assert code != 0 and json.loads(said.out)["verdict"]["command"] is None
+    assert "--layout coco" in said.err and "--layout content" in said.err and "stuffthingmaps" in said.err
+    code = cli_main(["scan", str(shaped.root), "--layout", "content", "--json", "--workers", "1"])
+    report = json.loads(capsys.readouterr().out)
+    command = report["verdict"]["command"]
+    assert "--layout content" in command and "--num-classes 182" in command and "--ignore-index 255" in command
+    assert run_command(command, tmp_path / "out") == 0
+    assert_exact(shaped, tmp_path / "out")
+
+
+def test_loveda_two_domains_per_split_with_the_same_numbers(tmp_path, capsys):
+    """Train/Urban/images_png/3.png and Train/Rural/images_png/3.png are two samples, each with its own mask."""
+    shaped = R.make_loveda(tmp_path / "LoveDA")
+    report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert data.num_classes == 8
+    assert_exact(shaped, tmp_path / "out", ident=lambda key: "/".join(key.split("/")[1:3] + [Path(key).stem]))
+
+
+def test_split_lists_that_do_not_divide_the_images_are_not_used(tmp_path, capsys):
+    """A second test.txt (a note at SRC) makes the lists ambiguous: no split from lists, all images in train,
+    never a split that drops or duplicates images."""
+    shaped = R.make_pet(tmp_path / "oxford-iiit-pet")
+    (shaped.root / "test.txt").write_text("run the notebook first\n")
+    report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert list(data.splits) == ["train"]
+    assert_exact(shaped, tmp_path / "out", check_splits=False)
+
+
+def test_a_photo_without_its_mask_is_still_named_beside_companions(tmp_path, capsys):
+    """Companions are left out only when every image without a mask is one: a photo whose ground truth is
+    missing stays a bad input (and so do the companions), never hidden."""
+    shaped = R.make_isic2017(tmp_path / "isic2017")
+    shaped.samples.pop("ISIC_0000013").mask.unlink()
+    report = scan_json(capsys, shaped.root)
+    assert "missing_mask" in json.dumps(report["verdict"]) and "ISIC_0000013" in json.dumps(report)
+
+
+def test_cellpose_instance_ids_convert_with_the_binary_threshold_flags(tmp_path, capsys):
+    """The workaround the xfail above names: `--mask-semantics binary --binary-threshold 1` (any id = cell)."""
+    shaped = R.make_cellpose(tmp_path / "cellpose")
+    train = shaped.root / "train"
+    assert cli_main(["convert", "--images", str(train), "--masks", str(train), "--image-suffix", "_img",
+                     "--mask-suffix", "_masks", str(tmp_path / "out"), "--size", f"{SIZE[0]}x{SIZE[1]}",
+                     "--mask-semantics", "binary", "--binary-threshold", "1", "--workers", "1", "-q"]) == 0
+    assert_exact(shaped, tmp_path / "out")

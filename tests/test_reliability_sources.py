@@ -17,9 +17,12 @@ from PIL import Image
 from _hostile import assert_named_error, run_hostile
 from converter.testing import synth
 from converter.transform.decode import DecodeError, SourceFile, decode_image
+from converter.transform.jpeg import scan_check_available
 from readers.manifest import SourceFingerprint
 
 H, W = 96, 64
+needs_walk = pytest.mark.skipif(not scan_check_available(),
+                                reason="the _jpegscan extension is not built (no C compiler): scans are not walked")
 
 
 def _jpeg(rgb: np.ndarray, **params) -> bytes:
@@ -82,6 +85,7 @@ def test_good_opencv_jpeg_passes_the_scan_check(texture, flags):
 
 @pytest.mark.parametrize("params", [{}, {"subsampling": 0}, {"restart_marker_rows": 1}],
                          ids=["420", "444", "restart-every-row"])
+@needs_walk
 def test_jpeg_cut_and_closed_with_end_marker_is_truncated_not_grey(texture, params):
     data = _cut_with_eoi(_jpeg(texture, **params), 0.6)
     Image.open(io.BytesIO(data)).load()  # what made this dangerous: Pillow decodes it without a word
@@ -90,6 +94,7 @@ def test_jpeg_cut_and_closed_with_end_marker_is_truncated_not_grey(texture, para
     assert e.value.kind == "truncated" and "of its 96 rows" in e.value.reason and e.value.path == "cut.jpg"
 
 
+@needs_walk
 def test_jpeg_cut_inside_its_last_restart_interval_is_truncated(texture):
     """Every restart marker present (so only the last interval is walked), the data cut inside it."""
     data = _jpeg(texture, restart_marker_rows=1)
@@ -100,6 +105,7 @@ def test_jpeg_cut_inside_its_last_restart_interval_is_truncated(texture):
     assert e.value.kind == "truncated"
 
 
+@needs_walk
 def test_jpeg_header_declaring_more_rows_than_its_data_holds_is_truncated(texture):
     data = _with_size(_jpeg(texture), 2 * H, W)
     assert Image.open(io.BytesIO(data)).size == (W, 2 * H)
@@ -168,6 +174,7 @@ def _report_kinds(bad: list[dict]) -> dict[str, str]:
     return {os.path.basename(b["path"]): b["kind"] for b in bad}
 
 
+@needs_walk
 def test_convert_lists_cut_jpegs_bad_names_and_animated_masks_by_kind(bad_names_src, tmp_path):
     src, kinds = bad_names_src
     out = tmp_path / "out"
@@ -178,6 +185,7 @@ def test_convert_lists_cut_jpegs_bad_names_and_animated_masks_by_kind(bad_names_
     assert _report_kinds(report["bad"]) == kinds
 
 
+@needs_walk
 def test_scan_lists_the_same_files_with_the_same_kinds(bad_names_src):
     src, kinds = bad_names_src
     proc = run_hostile(["scan", str(src), "--json", "--workers", "2"])
@@ -185,6 +193,7 @@ def test_scan_lists_the_same_files_with_the_same_kinds(bad_names_src):
     assert _report_kinds(json.loads(proc.stdout)["bad"]) == kinds
 
 
+@needs_walk
 def test_max_bad_counts_them_and_publishes_only_the_good_samples(bad_names_src, tmp_path):
     src, kinds = bad_names_src
     out = tmp_path / "out"

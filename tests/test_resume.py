@@ -130,3 +130,38 @@ def test_a_corrupt_record_is_a_named_error(tmp_path):
     (tmp_path / RECORD_NAME).write_text("{not json")
     with pytest.raises(ValueError, match="Delete the backup folder"):
         readers.ResumableInput(tmp_path)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_keras_dataset_under_fit_trains_epoch_0_first_like_tf_dataset(train11, workers):
+    """Keras' fit ends an epoch of its input before the first begins; keras_dataset undoes
+    that end, so fit sees epochs 0, 1, ... of (seed, epoch), as manual iteration does."""
+    import hashlib
+
+    import keras
+
+    ds = readers.open(train11)
+    seen = []
+
+    class Logged(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.conv = keras.layers.Conv2D(ds.num_classes, 1, activation="softmax")
+
+        def call(self, x):
+            return self.conv(x)
+
+        def train_step(self, data):
+            seen.append(hashlib.sha256(np.asarray(data[0]).tobytes()).hexdigest())
+            return super().train_step(data)
+
+    model = Logged()
+    model(np.zeros((1, *ds.image_shape), np.float32))
+    model.compile(optimizer="sgd", loss="categorical_crossentropy", run_eagerly=True)
+    model.fit(ds.keras_dataset("train", 4, seed=3, workers=workers), epochs=2, shuffle=False, verbose=0)
+    seq = ds.keras_dataset("train", 4, seed=3)
+    expected = []
+    for _ in range(2):
+        expected += [hashlib.sha256(seq[i][0].tobytes()).hexdigest() for i in range(len(seq))]
+        seq.on_epoch_end()
+    assert seen == expected

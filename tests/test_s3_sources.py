@@ -422,3 +422,37 @@ def test_label_map_file_in_a_bucket_resolves_like_a_local_one(tmp_path, s3_bucke
     assert remote["labels"].label_map == local["labels"].label_map == tuple(
         (v, (v * 2) % ds.num_classes) for v in range(ds.num_classes))
     assert remote["classes"] == local["classes"]
+
+
+def _content_trees(tmp_path: Path, name: str):
+    """(tree, label options): DRIVE as downloaded, or folders whose names say nothing of masks (their
+    files' headers tell which side holds them)."""
+    from test_content_layouts import Tree, _drive_as_downloaded, add_pair, random_stems
+
+    if name == "drive":
+        return _drive_as_downloaded(tmp_path / "DRIVE")[0], LabelOptions(semantics=MaskSemantics.BINARY)
+    tree = Tree(tmp_path / "sat")
+    for i, stem in enumerate(random_stems(6, 23)):
+        add_pair(tree, f"train/red_{stem}.png", tree.root / "bands" / f"red_{stem}.png",
+                 tree.root / "truth" / f"gt_{stem}.png", 80 + i)
+    return tree, LabelOptions(num_classes=3)
+
+
+@pytest.mark.parametrize("name", ["drive", "unnamed_folders"])
+def test_pairing_by_content_from_a_bucket_as_from_a_folder(tmp_path, s3_bucket, monkeypatch, name):
+    """Pairing by content in a bucket (DRIVE as downloaded: 1st_manual/ vessels beside mask/, one field of
+    view repeated; folders named neither images nor masks): the same folders, tokens and samples as locally,
+    from one listing, header reads and each object read once."""
+    tree, labels = _content_trees(tmp_path, name)
+    url = f"{s3_bucket}/{name}"
+    upload(tree.root, url)
+    local = _discovered(SourceSpec(root=str(tree.root)), str(tree.root), labels)
+    requests = Requests(monkeypatch)
+    remote = _discovered(SourceSpec(root=url), url, labels)
+    assert remote.pop("why").replace(url, str(tree.root)) == local.pop("why")  # the set-aside flags name paths
+    assert remote == local and local["layout"] == "content"
+    assert sorted((s[0], s[2], s[3]) for s in local["samples"]) == sorted(
+        (k.split("/")[0], str(i.relative_to(tree.root)), str(m.relative_to(tree.root)))
+        for k, (i, m) in tree.pairs.items())
+    reads = requests.of("read")
+    assert requests.of("list") == [url] and len(reads) == len(set(reads)), reads  # each object read once

@@ -25,6 +25,8 @@ README_ROWS = (
     ("p3_saved_compact", "`Dataset.save`/`load`, compact uint8"),
     ("p5_imgshard_compact", "**imgshard, compact uint8** (`one_hot=False, normalize=False`)"),
     ("p8_augment_float32", None),  # None: the row's own label (it names the sizes)
+    ("p11_rotate_compact", "imgshard `Augment(rotate=10, ...)`, compact"),
+    ("p11_albumentations_compact", "albumentations, same recipe, 2 threads, compact"),
 )
 #: Which baseline each README row is compared with ("x save/load" column).
 BASELINE_OF = {"p4_imgshard_float32": "p3_saved_float32", "p4_imgshard_sparse": "p3_saved_sparse",

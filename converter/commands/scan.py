@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="as convert: larger images are bad")
     p.add_argument("--workers", type=int, default=0, help="worker processes (default: all cores)")
     p.add_argument("--write-spec", metavar="FILE", default=None,
-                   help="write what scan found as a source spec (JSON): folder pairs, splits, name tokens, mask "
-                        "meaning; `imgshard convert --spec FILE OUT` then converts exactly that (docs/LAYOUTS.md)")
+                   help="write what scan found as a source spec (JSON; TOML when FILE ends in .toml): folder pairs, "
+                        "splits, name tokens, mask meaning; `imgshard convert --spec FILE OUT` then converts exactly "
+                        "that (docs/LAYOUTS.md)")
     p.add_argument("--write-classes", metavar="FILE", default=None,
                    help="colour masks without a class table: write the colours present as a class_dict.csv "
                         "(name #rrggbb, ascending RGB); convert then takes --classes FILE")

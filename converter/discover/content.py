@@ -4,21 +4,26 @@ Every folder under SRC that holds image files directly is a candidate, on either
 For each (image folder, mask folder) candidate the name tokens that make stems match are
 inferred (`infer_tokens`: a suffix, e.g. ``21_training`` / ``21_manual1``, or a prefix,
 e.g. ``red_patch_7`` / ``gt_patch_7``; a token never cuts a run of digits or letters, so
-``3`` never pairs with ``13``), and the pair scores the number of images it pairs. The
+``3`` never pairs with ``13``; both at once, ``img_0007_rgb`` / ``lbl_0007_mask``, from each
+folder's shared prefix and suffix), and the pair scores the number of images it pairs. The
 assignment takes the best pairs first, one mask folder per image folder, a folder on one
 side only. Never chosen as mask folders: JPEG overlays (``*Visualization/``, ``*overlay*``),
 per-class sub-folders of a mask folder that pairs as well. Which side holds the masks:
 folder names, name tokens (``mask``, ``gt``, ``label``...), then the files (JPEG or RGB
 is the image side). Splits come from folder names at any depth (``train``, ``training``,
-``train_images``, ``images_train``, ``images_x_train``; none: ``train``). Two choices that
+``train_images``, ``images_train``, ``images_x_train``; none: ``train``; or, for one folder pair,
+the split lists beside it: `split_lists_beside`). Two choices that
 pair equally well stop with `ContentTie`, listing the flags that pick one.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import re
+import shlex
+from collections import Counter
 from dataclasses import dataclass
 
 from converter.discover.files import file_names, join, subfolders
@@ -26,6 +31,7 @@ from converter.discover.layout import IMAGE_EXTENSIONS
 from converter.options import SplitSource
 
 SEPARATORS = "_-. "
+_FIRST_WORD = re.compile(r"[^_\-. ]+[_\-. ]+")
 SPLIT_WORDS = frozenset({"train", "training", "val", "valid", "validation", "test", "testing", "trainval", "dev"})
 OVERLAY_WORDS = ("visualization", "visualisation", "overlay")
 MASK_WORDS = ("mask", "label", "gt", "manual", "seg", "annot", "trimap", "groundtruth", "ground_truth", "ann")
@@ -79,13 +85,17 @@ class ContentResult:
     chosen: tuple[Candidate, ...]
     paired: int
     why: str
+    set_aside: tuple[Candidate, ...] = ()  # mask folders that paired as well, set aside by a tie rule
 
 
 def split_of(rel: str) -> str | None:
-    """The split a folder path names (any depth; ``train_images``, ``images_x_train`` too)."""
-    for part in rel.split("/"):
+    """The split a folder path names (any depth; ``train_images``, ``images_x_train`` too; a year or
+    version glued on, COCO's ``train2017``/``val2017``, names ``train``/``val``). The folder nearest the
+    files wins: COCO-Stuff's ``stuffthingmaps_trainval2017/val2017/`` is ``val``."""
+    for part in reversed(rel.split("/")):
         words = [w for w in re.split(r"[_\-. ]+", part.lower()) if w]
         for w in words:
+            w = re.sub(r"(?<=[a-z])\d+$", "", w)
             if w in SPLIT_WORDS:
                 return w
     return None
@@ -149,6 +159,33 @@ def bases(stems: tuple[str, ...] | list[str], prefix: str, suffix: str) -> set[s
     return out
 
 
+def _end_token(stems: tuple[str, ...] | list[str], at_start: bool) -> str:
+    """The token most stems start (or end) with: the stems whose first word (up to a separator) is
+    the most common one, if more than half, else all; their shared start, cut where no run of digits
+    or letters is split and kept short of the whole name ('' when they share none). A few strays
+    (``Thumbs``, ``notes_1``) do not hide it."""
+    if len(stems) < 2:
+        return ""
+    names = list(stems) if at_start else [x[::-1] for x in stems]
+    words = Counter(m.group(0) for x in names for m in [_FIRST_WORD.match(x)] if m)
+    if words:
+        word, n = words.most_common(1)[0]
+        if n * 2 > len(names) and n >= 2:
+            names = [x for x in names if x.startswith(word)]
+    k = min(len(os.path.commonprefix(names)), min(len(x) for x in names) - 1)
+    while k > 0 and not all(_cut_ok(x if at_start else x[::-1], k if at_start else len(x) - k) for x in names):
+        k -= 1
+    token = names[0][:k]
+    return token if at_start else token[::-1]
+
+
+def _both_ends(image_stems: tuple[str, ...], mask_stems: tuple[str, ...]) -> Tokens:
+    """Tokens at both ends at once (``img_0007_rgb`` ~ ``lbl_0007_mask``): each folder's shared
+    prefix and suffix, which neighbour votes cannot see (sorted names of the two sides do not meet)."""
+    return Tokens(_end_token(image_stems, True), _end_token(image_stems, False),
+                  _end_token(mask_stems, True), _end_token(mask_stems, False))
+
+
 def infer_tokens(image_stems: tuple[str, ...], mask_stems: tuple[str, ...]) -> tuple[Tokens, int]:
     """The tokens that pair the most image names with mask names, and how many they pair."""
     if not image_stems or not mask_stems:
@@ -166,7 +203,8 @@ def infer_tokens(image_stems: tuple[str, ...], mask_stems: tuple[str, ...]) -> t
         for t in {t for t in found if t is not None}:
             votes[t] = votes.get(t, 0) + 1
     best, best_n = Tokens(), -1
-    for t in sorted(votes, key=lambda t: (-votes[t], t.image_prefix, t.image_suffix, t.mask_prefix, t.mask_suffix))[:8]:
+    ranked = sorted(votes, key=lambda t: (-votes[t], t.image_prefix, t.image_suffix, t.mask_prefix, t.mask_suffix))
+    for t in ranked[:8] + [_both_ends(image_stems, mask_stems)]:
         n = len(bases(image_stems, t.image_prefix, t.image_suffix) & bases(mask_stems, t.mask_prefix, t.mask_suffix))
         if n > best_n:
             best, best_n = t, n
@@ -196,12 +234,16 @@ def _mask_likeness(folder: Folder, prefix: str, suffix: str) -> int:
 
 def _peek_mask_like(folder: Folder) -> int:
     """1 when the folder's first image decodes as one channel (or a palette), -1 as colour, 0 unknown."""
+    import io
+
     from PIL import Image
+
+    from converter.discover.files import read_head
 
     for name in file_names(folder.path):
         if os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
-            try:
-                with Image.open(join(folder.path, name)) as im:
+            try:  # the header only (a local file or an object: one ranged GET)
+                with Image.open(io.BytesIO(read_head(join(folder.path, name), 1 << 16))) as im:
                     return 1 if im.mode in ("1", "L", "P", "I", "I;16", "I;16B", "I;16L") else -1
             except (OSError, ValueError):
                 return 0
@@ -271,8 +313,10 @@ def _rank(c: Candidate) -> tuple:
             c.images.rel, c.masks.rel)
 
 
-def choose(cands: list[Candidate], root: str) -> list[Candidate]:
-    """The assignment: best pairs first, one mask folder per image folder, each folder on one side."""
+def choose(cands: list[Candidate], root: str, set_aside: list[Candidate] | None = None) -> list[Candidate]:
+    """The assignment: best pairs first, one mask folder per image folder, each folder on one side.
+    Mask folders a tie rule set aside (`_labels_over_regions`) are added to `set_aside`."""
+    set_aside = [] if set_aside is None else set_aside
     cands = [c for c in cands if not _class_subfolder(c, cands)]
     cands.sort(key=_rank)
     chosen: list[Candidate] = []
@@ -287,11 +331,69 @@ def choose(cands: list[Candidate], root: str) -> list[Candidate]:
                   and (o.images == c.images or o.masks == c.masks)
                   and o.images.rel not in used_masks | used_images and o.masks.rel not in used_images | used_masks]
         if rivals:
-            raise ContentTie(_tie_message(root, [c, *rivals]))
+            c, rivals = _labels_over_regions([c, *rivals])
+            if rivals:
+                raise ContentTie(_tie_message(root, [c, *rivals]))
+            set_aside.extend(o for o in cands if o.images == c.images and o.masks != c.masks
+                             and _rank(o)[:3] == _rank(c)[:3])
         chosen.append(c)
         used_images.add(c.images.rel)
         used_masks.add(c.masks.rel)
     return chosen
+
+
+#: Two masks equal on this share of the pixels where either is not background are the same mask.
+SAME_MASK_SHARE = 0.95
+#: Masks of a tied candidate compared to tell labels from a region mask.
+REGION_PEEKS = 3
+
+
+def _mask_paths(c: Candidate, n: int) -> list[str]:
+    """Up to `n` mask files of `c` that pair, spread over the folder (sorted names)."""
+    paired = bases(c.images.stems, c.tokens.image_prefix, c.tokens.image_suffix)
+    names = [f for f in file_names(c.masks.path) if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS
+             and bases([os.path.splitext(f)[0]], c.tokens.mask_prefix, c.tokens.mask_suffix) & paired]
+    picked = sorted({round(i * (len(names) - 1) / max(1, n - 1)) for i in range(min(n, len(names)))})
+    return [join(c.masks.path, names[i]) for i in picked]
+
+
+def same_everywhere(c: Candidate) -> bool:
+    """Whether `c`'s masks are one mask repeated (DRIVE's ``mask/``: the camera's field of view,
+    the same disk for every image): a region of interest, not labels of each image."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from converter.discover.files import files_for
+
+    arrays = []
+    for path in _mask_paths(c, REGION_PEEKS):
+        try:
+            with Image.open(io.BytesIO(files_for(path).read(path)[0])) as im:
+                arrays.append(np.asarray(im.convert("L")))
+        except (OSError, ValueError):
+            return False
+    if len(arrays) < 2 or any(a.shape != arrays[0].shape for a in arrays):
+        return False
+    first = arrays[0]
+    background = np.bincount(first.ravel(), minlength=256).argmax()
+    for a in arrays[1:]:  # compared where either is not background: sparse labels never look alike
+        either = (first != background) | (a != background)
+        if not either.any() or np.count_nonzero((a == first) & either) < SAME_MASK_SHARE * np.count_nonzero(either):
+            return False
+    return True
+
+
+def _labels_over_regions(tied: list[Candidate]) -> tuple[Candidate, list[Candidate]]:
+    """(the choice, the rivals left): mask folders that pair one image folder equally well, where
+    exactly one holds masks that differ from image to image and the others one mask repeated
+    (a field of view): the labels win. Otherwise the first and every rival (a tie)."""
+    if len({t.images for t in tied}) == 1:
+        varying = [t for t in tied if not same_everywhere(t)]
+        if len(varying) == 1:
+            return varying[0], []
+    return tied[0], tied[1:]
 
 
 def _tie_message(root: str, tied: list[Candidate]) -> str:
@@ -310,19 +412,99 @@ def to_sources(chosen: list[Candidate]) -> tuple[SplitSource, ...]:
     for c in sorted(chosen, key=lambda c: (c.images.split or "train", c.images.rel)):
         t = c.tokens
         out.append(SplitSource(c.images.split or "train", c.images.path, c.masks.path, t.image_prefix, t.image_suffix,
-                               t.mask_prefix, t.mask_suffix, recursive=False))
+                               t.mask_prefix, t.mask_suffix, recursive=False, skip_unpaired=bool(companions(c))))
     return tuple(out)
+
+
+def companions(c: Candidate) -> tuple[str, ...]:
+    """Stems of the image folder that are not images of their own but files beside a paired image,
+    ``<name>_<word>`` (ISIC 2017's ``ISIC_0000000_superpixels.png`` beside ``ISIC_0000000.jpg``),
+    when every image left without a mask is one of them, one word for all; () otherwise."""
+    t = c.tokens
+    paired = bases(c.images.stems, t.image_prefix, t.image_suffix) & bases(c.masks.stems, t.mask_prefix, t.mask_suffix)
+    paired_stems = {s for s in c.images.stems if bases([s], t.image_prefix, t.image_suffix) & paired}
+    left = [s for s in c.images.stems if s not in paired_stems]
+    words = set()
+    for s in left:
+        head, sep, word = s.rpartition("_")
+        if not sep or not word.isalpha() or head not in paired_stems:
+            return ()
+        words.add(word)
+    return tuple(left) if len(words) == 1 else ()
 
 
 def find_by_content(root: str) -> ContentResult | None:
     """The folder pairs of `root` found by content (see the module docstring); None: nothing pairs."""
-    chosen = choose(candidates(image_folders(root)), root)
+    set_aside: list[Candidate] = []
+    chosen = choose(candidates(image_folders(root)), root, set_aside)
     if not chosen:
         return None
     why = "pairing by content: " + ", ".join(
         f"{c.images.rel or '.'}/ + {c.masks.rel or '.'}/ ({c.paired} pairs, {c.tokens.describe()})"
         for c in sorted(chosen, key=lambda c: c.images.rel))
-    return ContentResult(to_sources(chosen), tuple(chosen), sum(c.paired for c in chosen), why)
+    sources = to_sources(chosen)
+    for c in chosen:
+        beside = companions(c)
+        if beside:
+            why += (f"; {len(beside)} file(s) beside the images in {c.images.rel or '.'}/ are not images "
+                    f"({beside[0]}, ...): left out")
+    lists = split_lists_beside(root, chosen[0]) if len(chosen) == 1 and chosen[0].images.split is None else ()
+    if lists:
+        sources = tuple(dataclasses.replace(sources[0], split=split, split_list=path) for split, path in lists)
+        why += "; splits from the lists " + ", ".join(os.path.relpath(p, root) for _, p in lists)
+    return ContentResult(sources, tuple(chosen), sum(c.paired for c in chosen),
+                         why + _set_aside_note(chosen, set_aside), tuple(set_aside))
+
+
+def split_lists_beside(root: str, c: Candidate) -> tuple[tuple[str, str], ...]:
+    """(split, file) of the split lists that divide one folder pair's images, when no folder names a
+    split (Oxford-IIIT Pet: annotations/trainval.txt + annotations/test.txt): ``<split word>.txt`` at
+    SRC or one folder down; at least two, disjoint, each naming images of the pair (90% of its
+    names), together 90% of the images; ``trainval`` left out when ``train`` and ``val`` are there."""
+    from converter.discover.pairing import read_split_list
+
+    names = bases(c.images.stems, c.tokens.image_prefix, c.tokens.image_suffix)
+    found: dict[str, list[str]] = {}
+    for folder in [root] + [join(root, d) for d in subfolders(root)]:
+        for n in file_names(folder):
+            word, ext = os.path.splitext(n)
+            if ext.lower() == ".txt" and word.lower() in SPLIT_WORDS:
+                found.setdefault(word.lower(), []).append(join(folder, n))
+    if "train" in found and "val" in found:
+        found.pop("trainval", None)
+    if len(found) < 2 or any(len(paths) > 1 for paths in found.values()):
+        return ()
+    listed: dict[str, set[str]] = {}
+    for word, [path] in found.items():
+        try:
+            listed[word] = set(read_split_list(path))
+        except (ValueError, FileNotFoundError):
+            return ()
+        if not listed[word] or len(listed[word] & names) * 10 < len(listed[word]) * 9:
+            return ()
+    union = set().union(*listed.values())
+    if sum(len(v) for v in listed.values()) != len(union) or len(union & names) * 10 < len(names) * 9:
+        return ()
+    return tuple((word, found[word][0]) for word in sorted(found, key=_split_order))
+
+
+def _split_order(word: str) -> tuple[int, str]:
+    order = ("train", "training", "trainval", "val", "valid", "validation", "dev", "test", "testing")
+    return (order.index(word) if word in order else len(order), word)
+
+
+def _set_aside_note(chosen: list[Candidate], set_aside: list[Candidate]) -> str:
+    """The second candidates, and the flags that convert with them instead (every pair repeated)."""
+    if not set_aside:
+        return ""
+    instead = {c.images.rel: c for c in set_aside}
+    in_order = sorted(chosen, key=lambda c: (c.images.split or "train", c.images.rel))
+    pairs = [instead.get(c.images.rel, c) for c in in_order]
+    flags = " ".join(f"--images {shlex.quote(c.images.path)} --masks {shlex.quote(c.masks.path)} "
+                     f"--split {c.images.split or 'train'}" for c in pairs)
+    folders = ", ".join(f"{c.masks.rel}/" for c in set_aside)
+    return (f"; set aside: {folders} (pairs as fully, but holds one mask repeated, a field of view, not labels; "
+            f"to convert with it instead: {flags})")
 
 
 __all__ = ["ContentResult", "ContentTie", "Tokens", "find_by_content", "infer_tokens", "split_of"]

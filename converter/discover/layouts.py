@@ -25,6 +25,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
+from converter.discover.annotations.ambiguity import ReadingsDisagree, compare_readings
 from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS, follow_spec
 from converter.discover.bands import attach_bands, band_tokens
 from converter.discover.content import ContentTie, find_by_content
@@ -61,6 +62,11 @@ class LayoutError(ValueError):
 
 class LayoutNotFound(FileNotFoundError):
     """The source folder matches no layout."""
+
+
+class SeveralMaskFolders(LayoutError):
+    """An image folder beside several mask folders by name: pairing by content may settle which
+    (DRIVE's ``1st_manual/`` and ``mask/``); this error stands when it cannot."""
 
 
 def is_mask_dir_name(name: str) -> bool:
@@ -313,7 +319,7 @@ def _unet_pair(folder: str) -> tuple[str, str] | None:
     if len(imgs) == 1 and len(masks) == 1:
         return imgs[0], masks[0]
     if len(imgs) == 1 and len(masks) > 1:
-        raise LayoutError(f"{folder} holds the image folder {imgs[0]}/ and several mask folders {masks}. "
+        raise SeveralMaskFolders(f"{folder} holds the image folder {imgs[0]}/ and several mask folders {masks}. "
                           f"Pick one: --images {os.path.join(folder, imgs[0])} --masks {os.path.join(folder, masks[0])}")
     return None
 
@@ -497,9 +503,13 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
     try:
         det = detect_layout(root)  # several layouts by name: that error stands (--layout picks one)
         listing = det.layout.pairs(root, spec)
-    except (LayoutNotFound, SourceLayoutError) as e:
+    except (LayoutNotFound, SourceLayoutError, SeveralMaskFolders) as e:
         error = e
     annotations = det is not None and det.layout.name in ANNOTATION_LAYOUTS  # annotation files: their own content
+    if annotations and listing is not None and det.layout.name != "instances":  # mask images too? (issue 27)
+        other = _mask_reading(root, spec)
+        if other is not None:
+            return _one_reading(root, det, listing, *other)  # type: ignore[arg-type]
     if not annotations and (listing is None or _weak(listing)):
         try:
             found = find_by_content(root)
@@ -514,6 +524,49 @@ def detect_and_pair(root: str, spec: SourceSpec) -> tuple[Detected, Listing]:
     if error is not None:
         raise error
     return det, listing  # type: ignore[return-value]
+
+
+def _mask_reading(root: str, spec: SourceSpec) -> tuple[Detected, Listing] | None:
+    """The mask-image reading of a folder that has an annotation file (COCO-Stuff's stuffthingmaps/ next to
+    COCO's instances JSON, TGS's train/masks/ next to train.csv): a mask layout by name, else by content;
+    None when no mask folder pairs (`ContentTie` stands: the mask folders themselves are ambiguous)."""
+    for name in _SPECIFIC + ("unet",):
+        why = LAYOUTS[name].detect(root)
+        if why is None:
+            continue
+        try:
+            listing = LAYOUTS[name].pairs(root, spec)
+        except (LayoutNotFound, SourceLayoutError, LayoutError):
+            continue
+        if _paired(listing):
+            return Detected(LAYOUTS[name], why), listing
+    found = find_by_content(root)
+    if found is not None and found.paired:
+        return Detected(LAYOUTS["content"], found.why), sources_listing(found.sources, root)
+    return None
+
+
+def _one_reading(root: str, det: Detected, listing, masks: Detected, by_masks: Listing) -> tuple[Detected, Listing]:
+    """Both readings of the images they share compared (`annotations.ambiguity`): agreeing, the mask
+    images are read and the evidence says so; disagreeing, `ReadingsDisagree` names the flag for each."""
+    annotated = [s for block in listing.samples for s in block]
+    found = compare_readings(det.layout.name, annotated, [s for block in by_masks.samples for s in block])
+    if found is None:
+        return det, listing
+    result, count = found
+    if count * 2 < len(annotated):  # mask images of a few of the photos, paired by chance: no second reading
+        return det, listing
+    rows = " read along the rows (--rle-order rows)" if result.rle_order == "rows" else ""
+    if result.agree:
+        return Detected(masks.layout, f"{masks.why}; {det.why}{rows} agrees ({result.evidence()}): "
+                        "reading the mask images"), by_masks
+    pick = f"--layout {masks.layout.name}" + "".join(f" (or --images {s.images} --masks {s.masks})"
+                                                      for s in by_masks.sources[:1])
+    raise ReadingsDisagree(
+        f"{root}: an annotation file and mask images describe the same {count} images and disagree "
+        f"({result.evidence()}):\n  annotations: {det.why} -> --layout {det.layout.name}\n"
+        f"  mask images: {masks.why} -> {pick}\nChoose the reading with its flag (or `imgshard scan SRC "
+        f"--write-spec FILE` after choosing). Received: both readings, no flag")
 
 
 def _discover(spec: SourceSpec) -> Discovery:

@@ -2,7 +2,7 @@
 and followed exactly by `imgshard convert --spec FILE OUT` (a nightly job then never
 re-detects, so new files cannot change what the dataset means).
 
-A small JSON document (a ``.toml`` file with the same structure is read too)::
+A small JSON document (or a ``.toml`` file of the same structure, read and written alike)::
 
     {
       "imgshard_source_spec": 1,
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from converter.options import AnnotationOptions, LabelOptions, SourceSpec, SplitSource, check_split_name
+from readers.files import NotRegularFileError, open_regular_file
 
 SPEC_VERSION = 1
 VERSION_KEY = "imgshard_source_spec"
@@ -81,11 +82,13 @@ def _fail(path: str, what: str, fix: str, received: Any) -> SpecFileError:
 def read_spec_document(path: str) -> dict:
     """The parsed document of `path` (JSON, or TOML for ``*.toml``), or a named error."""
     try:
-        with open(path, "rb") as f:
+        with open_regular_file(path) as f:  # never blocks on a FIFO, never reads a device
             raw = f.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"--spec: file not found: {path}. Write one with `imgshard scan SRC --write-spec "
                                 f"{path}`.") from None
+    except NotRegularFileError as e:
+        raise SpecFileError(f"source spec {path}: {e}. Give a regular TOML or JSON file.") from e
     try:
         if path.lower().endswith(".toml"):
             import tomllib
@@ -253,13 +256,17 @@ def spec_document(sources: list[SplitSource], root: str, spec_dir: str, *, class
 
 
 def write_spec(path: str, doc: Mapping) -> None:
-    """Write `doc` as indented JSON (atomically: a temporary name, then renamed)."""
-    if path.lower().endswith(".toml"):
-        raise SpecFileError(f"--write-spec {path}: imgshard writes spec files as JSON. Name the file *.json "
-                            f"(a TOML file of the same structure is read). Received: {path!r}")
+    """Write `doc` as indented JSON, or TOML when `path` ends in ``.toml`` (atomically: a temporary
+    name, then renamed)."""
     from converter.fsutil import write_atomic
 
-    write_atomic(os.path.abspath(path), (json.dumps(doc, indent=2) + "\n").encode("utf-8"))
+    if path.lower().endswith(".toml"):
+        from converter.discover.spec_toml import dumps
+
+        text = dumps(doc)
+    else:
+        text = json.dumps(doc, indent=2) + "\n"
+    write_atomic(os.path.abspath(path), text.encode("utf-8"))
 
 
 __all__ = ["LoadedSpec", "PAIR_KEYS", "SPEC_VERSION", "SpecFileError", "load_spec", "spec_document", "write_spec"]

@@ -141,6 +141,7 @@ def describe(path: str | os.PathLike, storage_options: dict | None = None) -> di
 def raw_sample_bytes(m: Manifest) -> int:
     """Bytes of one sample's pixels stored raw: the image plus the mask (or an int64 label)."""
     h, w, ch = m.image_shape
+    ch *= 2 if m.image.get("dtype") == "uint16" else 1  # bytes per pixel of the image
     if m.mask is None:
         return h * w * ch + 8
     if m.mask.get("encoding") == "onehot":
@@ -164,7 +165,7 @@ def storage(m: Manifest, total_bytes: int, samples: int) -> dict[str, Any]:
 
 def _record_shapes(m: Manifest) -> dict[str, Any]:
     h, w, ch = m.image_shape
-    shapes: dict[str, Any] = {"image": {"shape": [h, w, ch], "dtype": "uint8"}}
+    shapes: dict[str, Any] = {"image": {"shape": [h, w, ch], "dtype": str(m.image.get("dtype", "uint8"))}}
     if m.mask is not None:
         onehot = m.mask.get("encoding") == "onehot"
         shapes["mask"] = {"shape": [h, w, m.num_classes] if onehot else [h, w], "dtype": m.mask.get("dtype", "uint8")}

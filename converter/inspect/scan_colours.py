@@ -1,13 +1,13 @@
 """Colour masks without a class table: the classes are the colours present.
 
 `scan` reads every mask once with no class (every colour is then "unknown", and counted
-per file), and makes the table: each colour present is a class, named ``#rrggbb``, in
-ascending order of its RGB value (r, then g, then b; so black ``#000000``, usually the
-background, comes first). The order depends on the colours only, never on file order or
-worker count. `scan --write-classes FILE` writes it as a class_dict.csv (name,r,g,b);
-convert then reads the masks by colour with ``--classes FILE`` (`scan --write-spec`
-writes it beside the spec and names it there), so new colours cannot renumber the classes
-of a nightly job.
+per file), makes the table, and counts those colours as its classes (`counted_as_classes`):
+each colour present is a class, named ``#rrggbb``, in ascending order of its RGB value (r,
+then g, then b; so black ``#000000``, usually the background, comes first). The order
+depends on the colours only, never on file order or worker count. `scan --write-classes
+FILE` writes it as a class_dict.csv (name,r,g,b); convert then reads the masks by colour
+with ``--classes FILE`` (`scan --write-spec` writes it beside the spec and names it
+there), so new colours cannot renumber the classes of a nightly job.
 """
 
 from __future__ import annotations
@@ -49,6 +49,21 @@ def census_classes(summaries: list[FileSummary], where: str) -> tuple[ClassInfo,
     return tuple(ClassInfo(colour_name(c), c) for c in sorted(colours))
 
 
+def counted_as_classes(summaries: list[FileSummary], classes: tuple[ClassInfo, ...]) -> list[FileSummary]:
+    """`summaries` of a scan with no class, as the scan with `classes` (the colours present) would
+    have made them: each file's colours become its pixels per class, and none is unknown. So the
+    census and the report come from one read of every mask."""
+    index = {tuple(c.color): i for i, c in enumerate(classes)}  # type: ignore[arg-type]
+    for s in summaries:
+        if s.class_pixels is None:  # not decoded: its error stands
+            continue
+        counts = [0] * len(classes)
+        for colour, pixels in s.unknown.items():
+            counts[index[tuple(colour)]] += pixels
+        s.class_pixels, s.unknown = tuple(counts), {}
+    return summaries
+
+
 def census_verdict(v: dict, classes: tuple[ClassInfo, ...]) -> dict:
     """The verdict of a scan whose classes are the colours present: convert needs the table written first,
     so no command until it is (`commands/scan.py` fills it in after --write-classes or --write-spec)."""
@@ -79,5 +94,5 @@ def write_classes(path: str, classes: tuple[ClassInfo, ...]) -> None:
         raise ValueError(f"--write-classes {path}: the written table does not read back as written")
 
 
-__all__ = ["MAX_COLOUR_CLASSES", "TooManyColours", "census_classes", "census_verdict", "colour_name", "needs_census", "table_lines",
-           "write_classes"]
+__all__ = ["MAX_COLOUR_CLASSES", "TooManyColours", "census_classes", "census_verdict", "colour_name",
+           "counted_as_classes", "needs_census", "table_lines", "write_classes"]

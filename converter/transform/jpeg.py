@@ -39,6 +39,11 @@ _DHT, _DRI, _SOS, _EOI, _SOI = 0xC4, 0xDD, 0xDA, 0xD9, 0xD8
 _STANDALONE = set(range(0xD0, 0xD8)) | {0x01, _SOI}
 
 
+def scan_check_available() -> bool:
+    """Whether the scan walk runs (the `_jpegscan` extension is built)."""
+    return _jpegscan is not None
+
+
 class JpegDataError(ValueError):
     """The JPEG's data cannot hold what its header promises. `kind`: 'truncated' or 'corrupt'."""
 

@@ -65,12 +65,13 @@ def pycocotools_mask():
 
 
 def _image_base(root: str, path: str, first: str) -> str | None:
-    """The folder `file_name`s are relative to: beside the JSON, above it, ``images/``, or the split folder."""
+    """The folder `file_name`s are relative to: beside the JSON, above it, ``images/``, or the split folder
+    (``<split>/``, or ``images/<split>/`` as CVAT's and datumaro's COCO export writes it)."""
     here = os.path.dirname(path)
     stem = os.path.splitext(os.path.basename(path))[0]
     candidates = [here, root, join(here, "images"), join(root, "images")]
     if stem.startswith("instances_"):
-        candidates.insert(0, join(root, stem[len("instances_"):]))
+        candidates[:0] = [join(root, stem[len("instances_"):]), join(root, "images", stem[len("instances_"):])]
     for base in candidates:
         if is_file(join(base, first)):
             return base
@@ -236,7 +237,7 @@ class Coco(Reader):
             raise AnnotationFileError(path, f"category_id {a.get('category_id')!r} is not in 'categories' "
                                       f"(ids {sorted(class_of)})", "fix the annotation or add the category", where)
         _, h, w = images[a["image_id"]]  # 0, 0: sizes left out, the image's own size rules
-        if "segmentation" not in a:
+        if not a.get("segmentation"):  # absent, or [] as CVAT's COCO 1.0 export writes a box alone
             out.problems["annotations without segmentation (boxes only; skipped)"] += 1
             return
         seg = _check_segmentation(a["segmentation"], path, where, (h, w) if h else None, out)

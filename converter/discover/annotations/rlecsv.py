@@ -11,9 +11,9 @@ image. The class is the ``ClassId`` column (integer ids keep their value, named
 ``class_<id>``; names are sorted), else one class (``--rle-class NAME``, default
 ``foreground``). An empty run column is an image without objects. Rows paint in file
 order, later on top. Images of the folder the CSV does not list are left out (counted).
-Kaggle's ``sample_submission.csv`` (test ids, placeholder runs ``1 1``) is never annotations, nor
-a CSV that re-encodes mask images shipped beside it (TGS ``train/masks/``, Carvana ``train_masks/``):
-the mask images are read.
+Kaggle's ``sample_submission.csv`` (test ids, placeholder runs ``1 1``) is never annotations.
+A CSV beside mask images of the same images (TGS ``train/masks/``, Carvana ``train_masks/``) is
+one of two readings, compared by `converter.discover.annotations.ambiguity`.
 """
 
 from __future__ import annotations
@@ -106,40 +106,9 @@ def _is_submission(name: str) -> bool:
     return "submission" in name.lower()
 
 
-def _mask_folders(root: str, depth: int = 2) -> list[str]:
-    """Folders named like mask folders (``masks``, ``train_masks``, ``train/masks``) up to `depth` levels down."""
-    found, level = [], [root]
-    for _ in range(depth):
-        level = [join(d, s) for d in level for s in subfolders(d)]
-        found += [d for d in level if "mask" in os.path.basename(d.rstrip("/")).lower()]
-    return found
-
-
-def _copies_mask_images(root: str, path: str) -> bool:
-    """The CSV re-encodes mask images that ship beside it (TGS ``train/masks/<id>.png``, Carvana
-    ``train_masks/<id>_mask.gif``): most of its first ids have a mask file of their stem (or stem +
-    a token). The mask images are the ground truth (Carvana's CSV runs go along the rows, against
-    the Kaggle convention): the mask layouts read them."""
-    rows = _head(path, 12)
-    cols = _columns(rows[0]) if rows else None
-    ids = [os.path.splitext(r[cols[0]].strip())[0] for r in rows[1:] if cols and len(r) > cols[0] and r[cols[0]].strip()]
-    if not ids:
-        return False
-    for folder in _mask_folders(root):
-        stems = [os.path.splitext(n)[0] for n in file_names(folder) if os.path.splitext(n)[1].lower() in _MASK_EXTS]
-        hits = sum(1 for i in ids if any(s == i or s.startswith(i + "_") for s in stems))
-        if hits * 2 > len(ids):
-            return True
-    return False
-
-
-_MASK_EXTS = (".png", ".gif", ".bmp", ".tif", ".tiff")
-
-
 def rle_files(root: str) -> list[str]:
     return [join(root, n) for n in file_names(root)
-            if n.lower().endswith(".csv") and not _is_submission(n) and _is_rle_csv(join(root, n))
-            and not _copies_mask_images(root, join(root, n))]
+            if n.lower().endswith(".csv") and not _is_submission(n) and _is_rle_csv(join(root, n))]
 
 
 class RleCsv(Reader):
