@@ -713,19 +713,59 @@ def test_alpha_is_dropped_by_default_and_kept_with_the_flag(tmp_path: Path) -> N
     assert "3 image(s) have an alpha channel: dropped (--alpha keep keeps it)" in proc.stdout
 
 
-def test_8bit_grey_stays_one_channel_with_keep(tmp_path: Path) -> None:
-    rng = np.random.default_rng(2)
-    (tmp_path / "src" / "images").mkdir(parents=True)
-    greys = {f"g{i}": _texture(rng, 14, 18, 255, i).astype(np.uint8) for i in range(3)}
+def _grey8(root: Path, names: list[str], seed: int = 2) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    greys = {name: _texture(rng, 14, 18, 255, i).astype(np.uint8) for i, name in enumerate(names)}
+    (root / "masks").mkdir(exist_ok=True)
     for name, g in greys.items():
-        Image.fromarray(g).save(tmp_path / "src" / "images" / f"{name}.png")
-    _masks(tmp_path / "src" / "masks", list(greys), list(greys.values()))
-    _convert(tmp_path / "src", tmp_path / "rgb", (14, 18))  # auto: 8-bit as RGB, as every earlier version
+        Image.fromarray(g).save(root / "images" / f"{name}.png")
+        Image.fromarray((g > np.median(g)).astype(np.uint8)).save(root / "masks" / f"{name}.png")
+    return greys
+
+
+def test_8bit_grey_stays_one_channel_in_a_new_dataset(tmp_path: Path) -> None:
+    greys = _grey8(tmp_path / "src", ["g0", "g1", "g2"])
+    _convert(tmp_path / "src", tmp_path / "auto", (10, 12))  # auto: grey stays grey
     _convert(tmp_path / "src", tmp_path / "keep", (14, 18), image_kind=ImageKind(mode="keep"))
-    rgb, keep = _by_key(tmp_path / "rgb"), _by_key(tmp_path / "keep")
+    _convert(tmp_path / "src", tmp_path / "rgb", (14, 18), image_kind=ImageKind(mode="rgb"))
+    auto, keep, rgb = _by_key(tmp_path / "auto"), _by_key(tmp_path / "keep"), _by_key(tmp_path / "rgb")
+    manifest = json.loads((tmp_path / "auto" / "imgshard.json").read_text())
+    assert (manifest["image"]["dtype"], manifest["image"]["channels"]) == ("uint8", 1)
     for name, g in greys.items():
-        np.testing.assert_array_equal(rgb[name], np.repeat(g[..., None], 3, 2))
+        im = Image.fromarray(g)  # mode L: Pillow's resize of the grey plane
+        want = np.asarray(im.resize((12, 10), BILINEAR, box=(0, 0, 18, 14), reducing_gap=None))
+        np.testing.assert_array_equal(auto[name], want[..., None])
         np.testing.assert_array_equal(keep[name], g[..., None])
+        np.testing.assert_array_equal(rgb[name], np.repeat(g[..., None], 3, 2))
+    ds = readers.open(str(tmp_path / "auto"))
+    x, _ = next(iter(ds.tf_dataset("train", 3, shuffle=False)))
+    assert x.shape == (3, 10, 12, 1)
+    np.testing.assert_allclose(np.sort(x.numpy().ravel()),
+                               np.sort(np.concatenate([v.ravel() for v in auto.values()]) / 255.0), atol=1e-6)
+
+
+def test_an_earlier_grey_as_rgb_dataset_stays_rgb_on_incremental_runs(tmp_path: Path) -> None:
+    """A dataset written before grey stayed one channel (its options name no image kind) adds new grey
+    samples as RGB, as it was converted, without an "other options" refusal; --rebuild stores grey."""
+    greys = _grey8(tmp_path / "src", ["g0", "g1"])
+    out = tmp_path / "out"
+    _convert(tmp_path / "src", out, (14, 18), image_kind=ImageKind(mode="rgb"))
+    path = out / "imgshard.json"
+    doc = json.loads(path.read_text())
+    del doc["options"]["image_kind"]  # what every earlier version wrote for these sources
+    path.write_text(json.dumps(doc))
+    greys.update(_grey8(tmp_path / "src", ["g2"], seed=7))
+    _convert(tmp_path / "src", out, (14, 18))  # auto, incremental: no refusal
+    got = _by_key(out)
+    assert sorted(got) == ["g0", "g1", "g2"]
+    for name, g in greys.items():
+        np.testing.assert_array_equal(got[name], np.repeat(g[..., None], 3, 2))
+    assert "image_kind" not in json.loads(path.read_text())["options"]
+    convert(SourceSpec(images=str(tmp_path / "src" / "images"), masks=str(tmp_path / "src" / "masks")), str(out),
+            OutputOptions(size=(14, 18), labels=LabelOptions(num_classes=2)), RunOptions(workers=1, rebuild=True))
+    for name, g in _by_key(out).items():
+        np.testing.assert_array_equal(g, greys[name][..., None])
 
 
 # -- bucket sources and output carry the kinds ---------------------------------------------------------
