@@ -28,6 +28,7 @@ from converter.discover.files import read_head
 from converter.imagekind import MAX_CHANNELS, AlphaMode, ImageKind, ImageMode
 from converter.options import ImageFilter, OutputOptions
 from converter.transform.decode import DecodeError, SourceFile, decode_image, open_image, read_source
+from converter.transform.exif import orient, orientation_of
 from converter.transform.resize import Geometry, resample, resize_image
 
 _TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
@@ -426,6 +427,8 @@ class ImageReader:
         if bands:
             arr = _stack_bands(src, arr, alpha, bands, self)
             alpha = False
+        if self.exif_transpose:  # photos and annotation files: as a viewer shows them (the first band's tag)
+            arr = orient(arr, orientation_of(src))
         return _to_channels(src, _to_dtype(src, arr, self.kind), alpha, self.kind)
 
     def resize(self, arr: np.ndarray, geom: Geometry, image_filter: ImageFilter) -> np.ndarray:
