@@ -255,13 +255,17 @@ def test_cvat_coco_export_crowd_masks_kept_with_flag_and_scan_hints_it(tmp_path,
            "categories": [{"id": 1, "name": "cell", "supercategory": ""}],
            "images": [{"id": 1, "width": w, "height": h, "file_name": "f0.png", "license": 0}],
            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 1, "area": 1.0, "bbox": [0, 0, 1, 1],
-                            "segmentation": {"size": [h, w], "counts": A.coco_counts(blob.flatten(order="F"))}}]}
+                            "segmentation": {"size": [h, w], "counts": A.coco_counts(blob.flatten(order="F"))}},
+                           {"id": 2, "image_id": 1, "category_id": 1, "iscrowd": 0, "area": 20.0,  # a box alone
+                            "bbox": [2.0, 3.0, 5.0, 4.0], "segmentation": []}]}
     (root / "annotations").mkdir(parents=True)
     (root / "annotations" / "instances_default.json").write_text(json.dumps(doc))
     capsys.readouterr()
     cli_main(["scan", str(root), "--workers", "1", "--json"])
-    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    report = json.loads(capsys.readouterr().out)
+    verdict = report["verdict"]
     assert any("--keep-crowd" in h for h in verdict["hints"])
+    assert "boxes only" in json.dumps(report)  # CVAT writes a box alone as segmentation: [] (nothing drawn)
     spec = SourceSpec(root=str(root), annotations=AnnotationOptions(keep_crowd=True))
     convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
     record = next(readers.open(tmp_path / "out").records("train"))
