@@ -20,6 +20,7 @@ rounding order; tested in tests/test_warp.py).
 from __future__ import annotations
 
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,6 +35,11 @@ PARAMS = 19
 try:
     from readers import _warp
 except ImportError:  # built without a C compiler: the TensorFlow implementation runs
+    _warp = None
+if _warp is not None and not hasattr(_warp, "use_simd"):  # a build older than this module's calls
+    warnings.warn("readers._warp was built from an older readers/_warp.c (before image kinds); augmentation runs "
+                  "as TensorFlow ops until it is rebuilt: python setup.py build_ext --inplace", RuntimeWarning,
+                  stacklevel=2)
     _warp = None
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -497,14 +497,6 @@ def make_rlecsv(root: Path, seed: int = 5, class_column: bool = True) -> Export:
 
 # -- an annotation file beside mask images of the same images (two readings) --------------------------
 
-def kaggle_rle(mask: np.ndarray) -> str:
-    """The Kaggle encoder (TGS's ``rle_encode``): 1-based ``start length`` pairs down the columns first."""
-    flat = np.concatenate([[0], mask.flatten(order="F").astype(np.uint8), [0]])
-    runs = np.flatnonzero(flat[1:] != flat[:-1]) + 1
-    runs[1::2] -= runs[::2]
-    return " ".join(map(str, runs))
-
-
 def make_tgs_like(root: Path, seed: int = 8, disagree: bool = False) -> Export:
     """TGS salt: ``train/images/<id>.png``, ``train/masks/<id>.png`` (0/255) and ``train.csv``
     (``id,rle_mask``) encoding the same masks; `disagree`: the CSV's shapes are shifted 5 pixels."""
@@ -518,7 +510,7 @@ def make_tgs_like(root: Path, seed: int = 8, disagree: bool = False) -> Export:
         mask = _blob(rng, h, w).astype(bool) if i != 2 else np.zeros((h, w), bool)  # one image without salt
         (root / "train" / "masks").mkdir(parents=True, exist_ok=True)
         Image.fromarray(mask.astype(np.uint8) * 255).save(root / "train" / "masks" / f"{ident}.png")
-        rows.append(f"{ident},{kaggle_rle(np.roll(mask, 5, axis=1) if disagree else mask)}")
+        rows.append(f"{ident},{kaggle_rle((np.roll(mask, 5, axis=1) if disagree else mask).astype(np.uint8))}")
         exp.images[f"train/{ident}.png"] = root / "train" / "images" / f"{ident}.png"
         exp.expected[f"train/{ident}.png"] = mask.astype(np.int64)
     (root / "train.csv").write_text("\n".join(rows) + "\n")

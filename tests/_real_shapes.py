@@ -397,8 +397,8 @@ def make_carvana(root: Path, seed: int = 6) -> Shaped:
             m = Image.fromarray(obj.astype(np.uint8), "P")
             m.putpalette([0, 0, 0, 255, 255, 255])
             m.save(root / "train_masks" / f"{stem}_mask.gif")
-            check = Image.open(root / "train_masks" / f"{stem}_mask.gif")
-            assert check.mode == "P" and set(np.unique(np.asarray(check)).tolist()) <= {0, 1}, "fixture: GIF 0/1"
+            with Image.open(root / "train_masks" / f"{stem}_mask.gif") as check:
+                assert check.mode == "P" and set(np.unique(np.asarray(check)).tolist()) <= {0, 1}, "fixture: GIF 0/1"
             rows.append((f"{stem}.jpg", rle_rows(obj)))
             shaped.samples[stem] = Sample(root / "train" / f"{stem}.jpg", root / "train_masks" / f"{stem}_mask.gif",
                                           _white, "train")

@@ -255,13 +255,17 @@ def test_cvat_coco_export_crowd_masks_kept_with_flag_and_scan_hints_it(tmp_path,
            "categories": [{"id": 1, "name": "cell", "supercategory": ""}],
            "images": [{"id": 1, "width": w, "height": h, "file_name": "f0.png", "license": 0}],
            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 1, "area": 1.0, "bbox": [0, 0, 1, 1],
-                            "segmentation": {"size": [h, w], "counts": A.coco_counts(blob.flatten(order="F"))}}]}
+                            "segmentation": {"size": [h, w], "counts": A.coco_counts(blob.flatten(order="F"))}},
+                           {"id": 2, "image_id": 1, "category_id": 1, "iscrowd": 0, "area": 20.0,  # a box alone
+                            "bbox": [2.0, 3.0, 5.0, 4.0], "segmentation": []}]}
     (root / "annotations").mkdir(parents=True)
     (root / "annotations" / "instances_default.json").write_text(json.dumps(doc))
     capsys.readouterr()
     cli_main(["scan", str(root), "--workers", "1", "--json"])
-    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    report = json.loads(capsys.readouterr().out)
+    verdict = report["verdict"]
     assert any("--keep-crowd" in h for h in verdict["hints"])
+    assert "boxes only" in json.dumps(report)  # CVAT writes a box alone as segmentation: [] (nothing drawn)
     spec = SourceSpec(root=str(root), annotations=AnnotationOptions(keep_crowd=True))
     convert(spec, str(tmp_path / "out"), OutputOptions(size=(h, w)), RunOptions(workers=1))
     record = next(readers.open(tmp_path / "out").records("train"))
@@ -537,7 +541,7 @@ def test_coco_without_image_sizes_takes_the_image_size(tmp_path):
     assert_converts(exp, tmp_path / "out")
 
 
-def test_spec_annotation_options_are_followed_and_a_flag_overrides_them(tmp_path, capsys):
+def test_spec_annotation_options_are_followed_a_flag_adds_one_and_never_contradicts_one(tmp_path, capsys):
     exp = A.make_coco(tmp_path / "src", splits=("train",), per_split=3)
     spec_path = tmp_path / "source.json"
     capsys.readouterr()
@@ -551,6 +555,13 @@ def test_spec_annotation_options_are_followed_and_a_flag_overrides_them(tmp_path
     b = {r.key: r.mask for r in readers.open(tmp_path / "b").records("train")}[key]
     assert not (a == A.IGNORE).any()  # crowd kept, as the spec says
     assert (b == A.IGNORE).any() and not np.array_equal(a, b)  # --overlap ignore given: overlaps ignored
+    assert cli_main(base[:3] + [str(tmp_path / "c")] + base[3:] + ["--keep-crowd"]) == 0  # the spec's own value
+    capsys.readouterr()
+    assert cli_main(base[:3] + [str(tmp_path / "d")] + base[3:] + ["--no-keep-crowd"]) != 0
+    err = capsys.readouterr().err
+    for text in (str(spec_path), "keep_crowd: True", "Drop the flag", "Received: --no-keep-crowd"):
+        assert text in err, err
+    assert not (tmp_path / "d" / "imgshard.json").exists()
 
 
 def test_rle_csv_along_the_rows_found_by_scan_and_written_to_the_spec(tmp_path, capsys):

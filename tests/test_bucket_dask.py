@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -45,8 +46,10 @@ def test_dask_two_workers_upload_to_a_bucket_without_a_shared_output_folder(tmp_
     convert(SourceSpec(root=str(src)), str(local), OPTIONS, _run(workers=1))
     assert records_by_key(download(url, tmp_path / "back")) == records_by_key(local)
 
-    # a rewrite on the workers: --prune drops 3 samples, their shards are rewritten from the old ones
-    pruned = link_samples(full, tmp_path / "pruned", [p for i, p in enumerate(all_pairs(full)) if i % 9 != 2])
+    # a rewrite on the workers: 3 samples leave SRC (the same folders: the same prune scope), --prune drops
+    # them, their shards are rewritten from the old ones
+    shutil.rmtree(src)
+    pruned = link_samples(full, src, [p for i, p in enumerate(all_pairs(full)) if i % 9 != 2])
     result = convert(SourceSpec(root=str(pruned)), url, OPTIONS, _run(backend="dask", workers=2, prune=True))
     assert result.plan.pruned == 3 and result.published
     local2 = tmp_path / "local2"

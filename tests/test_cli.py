@@ -57,7 +57,8 @@ def test_convert_does_not_import_the_other_commands():
         "from converter.cli import build_parser\n"
         "args = build_parser(only='convert').parse_args(['convert', 'SRC', 'OUT', '--size', '64x64'])\n"
         "assert args.command == 'convert'\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith('converter.commands.') and m != 'converter.commands.storage_args')\n"  # a shared helper, not a command
+        "helpers = ('converter.commands.storage_args', 'converter.commands.image_args')\n"  # shared arguments, not commands
+        "loaded = sorted(m for m in sys.modules if m.startswith('converter.commands.') and m not in helpers)\n"
         "heavy = sorted(m for m in ('PIL.ImageDraw', 'tensorflow', 'converter.inspect.preview', 'converter.inspect.scan', 'multiprocessing')"
         " if m in sys.modules)\n"
         "print(loaded, heavy)\n"

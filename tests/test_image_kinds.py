@@ -458,6 +458,54 @@ def test_band_files_of_other_sizes_are_refused_by_name(tmp_path: Path) -> None:
     assert any(b.path == str(bad) and "band file is 30x20" in b.reason for b in err.value.bad)
 
 
+def _band_spec(src: Path) -> SourceSpec:
+    from converter.options import SplitSource
+
+    return SourceSpec(root=str(src), sources=(SplitSource(
+        "train", str(src / "train_red"), str(src / "train_gt"), bands=tuple(str(src / f"train_{b}") for b in BANDS)),))
+
+
+def test_a_change_to_one_band_file_alone_is_seen_by_an_incremental_run(tmp_path: Path) -> None:
+    import os
+
+    stacks = _band_folders(tmp_path / "src", n=4)
+    out, options = str(tmp_path / "out"), OutputOptions(size=(26, 30), labels=LabelOptions(num_classes=2))
+    convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1))
+    again = convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1))
+    assert again.plan.unchanged == 4 and not again.plan.changed_kept  # nothing changed: nothing seen
+    nir = tmp_path / "src" / "train_nir" / "nir_patch_4.TIF"  # sample i=1: only its NIR file is rewritten
+    new_nir = 65535 - stacks["patch_4"][..., 3]
+    tifffile.imwrite(nir, new_nir)
+    os.utime(nir, ns=(os.stat(nir).st_atime_ns, os.stat(nir).st_mtime_ns - 5_000_000_000))  # older, same size too
+
+    kept = convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1))  # default --on-change keep
+    assert kept.plan.changed_kept == ["train/red_patch_4.TIF"] and kept.plan.unchanged == 3
+    np.testing.assert_array_equal(_by_key(tmp_path / "out")["red_patch_4"], stacks["patch_4"])  # kept as it was
+
+    replaced = convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1, on_change="replace"))
+    assert replaced.plan.replaced == 1 and replaced.plan.unchanged == 3
+    got = _by_key(tmp_path / "out")
+    want = stacks["patch_4"].copy()
+    want[..., 3] = tifffile.imread(nir)
+    np.testing.assert_array_equal(want[..., 3], new_nir)
+    np.testing.assert_array_equal(got["red_patch_4"], want)
+    for base in ("patch_1", "patch_7", "patch_10"):
+        np.testing.assert_array_equal(got[f"red_{base}"], stacks[base])
+    final = convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1))
+    assert final.plan.unchanged == 4 and not final.plan.changed_kept and final.plan.nothing_to_do
+
+
+def test_a_band_file_touched_without_a_change_is_not_a_change(tmp_path: Path) -> None:
+    import os
+
+    _band_folders(tmp_path / "src", n=2)
+    out, options = str(tmp_path / "out"), OutputOptions(size=(26, 30), labels=LabelOptions(num_classes=2))
+    convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1))
+    os.utime(tmp_path / "src" / "train_blue" / "blue_patch_1.TIF", ns=(1, 1_000_000_000))  # same bytes, new mtime
+    again = convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1, on_change="fail"))
+    assert again.plan.unchanged == 2 and not again.plan.changed_kept and again.plan.refreshed
+
+
 # -- scan: kinds, bits used, band folders, and its one command ----------------------------------------
 
 

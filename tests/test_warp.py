@@ -475,3 +475,33 @@ def test_grey_batches_without_a_channel_axis_keep_that_shape():
     x, m = augment_host.warp_batch(aug, grey[..., 0], masks, params, normalize=False, mask_fill=255)
     x4, m4 = augment_host.warp_batch(aug, grey, masks, params, normalize=False, mask_fill=255)
     assert x.shape == (2, 15, 17) and np.array_equal(x, x4[..., 0]) and np.array_equal(m, m4)
+
+
+@needs_kernel
+@pytest.mark.parametrize("rotate", [0.0, 10.0])
+def test_streamed_float_rows_on_aligned_widths_give_the_same_bits(rotate, monkeypatch):
+    """Rows of a width that keeps them 32-byte aligned are interleaved and streamed by the
+    vector store (forced here on a small batch): same bits as plain stores and plain C."""
+    from readers.formats import expand
+
+    aug = Augment(hflip=0.5, rotate=rotate, scale=(0.6, 1.7), crop=(21, 40), brightness=0.2)
+    rng = np.random.default_rng(14)
+    images = _textured(rng, 3, 33, 45)
+    masks = rng.integers(0, 6, (3, 33, 45)).astype(np.uint8)
+    params = draw_params(aug, 33, 45, 5, 0, np.arange(3, dtype=np.uint64))
+    out = {}
+    for stream, simd in ((False, True), (True, True), (True, False)):
+        monkeypatch.setattr(expand, "STREAM_MIN_BYTES", 0 if stream else 1 << 40)
+        before = augment_host._warp.use_simd(simd)
+        try:
+            x, y = augment_host.warp_batch(aug, images, masks, params, normalize=True, mask_fill=255,
+                                           one_hot_classes=6, ignore_index=255)
+        finally:
+            augment_host._warp.use_simd(before)
+        assert x.ctypes.data % 32 == 0  # pooled blocks are 64-byte aligned: 40 x 3 floats per row keeps rows aligned
+        out[stream, simd] = (x.copy(), y.copy())
+    ref_x, ref_m = _reference(aug, images, masks, params, mask_fill=255, normalize=True)
+    assert np.abs(out[False, True][0] - ref_x).max() < 0.05 / 255
+    for key in ((True, True), (True, False)):
+        for a, b in zip(out[False, True], out[key]):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))

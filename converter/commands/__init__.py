@@ -52,12 +52,14 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_annotation_arguments(p: argparse.ArgumentParser) -> None:
     """How annotation files (COCO, YOLO, LabelMe, CVAT, RLE CSV) become class maps (docs/LAYOUTS.md)."""
-    p.add_argument("--overlap", choices=Overlap.values(), default=Overlap.TOOL.value,
-                   help="where shapes overlap: tool (the producing tool's order, later on top; CVAT by z_order), "
-                        "first (the first shape keeps its pixels) or ignore (pixels of two classes -> ignore)")
-    p.add_argument("--keep-crowd", action=argparse.BooleanOptionalAction, default=False,
+    # defaults None: a flag given is told from one left out (a spec's recorded option it contradicts refuses)
+    p.add_argument("--overlap", choices=Overlap.values(), default=None,
+                   help="where shapes overlap: tool (the producing tool's order, later on top; CVAT by z_order; "
+                        "default), first (the first shape keeps its pixels) or ignore (pixels of two classes -> "
+                        "ignore)")
+    p.add_argument("--keep-crowd", action=argparse.BooleanOptionalAction, default=None,
                    help="COCO iscrowd regions keep their class (default: the ignore index)")
-    p.add_argument("--rle-order", choices=RleOrder.values(), default=RleOrder.COLUMNS.value,
+    p.add_argument("--rle-order", choices=RleOrder.values(), default=None,
                    help="RLE CSV runs go down the columns (Kaggle, default) or along the rows (Carvana); scan "
                         "tells which from the shapes they draw")
     p.add_argument("--rle-class", default=None, metavar="NAME",
@@ -150,10 +152,17 @@ def source_spec(args: argparse.Namespace, split: str | None = None) -> SourceSpe
                       storage_options=storage_options(args), annotations=annotation_options(args))
 
 
+_ANNOTATION_FLAGS = {"overlap": "--overlap", "keep_crowd": "--keep-crowd", "rle_class": "--rle-class",
+                     "rle_order": "--rle-order"}
+
+
+def _annotation_flags(args: argparse.Namespace) -> dict:
+    """The annotation options given as flags (left-out flags are None)."""
+    return {k: getattr(args, k) for k in _ANNOTATION_FLAGS if getattr(args, k, None) is not None}
+
+
 def annotation_options(args: argparse.Namespace) -> AnnotationOptions:
-    return AnnotationOptions(getattr(args, "overlap", Overlap.TOOL.value), getattr(args, "keep_crowd", False),
-                             getattr(args, "rle_class", None),
-                             getattr(args, "rle_order", RleOrder.COLUMNS.value))
+    return AnnotationOptions(**_annotation_flags(args))
 
 
 def _from_spec_file(args: argparse.Namespace) -> SourceSpec:
@@ -164,15 +173,45 @@ def _from_spec_file(args: argparse.Namespace) -> SourceSpec:
     if given:
         raise ValueError(f"--spec {args.spec} names the sources; drop {', '.join(given)}. "
                          f"Received: --spec with {', '.join(given)}")
-    source = load_spec(args.spec, storage_options(args)).source
-    return dataclasses.replace(source, annotations=_merged_annotation_options(source.annotations, args))
+    loaded = load_spec(args.spec, storage_options(args))
+    source = loaded.source
+    return dataclasses.replace(source, annotations=_merged_annotation_options(source.annotations, args, args.spec,
+                                                                              _recorded(loaded)))
 
 
-def _merged_annotation_options(from_spec: AnnotationOptions, args: argparse.Namespace) -> AnnotationOptions:
-    """The spec's annotation options (`annotation_options`), each overridden by a flag given."""
-    given, default = annotation_options(args), AnnotationOptions()
-    return AnnotationOptions(**{k: getattr(given if getattr(given, k) != getattr(default, k) else from_spec, k)
-                                for k in ("overlap", "keep_crowd", "rle_class", "rle_order")})
+def _recorded(loaded) -> frozenset:
+    """The annotation options the spec file writes down (its ``annotation_options`` keys)."""
+    import json
+
+    options = json.loads(loaded.text).get("annotation_options") or {}
+    return frozenset(options) if isinstance(options, dict) else frozenset()
+
+
+def _shown(value):
+    return getattr(value, "value", value)
+
+
+def _flag_text(key: str, value) -> str:
+    """How the flag was written: ``--keep-crowd`` / ``--no-keep-crowd``, ``--overlap first``."""
+    if key == "keep_crowd":
+        return "--keep-crowd" if value else "--no-keep-crowd"
+    return f"{_ANNOTATION_FLAGS[key]} {_shown(value)}"
+
+
+def _merged_annotation_options(from_spec: AnnotationOptions, args: argparse.Namespace, path: str = "",
+                               recorded: frozenset = frozenset()) -> AnnotationOptions:
+    """The spec's annotation options (`annotation_options`) with the flags given: a flag may add an option
+    the spec leaves out, never contradict one it records (a named error: drop the flag or edit the spec)."""
+    given = _annotation_flags(args)
+    parsed = AnnotationOptions(**given)
+    for key in sorted(given):
+        mine, theirs = getattr(parsed, key), getattr(from_spec, key)
+        if key in recorded and mine != theirs:
+            flag = _flag_text(key, mine)
+            raise ValueError(f"{flag} contradicts --spec {path}, whose annotation_options record {key}: "
+                             f"{_shown(theirs)!r}. Drop the flag to follow the spec, or change annotation_options "
+                             f"in {path} (or rescan: imgshard scan SRC --write-spec FILE {flag}). Received: {flag}")
+    return dataclasses.replace(from_spec, **{k: getattr(parsed, k) for k in given})
 
 
 def _repeated_pairs(args: argparse.Namespace) -> SourceSpec:

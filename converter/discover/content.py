@@ -342,8 +342,8 @@ def choose(cands: list[Candidate], root: str, set_aside: list[Candidate] | None 
     return chosen
 
 
-#: Two masks that agree on this share of their pixels are the same mask.
-SAME_MASK_SHARE = 0.99
+#: Two masks equal on this share of the pixels where either is not background are the same mask.
+SAME_MASK_SHARE = 0.95
 #: Masks of a tied candidate compared to tell labels from a region mask.
 REGION_PEEKS = 3
 
@@ -376,7 +376,13 @@ def same_everywhere(c: Candidate) -> bool:
             return False
     if len(arrays) < 2 or any(a.shape != arrays[0].shape for a in arrays):
         return False
-    return all(np.mean(a == arrays[0]) >= SAME_MASK_SHARE for a in arrays[1:])
+    first = arrays[0]
+    background = np.bincount(first.ravel(), minlength=256).argmax()
+    for a in arrays[1:]:  # compared where either is not background: sparse labels never look alike
+        either = (first != background) | (a != background)
+        if not either.any() or np.count_nonzero((a == first) & either) < SAME_MASK_SHARE * np.count_nonzero(either):
+            return False
+    return True
 
 
 def _labels_over_regions(tied: list[Candidate]) -> tuple[Candidate, list[Candidate]]:
@@ -492,7 +498,8 @@ def _set_aside_note(chosen: list[Candidate], set_aside: list[Candidate]) -> str:
     if not set_aside:
         return ""
     instead = {c.images.rel: c for c in set_aside}
-    pairs = [instead.get(c.images.rel, c) for c in sorted(chosen, key=lambda c: (c.images.split or "train", c.images.rel))]
+    in_order = sorted(chosen, key=lambda c: (c.images.split or "train", c.images.rel))
+    pairs = [instead.get(c.images.rel, c) for c in in_order]
     flags = " ".join(f"--images {shlex.quote(c.images.path)} --masks {shlex.quote(c.masks.path)} "
                      f"--split {c.images.split or 'train'}" for c in pairs)
     folders = ", ".join(f"{c.masks.rel}/" for c in set_aside)

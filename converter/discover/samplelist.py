@@ -20,6 +20,7 @@ import numpy as np
 
 from converter.discover.files import files_for
 from converter.discover.layout import BadInput, SourceSample, stat_file
+from converter.plan.fingerprint import combine_stats
 
 #: Rows whose stats are turned into Python ints at once while iterating.
 _CHUNK = 4096
@@ -71,6 +72,8 @@ class SampleBlock:
         for i, (image, mask) in enumerate(self.pairs()):
             key = self.key_prefix + image
             image_stat, p1 = stat_file(self.image_base + image, key, image_fs)
+            if p1 is None and self.band_map is not None:
+                image_stat, p1 = self._band_stat(image, image_stat, key)
             mask_stat, p2 = stat_file(self.mask_base + mask, key, mask_fs)
             if p1 is not None or p2 is not None:
                 bad.extend(p for p in (p1, p2) if p is not None)
@@ -81,6 +84,17 @@ class SampleBlock:
             self._set([name for p, k in zip(self.pairs(), keep) if k for name in p])
             stats = stats[keep]
         self.stats = stats
+
+    def _band_stat(self, image: str, first: tuple[int, int], key: str) -> tuple[tuple[int, int] | None, BadInput | None]:
+        """The (size, stamp) of a band-folder sample: every band file's, combined
+        (`converter.plan.fingerprint.combine_stats`), so a change to any band file is seen."""
+        stats = [first]
+        for path in self.band_map.paths(image) or ():
+            st, problem = stat_file(path, key)
+            if problem is not None:
+                return None, problem
+            stats.append(st)  # type: ignore[arg-type]
+        return combine_stats(stats), None
 
     def sample(self, i: int) -> SourceSample:
         image, mask = self.pair(i)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from converter.discover.files import WithStorage, source_scope
+from converter.discover.files import WithStorage, read_memo, source_scope
 from converter.discover.labels import auto_semantics, resolve_labels
 from converter.inspect.scan_colours import census_classes, census_verdict, counted_as_classes, needs_census
 from converter.discover.layout import BadInput, SourceSample
@@ -255,30 +255,38 @@ def scan(spec: SourceSpec, options: ScanOptions | None = None, *,
         return _scan(spec, options or ScanOptions(), on_start, on_progress)
 
 
+def _discover_for_scan(spec: SourceSpec, labels: LabelOptions) -> tuple:
+    """(spec, found, semantics, census, class table) before scan's pass over every pair; semantics None
+    for annotation files. Each file it reads (class table, peeked masks) is read once (`read_memo`)."""
+    with read_memo():
+        try:
+            found = discover(spec)  # first: a missing source folder is named as such
+        except ContentTie:
+            banded = band_spec_from_tie(spec)  # parallel band folders pair equally with one mask folder
+            if banded is None:
+                raise
+            spec = banded
+            found = discover(spec)
+        if found.layout in ANNOTATION_FORMATS:
+            return spec, found, None, False, ()
+        semantics = labels.semantics or auto_semantics(spec, found)
+        census = semantics is MaskSemantics.COLOUR and needs_census(spec, found)
+        classes = resolve_labels(spec, labels, found)[1] if semantics is MaskSemantics.COLOUR and not census else ()
+    return spec, found, semantics, census, classes
+
+
 def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None] | None,
           on_progress: Callable[[int], None] | None) -> ScanReport | ClassScanReport:
     if not task_kind(options.resolve_task(spec)).dense:  # class folders
         from converter.inspect.scan_classification import scan_classification
 
         return scan_classification(spec, options, on_start=on_start, on_progress=on_progress)
-    try:
-        found = discover(spec)  # first: a missing source folder is named as such
-    except ContentTie:
-        banded = band_spec_from_tie(spec)  # parallel band folders pair equally with one mask folder
-        if banded is None:
-            raise
-        spec = banded
-        found = discover(spec)
-    if found.layout in ANNOTATION_FORMATS:  # annotation files: their own report
+    labels = options.labels or LabelOptions()
+    spec, found, semantics, census, classes = _discover_for_scan(spec, labels)
+    if semantics is None:  # annotation files: their own report
         from converter.inspect.scan_annotations import scan_annotations
 
         return scan_annotations(spec, options, found, on_start, on_progress)  # type: ignore[return-value]
-    labels = options.labels or LabelOptions()
-    semantics = labels.semantics or auto_semantics(spec, found)
-    classes: tuple[ClassInfo, ...] = ()
-    census = semantics is MaskSemantics.COLOUR and needs_census(spec, found)
-    if semantics is MaskSemantics.COLOUR and not census:
-        classes = resolve_labels(spec, labels, found)[1]
     if on_start is not None:
         on_start(len(found.samples))
     mode = None if semantics is MaskSemantics.COLOUR else semantics.value

@@ -3,11 +3,11 @@
 `scan` reads every mask once with no class (every colour is then "unknown", and counted
 per file), makes the table, and counts those colours as its classes (`counted_as_classes`):
 each colour present is a class, named ``#rrggbb``, in ascending order of its RGB value (r,
-then g, then b; so black ``#000000``, usually the background, comes first). The order depends on the colours only, never on file order or
-worker count. `scan --write-classes FILE` writes it as a class_dict.csv (name,r,g,b);
-convert then reads the masks by colour with ``--classes FILE`` (`scan --write-spec`
-writes it beside the spec and names it there), so new colours cannot renumber the classes
-of a nightly job.
+then g, then b; so black ``#000000``, usually the background, comes first). The order
+depends on the colours only, never on file order or worker count. `scan --write-classes
+FILE` writes it as a class_dict.csv (name,r,g,b); convert then reads the masks by colour
+with ``--classes FILE`` (`scan --write-spec` writes it beside the spec and names it
+there), so new colours cannot renumber the classes of a nightly job.
 """
 
 from __future__ import annotations

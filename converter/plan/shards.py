@@ -35,7 +35,7 @@ from converter.discover.annotations.base import annotation_state
 from converter.discover.files import files_for
 from converter.discover.layout import SourceSample
 from converter.options import OnChange, OutputOptions, RunOptions
-from converter.plan.fingerprint import content_matches
+from converter.plan.fingerprint import combine_stats, files_match
 from converter.plan.fptable import FingerprintTable, key_hashes, shard_table, stat_hash
 from converter.plan.fptable import build as build_table
 from converter.transform.colormap import mask_dtype_for
@@ -148,22 +148,23 @@ def shard_name(split: str, index: int, suffix: str, run_id: str | None = None) -
     return f"{split}-{index:05d}{'' if run_id is None else f'-r{run_id}'}{suffix}"
 
 
-def _compare(path: str | None, stat: tuple[int, int] | None,
-             fp: SourceFingerprint | None) -> tuple[str, SourceFingerprint | None]:
+def _compare(path: str | None, stat: tuple[int, int] | None, fp: SourceFingerprint | None,
+             bands: tuple[str, ...] = ()) -> tuple[str, SourceFingerprint | None]:
     """'same' (stat equal), 'touched' (content equal, new mtime), or 'changed'.
 
-    `stat`: (size, mtime_ns) from discovery's stat of `path` (taken now when None)."""
+    `stat`: (size, mtime_ns) from discovery's stat of `path` (taken now when None); `bands`: the
+    other band files of a band-folder sample (compared together: `combine_stats`, `files_match`)."""
     if path is None or fp is None:
         return ("same", fp) if path is None and fp is None else ("changed", None)
     if stat is None:
         try:
-            stat = files_for(path).stat(path)
+            stat = combine_stats([files_for(p).stat(p) for p in (path, *bands)])
         except OSError:
             return "changed", None
     size, mtime_ns = stat
     if size == fp.size and mtime_ns == fp.mtime_ns:
         return "same", fp
-    if size == fp.size and content_matches(path, fp.digest):
+    if size == fp.size and files_match((path, *bands), fp.digest):
         return "touched", SourceFingerprint(fp.path, fp.size, mtime_ns, fp.digest)
     return "changed", None
 
@@ -198,15 +199,15 @@ def _lookup_batches(samples: Iterable[SourceSample]) -> Iterator[tuple[list[byte
 def _stats(batch: list[SourceSample]) -> np.ndarray:
     """(n, 4) int64: image size, mtime, mask size, mtime (-1, 0 without a mask); stat where discovery did not."""
     no_mask = (-1, 0)
-    rows = [(s.image_stat or _stat_or_missing(s.image))
+    rows = [(s.image_stat or _stat_or_missing(s.image, s.bands or ()))
             + (s.annotation.stat if s.annotation is not None else no_mask if s.mask is None
                else (s.mask_stat or _stat_or_missing(s.mask))) for s in batch]
     return np.array(rows, np.int64).reshape(len(batch), 4)
 
 
-def _stat_or_missing(path: str) -> tuple[int, int]:
+def _stat_or_missing(path: str, bands: tuple[str, ...] = ()) -> tuple[int, int]:
     try:
-        return files_for(path).stat(path)
+        return combine_stats([files_for(p).stat(p) for p in (path, *bands)])
     except OSError:
         return (-2, 0)  # never equal to a converted file's size: compared exactly later
 
@@ -266,7 +267,7 @@ def _judge_suspects(sorting: _Sorting, table: FingerprintTable, root: str | None
         suspects = sorting.suspects[sid]
         rows = table_samples(shard_table(root, shard)[np.array([r for r, _ in suspects], np.int64)])  # these only
         for (record, sample), old in zip(suspects, rows):
-            img_state, img_fp = _compare(sample.image, sample.image_stat, old.image)
+            img_state, img_fp = _compare(sample.image, sample.image_stat, old.image, sample.bands or ())
             mask_state, mask_fp = (_compare(sample.mask, sample.mask_stat, old.mask) if sample.annotation is None
                                    else annotation_state(sample.annotation, old.mask))
             if "changed" in (img_state, mask_state):

@@ -15,6 +15,7 @@ from converter.discover.annotations.registry import rasterize
 from converter.discover.files import relative, use_storage_options
 from converter.discover.layout import SourceSample
 from converter.options import ExifMode, LabelOptions, MaskEncoding, MaskSemantics, OutputOptions, UnknownColor
+from converter.plan.fingerprint import combine_fingerprints
 from converter.transform.decode import DecodeError, MaskArray, SourceFile, decode_mask, read_source
 from converter.transform.exif import apply_orientation, orient, orientation_of
 from converter.transform.kinds import ImageReader
@@ -135,7 +136,8 @@ class SampleTransformer:
         out_image = self.images.resize(image, geom, opts.image_filter)
         mask_fp = (mask_src.fingerprint if mask_src else None) if sample.annotation is None else \
             sample.annotation.fingerprint(self.base)
-        entry = SampleEntry(sample.key, img_src.fingerprint, mask_fp, sample.label)
+        image_fp = combine_fingerprints([img_src.fingerprint] + [b.fingerprint for b in bands])  # every band file
+        entry = SampleEntry(sample.key, image_fp, mask_fp, sample.label)
         if not self.segmentation:
             counts, _ = self.count_classes(None, sample.label)
             return Transformed(entry, out_image, None, sample.label, counts, 0)

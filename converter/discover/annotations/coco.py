@@ -237,7 +237,7 @@ class Coco(Reader):
             raise AnnotationFileError(path, f"category_id {a.get('category_id')!r} is not in 'categories' "
                                       f"(ids {sorted(class_of)})", "fix the annotation or add the category", where)
         _, h, w = images[a["image_id"]]  # 0, 0: sizes left out, the image's own size rules
-        if "segmentation" not in a:
+        if not a.get("segmentation"):  # absent, or [] as CVAT's COCO 1.0 export writes a box alone
             out.problems["annotations without segmentation (boxes only; skipped)"] += 1
             return
         seg = _check_segmentation(a["segmentation"], path, where, (h, w) if h else None, out)
