@@ -520,3 +520,13 @@ def test_euler_numbers_count_blobs_minus_holes(tmp_path):
         holes = n - len(border)
         assert got[v] == pieces - holes, (v, got[v], pieces, holes)
     assert got[300] == 0 and got[301] == 1
+
+
+def test_cellpose_src_alone_pairs_img_and_masks_in_one_folder(tmp_path, capsys):
+    """`scan SRC` on Cellpose's train/NNN_img.png + train/NNN_masks.png (one folder): 'no known layout' before;
+    now paired by content inside the folder (a mask word ends half the names), converted as binary."""
+    shaped = R.make_cellpose(tmp_path / "cellpose")
+    report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert "--binary-threshold 1" in report["verdict"]["command"]
+    assert data.num_classes == 2
+    assert_exact(shaped, tmp_path / "out")
