@@ -5,7 +5,8 @@ For each (image folder, mask folder) candidate the name tokens that make stems m
 inferred (`infer_tokens`: a suffix, e.g. ``21_training`` / ``21_manual1``, or a prefix,
 e.g. ``red_patch_7`` / ``gt_patch_7``; a token never cuts a run of digits or letters, so
 ``3`` never pairs with ``13``; both at once, ``img_0007_rgb`` / ``lbl_0007_mask``, from each
-folder's shared prefix and suffix), and the pair scores the number of images it pairs. The
+folder's shared prefix and suffix; images and masks in one folder, ``000_img`` / ``000_masks``, by their
+last words: `within_folder`), and the pair scores the number of images it pairs. The
 assignment takes the best pairs first, one mask folder per image folder, a folder on one
 side only. Never chosen as mask folders: JPEG overlays (``*Visualization/``, ``*overlay*``),
 per-class sub-folders of a mask folder that pairs as well. Which side holds the masks:
