@@ -21,7 +21,7 @@ from converter import __version__
 from converter.discover.layout import BadInput
 from converter.discover.sources import discover_sources
 from converter.publish.band_stats import split_stats
-from converter.transform.kinds import resolve_options
+from converter.transform.kinds import keep_earlier_kind, resolve_options
 from converter.run.execute import local_start, run_tasks
 from converter.plan import fptable
 from converter.run.lock import OutputLock, wait_for_orphans
@@ -135,8 +135,11 @@ def _describe_unknown(unknown: dict, cmap, limit: int = 20) -> list[str]:
     return lines
 
 
-def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[ClassInfo, ...]) -> None:
+def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[ClassInfo, ...]) -> OutputOptions:
+    """`options` as they apply to the dataset `old` (`keep_earlier_kind`), or `PlanError` when it was
+    built with other options or classes."""
     diffs = []
+    options = keep_earlier_kind(options, old.options)
     try:
         stored = OutputOptions.from_json(old.options)
         diffs = options.differences(stored)
@@ -155,6 +158,7 @@ def _check_compatible(old: Manifest, options: OutputOptions, classes: tuple[Clas
             "The output folder holds a dataset built with other options:\n  " + "\n  ".join(diffs)
             + "\nRe-run with the same options to add new samples, or add --rebuild to convert everything again."
         )
+    return options
 
 
 def check_shards_present(out_dir: str, old: Manifest) -> None:
@@ -266,9 +270,11 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
     found, classes, options = discover_sources(spec, options)  # options: with the resolved mask semantics
     options = resolve_options(found.samples, options)  # and the stored image kind (dtype, channels)
     if bucket is not None:
-        old = bucket.prepare(run.rebuild, lambda m: _check_compatible(m, options, classes))
+        checked = [options]
+        old = bucket.prepare(run.rebuild, lambda m: checked.append(_check_compatible(m, options, classes)))
+        options = checked[-1]
     else:
-        old = _prepare_output(out_dir, options, run, classes)
+        old, options = _prepare_output(out_dir, options, run, classes)
     base_manifest = None if run.rebuild else old
     scope = run_scope(found.scope) if task_kind(options.task).dense else None
     if scope is not None:
@@ -320,21 +326,21 @@ def _convert_locked(spec, out_dir, options, run, t0, on_plan, on_progress, bucke
 
 
 def _prepare_output(out_dir: str, options: OutputOptions, run: RunOptions,
-                    classes: tuple[ClassInfo, ...]) -> Manifest | None:
-    """The published manifest (None: a new dataset), after checking that this run may add
-    to it, and once the leftovers of crashed runs are gone."""
+                    classes: tuple[ClassInfo, ...]) -> tuple[Manifest | None, OutputOptions]:
+    """(the published manifest (None: a new dataset), the options as they apply to it), after
+    checking that this run may add to it, and once the leftovers of crashed runs are gone."""
     old = Manifest.load(out_dir) if os.path.exists(os.path.join(out_dir, MANIFEST_NAME)) else None
     if old is not None:  # TFDS files in step with the published manifest (a run may have died in between)
         sync_tfds_metadata(out_dir, old)
     if old is not None and not run.rebuild:
-        _check_compatible(old, options, classes)
+        options = _check_compatible(old, options, classes)
     wait_for_orphans(out_dir)  # workers of a killed run finish their task or stop first
     sweep_leftovers(out_dir, old)
     if old is not None and not run.rebuild:
         check_shards_present(out_dir, old)
         if not old.indexed:  # version 1 or 2: per-sample data moves to index files first
             old = _migrate(out_dir, old)
-    return old
+    return old, options
 
 
 def _migrate(out_dir: str, old: Manifest) -> Manifest:

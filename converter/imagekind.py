@@ -25,7 +25,7 @@ MAX_CHANNELS = 16
 
 
 class ImageMode(Choice):
-    """`--image-mode`: auto (16-bit and multi-band kept as they are, 8-bit as RGB),
+    """`--image-mode`: auto (16-bit and multi-band kept as they are, 8-bit grey as one channel, other 8-bit as RGB),
     rgb (8-bit RGB), grey (one channel), keep (every channel and the dtype as in the files)."""
 
     AUTO = "auto"

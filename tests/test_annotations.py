@@ -658,3 +658,30 @@ def test_coco_json_beside_voc_segmentation_class(tmp_path, capsys, disagree):
     for r in readers.open(tmp_path / "coco").records("train"):
         np.testing.assert_array_equal(r.mask.astype(np.int64), swapped["train/" + r.key.split("/")[-1]],
                                       err_msg=r.key)
+
+
+def test_classes_file_in_another_order_than_the_drawn_classes_is_refused_by_convert_and_scan(tmp_path, capsys):
+    """--classes over annotation files renames by row; in another order than the annotations' own
+    classes, every pixel would be named wrongly (silently, before): a named error in convert and scan."""
+    exp = A.make_labelme(tmp_path / "src")  # labels.txt: _background_, person, bike, road
+    reordered = tmp_path / "names.txt"
+    reordered.write_text("_background_\nroad\nperson\nbike\n")
+    for command in (["convert", str(exp.root), str(tmp_path / "out"), "--size", "20x26"], ["scan", str(exp.root)]):
+        assert cli_main([*command, "--classes", str(reordered)]) != 0
+        err = capsys.readouterr().err
+        assert "--classes" in err and "another order" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out" / "imgshard.json").exists()
+    same = tmp_path / "same.txt"
+    same.write_text((exp.root / "labels.txt").read_text())
+    data = assert_converts(exp, tmp_path / "out2", SourceSpec(root=str(exp.root), classes=str(same)))
+    assert [n for n, _ in data.classes] == exp.names
+
+
+def test_classes_file_names_placeholder_classes_of_annotation_files(tmp_path):
+    """An RLE CSV without a class column draws background + foreground: --classes names them, row by row."""
+    exp = A.make_rlecsv(tmp_path / "src", class_column=False)
+    names = tmp_path / "names.txt"
+    names.write_text("background\nship\n")
+    convert(SourceSpec(root=str(exp.root), classes=str(names)), str(tmp_path / "out"), OutputOptions(size=SIZE),
+            RunOptions(workers=1))
+    assert [n for n, _ in readers.open(tmp_path / "out").classes] == ["background", "ship"]

@@ -506,6 +506,75 @@ def test_a_band_file_touched_without_a_change_is_not_a_change(tmp_path: Path) ->
     assert again.plan.unchanged == 2 and not again.plan.changed_kept and again.plan.refreshed
 
 
+def _oriented_16bit(path: Path, arr: np.ndarray, orientation: int) -> None:
+    """A 16-bit grey file with an EXIF orientation tag: PNG (eXIf chunk) or TIFF (tag 274), by Pillow."""
+    im = Image.fromarray(arr)  # I;16
+    if path.suffix == ".png":
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        im.save(path, exif=exif.tobytes())
+    else:
+        im.save(path, tiffinfo={274: orientation})
+
+
+def _shown(path: Path) -> np.ndarray:
+    from PIL import ImageOps
+
+    """Pillow's `exif_transpose` of the stored pixels under the file's orientation tag (a TIFF's pixels and tag
+    read by tifffile: Pillow 13 reports a TIFF's size already turned before it loads it, then drops the tag)."""
+    if path.suffix == ".tif":
+        with tifffile.TiffFile(path) as tif:
+            pixels, orientation = tif.asarray(), int(tif.pages[0].tags["Orientation"].value)
+    else:
+        im = Image.open(path)
+        pixels, orientation = np.asarray(im), im.getexif()[0x0112]
+    im = Image.fromarray(pixels.astype(np.uint16))
+    im.getexif()[0x0112] = orientation
+    return np.asarray(ImageOps.exif_transpose(im)).astype(np.uint16)
+
+
+@pytest.mark.parametrize("ext", [".png", ".tif"])
+def test_exif_orientation_of_16bit_images_follows_the_exif_rules(tmp_path: Path, ext: str) -> None:
+    rng = np.random.default_rng(11)
+    arr = _texture(rng, 20, 30, 65535, 0)  # stored 30 wide, 20 high; orientation 6 shows it 20 wide, 30 high
+    for name, mask_hw in (("shown", (30, 20)), ("stored", (20, 30))):
+        src = tmp_path / name
+        (src / "images").mkdir(parents=True)
+        (src / "masks").mkdir()
+        _oriented_16bit(src / "images" / f"a{ext}", arr, 6)
+        Image.fromarray((rng.integers(0, 2, mask_hw)).astype(np.uint8)).save(src / "masks" / "a.png")
+    shown = _shown(tmp_path / "shown" / "images" / f"a{ext}")
+    assert shown.shape == (30, 20) and shown.max() > 60000
+    _convert(tmp_path / "shown", tmp_path / "auto", (30, 20))  # auto: the mask fits the shown image
+    _convert(tmp_path / "shown", tmp_path / "apply", (30, 20), exif="apply")
+    _convert(tmp_path / "stored", tmp_path / "ignore", (20, 30), exif="ignore")
+    _convert(tmp_path / "stored", tmp_path / "auto_stored", (20, 30))  # auto: the mask fits the stored pixels
+    np.testing.assert_array_equal(_by_key(tmp_path / "auto")["a"], shown[..., None])
+    np.testing.assert_array_equal(_by_key(tmp_path / "apply")["a"], shown[..., None])
+    np.testing.assert_array_equal(_by_key(tmp_path / "ignore")["a"], arr[..., None])
+    np.testing.assert_array_equal(_by_key(tmp_path / "auto_stored")["a"], arr[..., None])
+    with pytest.raises(BadInputError) as err:  # --exif apply on a mask drawn on the stored pixels
+        _convert(tmp_path / "stored", tmp_path / "refused", (20, 30), exif="apply")
+    assert any(b.kind == "size_mismatch" and "EXIF orientation is 6" in b.reason for b in err.value.bad)
+
+
+def test_exif_orientation_of_16bit_photos_is_applied_in_classification(tmp_path: Path) -> None:
+    rng = np.random.default_rng(12)
+    shown = {}
+    for i, label in enumerate(("cells", "empty")):
+        (tmp_path / "src" / "train" / label).mkdir(parents=True)
+        path = tmp_path / "src" / "train" / label / f"p{i}.png"
+        _oriented_16bit(path, _texture(rng, 20, 30, 65535, i), (6, 3)[i])
+        shown[f"p{i}"] = _shown(path)
+    convert(SourceSpec(root=str(tmp_path / "src")), str(tmp_path / "out"),
+            OutputOptions(size=(30, 20), task="classification"), RunOptions(workers=1))
+    got = _by_key(tmp_path / "out")
+    assert shown["p0"].shape == (30, 20)
+    np.testing.assert_array_equal(got["p0"], shown["p0"][..., None])
+    assert shown["p1"].shape == (20, 30)  # turned 180 degrees: then resized (padded) to 30x20 like any photo
+    assert not np.array_equal(shown["p1"], np.asarray(Image.open(tmp_path / "src/train/empty/p1.png")))
+
+
 # -- scan: kinds, bits used, band folders, and its one command ----------------------------------------
 
 
@@ -713,19 +782,59 @@ def test_alpha_is_dropped_by_default_and_kept_with_the_flag(tmp_path: Path) -> N
     assert "3 image(s) have an alpha channel: dropped (--alpha keep keeps it)" in proc.stdout
 
 
-def test_8bit_grey_stays_one_channel_with_keep(tmp_path: Path) -> None:
-    rng = np.random.default_rng(2)
-    (tmp_path / "src" / "images").mkdir(parents=True)
-    greys = {f"g{i}": _texture(rng, 14, 18, 255, i).astype(np.uint8) for i in range(3)}
+def _grey8(root: Path, names: list[str], seed: int = 2) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    greys = {name: _texture(rng, 14, 18, 255, i).astype(np.uint8) for i, name in enumerate(names)}
+    (root / "masks").mkdir(exist_ok=True)
     for name, g in greys.items():
-        Image.fromarray(g).save(tmp_path / "src" / "images" / f"{name}.png")
-    _masks(tmp_path / "src" / "masks", list(greys), list(greys.values()))
-    _convert(tmp_path / "src", tmp_path / "rgb", (14, 18))  # auto: 8-bit as RGB, as every earlier version
+        Image.fromarray(g).save(root / "images" / f"{name}.png")
+        Image.fromarray((g > np.median(g)).astype(np.uint8)).save(root / "masks" / f"{name}.png")
+    return greys
+
+
+def test_8bit_grey_stays_one_channel_in_a_new_dataset(tmp_path: Path) -> None:
+    greys = _grey8(tmp_path / "src", ["g0", "g1", "g2"])
+    _convert(tmp_path / "src", tmp_path / "auto", (10, 12))  # auto: grey stays grey
     _convert(tmp_path / "src", tmp_path / "keep", (14, 18), image_kind=ImageKind(mode="keep"))
-    rgb, keep = _by_key(tmp_path / "rgb"), _by_key(tmp_path / "keep")
+    _convert(tmp_path / "src", tmp_path / "rgb", (14, 18), image_kind=ImageKind(mode="rgb"))
+    auto, keep, rgb = _by_key(tmp_path / "auto"), _by_key(tmp_path / "keep"), _by_key(tmp_path / "rgb")
+    manifest = json.loads((tmp_path / "auto" / "imgshard.json").read_text())
+    assert (manifest["image"]["dtype"], manifest["image"]["channels"]) == ("uint8", 1)
     for name, g in greys.items():
-        np.testing.assert_array_equal(rgb[name], np.repeat(g[..., None], 3, 2))
+        im = Image.fromarray(g)  # mode L: Pillow's resize of the grey plane
+        want = np.asarray(im.resize((12, 10), BILINEAR, box=(0, 0, 18, 14), reducing_gap=None))
+        np.testing.assert_array_equal(auto[name], want[..., None])
         np.testing.assert_array_equal(keep[name], g[..., None])
+        np.testing.assert_array_equal(rgb[name], np.repeat(g[..., None], 3, 2))
+    ds = readers.open(str(tmp_path / "auto"))
+    x, _ = next(iter(ds.tf_dataset("train", 3, shuffle=False)))
+    assert x.shape == (3, 10, 12, 1)
+    np.testing.assert_allclose(np.sort(x.numpy().ravel()),
+                               np.sort(np.concatenate([v.ravel() for v in auto.values()]) / 255.0), atol=1e-6)
+
+
+def test_an_earlier_grey_as_rgb_dataset_stays_rgb_on_incremental_runs(tmp_path: Path) -> None:
+    """A dataset written before grey stayed one channel (its options name no image kind) adds new grey
+    samples as RGB, as it was converted, without an "other options" refusal; --rebuild stores grey."""
+    greys = _grey8(tmp_path / "src", ["g0", "g1"])
+    out = tmp_path / "out"
+    _convert(tmp_path / "src", out, (14, 18), image_kind=ImageKind(mode="rgb"))
+    path = out / "imgshard.json"
+    doc = json.loads(path.read_text())
+    del doc["options"]["image_kind"]  # what every earlier version wrote for these sources
+    path.write_text(json.dumps(doc))
+    greys.update(_grey8(tmp_path / "src", ["g2"], seed=7))
+    _convert(tmp_path / "src", out, (14, 18))  # auto, incremental: no refusal
+    got = _by_key(out)
+    assert sorted(got) == ["g0", "g1", "g2"]
+    for name, g in greys.items():
+        np.testing.assert_array_equal(got[name], np.repeat(g[..., None], 3, 2))
+    assert "image_kind" not in json.loads(path.read_text())["options"]
+    convert(SourceSpec(images=str(tmp_path / "src" / "images"), masks=str(tmp_path / "src" / "masks")), str(out),
+            OutputOptions(size=(14, 18), labels=LabelOptions(num_classes=2)), RunOptions(workers=1, rebuild=True))
+    for name, g in _by_key(out).items():
+        np.testing.assert_array_equal(g, greys[name][..., None])
 
 
 # -- bucket sources and output carry the kinds ---------------------------------------------------------

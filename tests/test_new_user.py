@@ -58,7 +58,8 @@ def _nearest(classes: np.ndarray) -> np.ndarray:
     return np.asarray(im.resize((SIZE[1], SIZE[0]), Image.Resampling.NEAREST)).astype(np.int64)
 
 
-def reference_image(path: Path, shown: bool = False) -> np.ndarray:
+def reference_image(path: Path, shown: bool = False, channels: int = 3) -> np.ndarray:
+    """The expected stored image; `channels` 1: an 8-bit grey dataset (grey stays one channel)."""
     if shown:
         im = ImageOps.exif_transpose(Image.open(path))
         return np.asarray(im.convert("RGB").resize((SIZE[1], SIZE[0]), Image.Resampling.BILINEAR))
@@ -71,6 +72,8 @@ def reference_image(path: Path, shown: bool = False) -> np.ndarray:
     im = Image.open(path)
     if im.mode in ("I;16", "I;16B", "I;16L"):
         return _resize16(np.asarray(im).astype(np.uint16))
+    if channels == 1:
+        return np.asarray(im.convert("L").resize((SIZE[1], SIZE[0]), Image.Resampling.BILINEAR))[..., None]
     return np.asarray(im.convert("RGB").resize((SIZE[1], SIZE[0]), Image.Resampling.BILINEAR))
 
 
@@ -109,7 +112,7 @@ def _assert_exact(shaped: R.Shaped, out: Path, check_splits: bool, ident) -> rea
         split, rec = records[stem]
         if check_splits:
             assert SPLIT_ALIASES.get(split, split) == SPLIT_ALIASES.get(sample.split, sample.split), (stem, split)
-        ref_img = reference_image(sample.image, sample.shown)
+        ref_img = reference_image(sample.image, sample.shown, int(data.manifest.image.get("channels", 3)))
         got_img = np.asarray(rec.image)
         assert got_img.dtype == ref_img.dtype, (stem, got_img.dtype, ref_img.dtype)
         np.testing.assert_array_equal(got_img.reshape(ref_img.shape), ref_img, err_msg=f"image {stem}")

@@ -13,7 +13,8 @@ from converter.options import SourceSpec, SplitSource
 def add_image_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("image kind (docs/IMAGES.md)")
     g.add_argument("--image-mode", choices=ImageMode.values(), default=ImageMode.AUTO.value,
-                   help="auto (default: 16-bit and multi-band images stored as they are, 8-bit as RGB), rgb "
+                   help="auto (default: 16-bit and multi-band images stored as they are, 8-bit grey as one "
+                        "channel, other 8-bit as RGB), rgb "
                         "(8-bit RGB), grey (one channel) or keep (dtype and channels as in the files)")
     g.add_argument("--alpha", choices=AlphaMode.values(), default=AlphaMode.DROP.value,
                    help="RGBA images: drop the alpha channel (default) or keep it as a fourth channel")

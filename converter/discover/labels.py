@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from converter.discover.evidence import (describe_instances, instance_ids, is_pa
                                          palette_order, peek_values, sample_masks, two_level)
 from converter.discover.layout import Discovery
 from converter.discover.names_files import read_names
-from converter.options import DEFAULT_MAX_PIXELS, LabelOptions, MaskSemantics, SourceSpec
+from converter.options import ANNOTATION_FORMATS, DEFAULT_MAX_PIXELS, LabelOptions, MaskSemantics, SourceSpec
 from converter.transform.decode import DecodeError, MaskArray, decode_mask, read_source
 from readers.manifest import ClassInfo
 
@@ -182,12 +183,33 @@ def _names_of(path: str) -> list[str]:
     return load_index_names(path) if is_id_name_csv(path) else list(read_names(path).names)
 
 
+#: Class names annotation readers make up where the files name none (YOLO without data.yaml, numeric ClassId).
+_PLACEHOLDER = re.compile(r"class_\d+|foreground")
+
+
+def classes_file_names(path: str, found: Discovery) -> list[str]:
+    """The class names of --classes FILE for index masks; a named error where the masks are drawn from
+    annotation files in another class order (renaming their classes by row would name every pixel wrongly)."""
+    names = _names_of(path)
+    if found.layout not in ANNOTATION_FORMATS or found.defaults.class_names is None:
+        return names
+    drawn = list(found.defaults.class_names)
+    if all(_PLACEHOLDER.fullmatch(n) for n in drawn[1:]):  # class_k, foreground: naming them by row is right
+        return names
+    if names[1:] != drawn[1:]:  # index 0 is background whatever its name
+        raise ValueError(
+            f"--classes {path}: the {found.layout} annotations are drawn with their own classes, in the order "
+            f"{drawn}; the file names {names}. Drop --classes (the annotations name their classes), or give a file "
+            f"that lists the same classes in that order. Received: {len(names)} name(s) in another order")
+    return names
+
+
 def _index_names(spec: SourceSpec, labels: LabelOptions, found: Discovery, pairs) -> list[str]:
     table = colour_table(spec, found)
     if table is not None:  # index masks with a class_dict.csv (VOC palettes): row i is class i
         return [c.name for c in load_class_table(table)]
     if spec.classes is not None:
-        return _names_of(spec.classes)
+        return classes_file_names(spec.classes, found)
     if found.defaults.names_file is not None:
         return list(read_names(found.defaults.names_file).names)
     if found.defaults.class_names is not None:

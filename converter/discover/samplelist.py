@@ -85,7 +85,8 @@ class SampleBlock:
             stats = stats[keep]
         self.stats = stats
 
-    def _band_stat(self, image: str, first: tuple[int, int], key: str) -> tuple[tuple[int, int] | None, BadInput | None]:
+    def _band_stat(self, image: str, first: tuple[int, int],
+                   key: str) -> tuple[tuple[int, int] | None, BadInput | None]:
         """The (size, stamp) of a band-folder sample: every band file's, combined
         (`converter.plan.fingerprint.combine_stats`), so a change to any band file is seen."""
         stats = [first]

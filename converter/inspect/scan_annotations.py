@@ -24,6 +24,7 @@ from converter.discover.annotations.layouts import ANNOTATION_LAYOUTS
 from converter.discover.annotations.registry import rasterize_canvas
 from converter.discover.annotations.rlecsv import decode_runs, edges
 from converter.discover.files import WithStorage, absolute
+from converter.discover.labels import classes_file_names
 from converter.discover.layout import BadInput, Discovery, SourceSample
 from converter.inspect.scan_core import ScanOptions, bad_input, format_bad_inputs, format_verdict, run_batched
 from converter.inspect.scan_labels import source_args, source_positional, suggest_size
@@ -137,6 +138,8 @@ def scan_annotations(spec: SourceSpec, options: ScanOptions, found: Discovery,
     layout = ANNOTATION_LAYOUTS[found.layout]
     ann = layout.last(absolute(spec.root))  # type: ignore[arg-type]
     names = ann.class_names
+    if spec.classes is not None:  # as convert: a file naming the drawn classes in another order is refused
+        classes_file_names(spec.classes, found)
     if on_start is not None:
         on_start(len(found.samples))
     work = functools.partial(_scan_batch, base=spec.base, max_pixels=options.max_pixels, num_classes=len(names))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import io
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from converter.discover.files import read_head
 from converter.imagekind import MAX_CHANNELS, AlphaMode, ImageKind, ImageMode
 from converter.options import ImageFilter, OutputOptions
 from converter.transform.decode import DecodeError, SourceFile, decode_image, open_image, read_source
+from converter.transform.exif import orient, orientation_of
 from converter.transform.resize import Geometry, resample, resize_image
 
 _TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
@@ -169,9 +170,11 @@ def _source_channels(kinds: Sequence[SourceKind], alpha: AlphaMode) -> int:
     return max(counts) if counts else 3
 
 
-def resolve_kind(kinds: Sequence[SourceKind], requested: ImageKind, bands: tuple[str, ...] = ()) -> ImageKind:
+def resolve_kind(kinds: Sequence[SourceKind], requested: ImageKind, bands: tuple[str, ...] = (),
+                 grey_as_rgb: bool = False) -> ImageKind:
     """The stored kind for sources of `kinds` under the flags of `requested`; `bands`: the
-    band names when each image is stacked from one file per band."""
+    band names when each image is stacked from one file per band. Under `--image-mode auto`
+    8-bit grey stays one channel (RGB where any file is colour, or `grey_as_rgb`)."""
     dtype = _source_dtype(kinds)
     channels = _source_channels(kinds, requested.alpha)
     if bands:
@@ -183,7 +186,7 @@ def resolve_kind(kinds: Sequence[SourceKind], requested: ImageKind, bands: tuple
     mode, reductions = requested.mode, []
     want_dtype, want_channels = dtype, channels
     if mode is ImageMode.RGB or (mode is ImageMode.AUTO and dtype == "uint8" and channels <= 3):
-        want_dtype, want_channels = "uint8", 3
+        want_dtype, want_channels = "uint8", 1 if mode is ImageMode.AUTO and channels == 1 and not grey_as_rgb else 3
     elif mode is ImageMode.GREY:
         want_channels = 1
     if dtype == "uint16" and want_dtype == "uint8":
@@ -253,9 +256,21 @@ def resolve_options(samples: Sequence, options: OutputOptions) -> OutputOptions:
     """`options` with the image kind resolved from a sample of the sources' images."""
     first = samples[0] if len(samples) else None
     bands = () if first is None or first.bands is None else band_names_of((first.image, *first.bands))
-    kind = resolve_kind(probe_samples(samples), options.image_kind, bands)  # type: ignore[arg-type]
+    lossy = options.image_encoding.value in ("jpeg", "webp")  # 8-bit RGB encoders: grey goes as RGB
+    kind = resolve_kind(probe_samples(samples), options.image_kind, bands, grey_as_rgb=lossy)  # type: ignore[arg-type]
     check_encoding(kind, options.image_encoding.value)
     return dataclasses.replace(options, image_kind=kind)
+
+
+def keep_earlier_kind(options: OutputOptions, stored: Mapping[str, Any]) -> OutputOptions:
+    """`options` for an incremental run on a dataset whose stored options are `stored`: one written
+    before grey stayed one channel (no ``image_kind``: uint8 RGB) keeps 8-bit grey as RGB, as it was
+    converted, instead of being refused as built with other options (`--rebuild` stores it as grey)."""
+    kind = options.image_kind
+    auto_grey = kind.mode is ImageMode.AUTO and kind.dtype == "uint8" and kind.channels == 1 and not kind.bands
+    if auto_grey and "image_kind" not in stored:
+        return dataclasses.replace(options, image_kind=dataclasses.replace(kind, channels=3))
+    return options
 
 
 # -- decode and resize into the kind --------------------------------------------------------------
@@ -321,6 +336,10 @@ def _to_dtype(src: SourceFile, arr: np.ndarray, kind: ImageKind) -> np.ndarray:
         return arr
     if arr.dtype == np.uint16 and want == np.uint8 and kind.accept_reduction:
         return (arr >> 8).astype(np.uint8)
+    if arr.dtype == np.uint16 and want == np.uint8:  # a 16-bit file the probe did not see
+        raise DecodeError(src.path, "image_reduction", "a 16-bit image in a dataset of 8-bit images: storing it "
+                          "would lose precision", "convert every image to one bit depth, or accept the loss with "
+                          "--accept-reduction")
     raise DecodeError(src.path, "image_kind", f"a {arr.dtype} image in a dataset of {want} images",
                       "convert every image to one bit depth, or rebuild (--rebuild) so the kind is resolved again")
 
@@ -408,6 +427,8 @@ class ImageReader:
         if bands:
             arr = _stack_bands(src, arr, alpha, bands, self)
             alpha = False
+        if self.exif_transpose:  # photos and annotation files: as a viewer shows them (the first band's tag)
+            arr = orient(arr, orientation_of(src))
         return _to_channels(src, _to_dtype(src, arr, self.kind), alpha, self.kind)
 
     def resize(self, arr: np.ndarray, geom: Geometry, image_filter: ImageFilter) -> np.ndarray:
@@ -417,4 +438,5 @@ class ImageReader:
 
 
 __all__ = ["PROBE_FILES", "ImageKindError", "ImageReader", "SourceKind", "check_encoding", "decode_native",
-           "is_tiff", "probe_path", "probe_samples", "probe_source", "resize_bands", "resolve_kind", "resolve_options"]
+           "is_tiff", "keep_earlier_kind", "probe_path", "probe_samples", "probe_source", "resize_bands", "resolve_kind",
+           "resolve_options"]
