@@ -50,6 +50,9 @@ def _build_class() -> type:
         use_multiprocessing, max_queue_size: as `keras.utils.PyDataset`.
         """
 
+        #: normalize="stats": a `readers.bandnorm.BandStats` standardising x per band (None: not).
+        band_stats = None
+
         def __init__(self, readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,
                      options: PipelineOptions, *, workers: int = 1, use_multiprocessing: bool = False,
                      max_queue_size: int = 10, ids: np.ndarray | None = None):
@@ -95,9 +98,11 @@ def _build_class() -> type:
                 raise IndexError(f"batch index must be in [0, {n}). Received: {index}")
             picked = _picked(self._order, self.options, index + self._skip)
             if self.options.augment is None:
-                return plain_batch(self, picked)
-            images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
-            return augmented_batch(self, picked, images, targets)
+                x, y = plain_batch(self, picked)
+            else:
+                images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
+                x, y = augmented_batch(self, picked, images, targets)
+            return (x, y) if self.band_stats is None else (self.band_stats.numpy(x), y)  # normalize="stats"
 
         def __getstate__(self) -> dict:
             state = dict(self.__dict__)
