@@ -444,7 +444,7 @@ class Dataset:
         shuffle: bool = True,
         seed: int | None = None,
         one_hot: bool = True,
-        normalize: bool = True,
+        normalize: bool | str = True,
         workers: int = 1,
         use_multiprocessing: bool = False,
         max_queue_size: int = 10,
@@ -471,13 +471,12 @@ class Dataset:
         restart is the rest of the interrupted one). `sharding="global"`: every process
         reads all files and takes slice `shard_index` of each global step of the order
         fixed by (seed, epoch) (`readers.order`). `sampling`, `repeat_threshold`: as in `tf_dataset`.
+        `normalize`: True, False or "stats" (per-band mean/std of the train split), as in `tf_dataset`.
         """
         from readers.pydataset import batches_per_epoch, make_pydataset
 
-        if normalize_mode(normalize)[1]:
-            raise ValueError("keras_dataset takes normalize=True or False; for per-band statistics use "
-                             "tf_dataset(..., normalize='stats'), or normalize=False and "
-                             "readers.bandnorm.BandStats.from_manifest(...).numpy(x). Received: normalize='stats'")
+        normalize, standardize = normalize_mode(normalize)
+        stats = BandStats.from_manifest(self._manifest.image, self._path) if standardize else None
         options = PipelineOptions(batch_size, shuffle=bool(shuffle), seed=seed, one_hot=bool(one_hot),
                                   normalize=bool(normalize), augment=check_augment(augment), epoch=epoch)
         tune_allocator()
@@ -493,6 +492,7 @@ class Dataset:
         ids = sample_ids(shards) if options.augment is not None else None
         seq = make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
                              use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size, ids=ids)
+        seq.band_stats = stats  # normalize="stats": the numbers of tf_dataset
         if resume is not None:
             resume.attach(seq)
         return seq

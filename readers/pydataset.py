@@ -95,9 +95,9 @@ def _build_class() -> type:
                 raise IndexError(f"batch index must be in [0, {n}). Received: {index}")
             picked = _picked(self._order, self.options, index + self._skip)
             if self.options.augment is None:
-                return plain_batch(self, picked)
+                return _standardized(self, *plain_batch(self, picked))
             images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
-            return augmented_batch(self, picked, images, targets)
+            return _standardized(self, *augmented_batch(self, picked, images, targets))
 
         def __getstate__(self) -> dict:
             state = dict(self.__dict__)
@@ -252,6 +252,13 @@ def augment_numpy(fn: Any, spec: RecordSpec, options: PipelineOptions, seed: int
 
 _LAZY = LazyClass(__name__, "ShardPyDataset", _build_class)
 __getattr__ = _LAZY.module_getattr()
+
+
+def _standardized(seq: Any, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """normalize="stats": x standardised per band by `seq.band_stats` (a `readers.bandnorm.BandStats`,
+    set by `Dataset.keras_dataset`; None: x as it is)."""
+    stats = getattr(seq, "band_stats", None)
+    return (x, y) if stats is None else (stats.numpy(x), y)
 
 
 def make_pydataset(readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,

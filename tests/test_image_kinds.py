@@ -689,6 +689,29 @@ def test_band_stats_are_the_train_splits_and_survive_an_incremental_run(tmp_path
     np.testing.assert_allclose(x, (val - flat.mean(0)) / flat.std(0), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("augmented", [False, True], ids=["plain", "augmented"])
+def test_keras_dataset_normalize_stats_gives_the_numbers_of_tf_dataset(tmp_path: Path, augmented: bool) -> None:
+    from readers.augment import Augment
+
+    _split_dataset(tmp_path / "src", 5, 3)
+    _convert_splits(tmp_path / "src", tmp_path / "out")
+    ds = readers.open(str(tmp_path / "out"))
+    aug = Augment(hflip=0.5, vflip=0.5, scale=(0.7, 1.4), crop=(14, 18), fill=3) if augmented else None
+    kw = dict(shuffle=False, seed=5, augment=aug, one_hot=False)
+    tf_batches = [(x.numpy(), y.numpy()) for x, y in ds.tf_dataset("train", 2, normalize="stats", **kw)]
+    seq = ds.keras_dataset("train", 2, normalize="stats", **kw)
+    assert len(seq) == len(tf_batches) == 3
+    stats = json.loads((tmp_path / "out" / "imgshard.json").read_text())["image"]["stats"]
+    for i, (tx, ty) in enumerate(tf_batches):
+        kx, ky = seq[i]
+        assert kx.dtype == np.float32 and kx.shape == tx.shape
+        np.testing.assert_array_equal(kx, tx)
+        np.testing.assert_array_equal(ky, ty)
+        raw, _ = ds.keras_dataset("train", 2, normalize=False, **kw)[i]  # the stored units, standardised here
+        want = ((raw.astype(np.float64) - stats["mean"]) / stats["std"]).astype(np.float32)
+        np.testing.assert_allclose(kx, want, rtol=1e-5, atol=1e-5)
+
+
 def test_normalize_stats_is_refused_by_name_where_there_are_none(tmp_path: Path) -> None:
     from converter.testing import synth
 
@@ -697,8 +720,12 @@ def test_normalize_stats_is_refused_by_name_where_there_are_none(tmp_path: Path)
     ds = readers.open(str(tmp_path / "out"))
     with pytest.raises(ValueError, match=r"normalize='stats' needs per-band statistics .*normalize=True"):
         ds.tf_dataset("train", 2, normalize="stats")
+    with pytest.raises(ValueError, match=r"normalize='stats' needs per-band statistics .*normalize=True"):
+        ds.keras_dataset("train", 2, normalize="stats")
     with pytest.raises(ValueError, match=r"normalize must be True, False or 'stats'. Received: normalize='z'"):
         ds.tf_dataset("train", 2, normalize="z")
+    with pytest.raises(ValueError, match=r"normalize must be True, False or 'stats'. Received: normalize='z'"):
+        ds.keras_dataset("train", 2, normalize="z")
 
 
 def test_uint16_band_datasets_load_in_tfds_equal_to_records(tmp_path: Path) -> None:
