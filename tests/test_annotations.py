@@ -685,3 +685,21 @@ def test_classes_file_names_placeholder_classes_of_annotation_files(tmp_path):
     convert(SourceSpec(root=str(exp.root), classes=str(names)), str(tmp_path / "out"), OutputOptions(size=SIZE),
             RunOptions(workers=1))
     assert [n for n, _ in readers.open(tmp_path / "out").classes] == ["background", "ship"]
+
+
+def test_detection_peek_at_an_object_is_one_ranged_read_never_the_whole_object(monkeypatch):
+    """head_bytes (CVAT / LabelMe / RLE CSV detection) of a bucket object: a ranged GET of the
+    head, not a GET of the whole object (an XML of any size in a bucket was read whole)."""
+    import converter.discover.files as files
+    from converter.discover.annotations import base
+
+    class Bucket:
+        def read(self, path):
+            raise AssertionError("the whole object was read")
+
+        def head(self, path, size):
+            return (b"<annotations>" + b"x" * 10_000)[:size]
+
+    monkeypatch.setattr(files, "files_for", lambda path: Bucket())
+    monkeypatch.setattr(base, "files_for", lambda path: Bucket(), raising=False)
+    assert base.head_bytes("s3://bucket/big.xml", 16) == b"<annotations>xxx"
