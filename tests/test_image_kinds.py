@@ -630,13 +630,43 @@ def test_scan_finds_band_folders_and_its_command_converts_bit_exact(tmp_path: Pa
     report = json.loads(proc.stdout)
     assert report["images"]["kinds"]["band_files"] == 4
     command = report["verdict"]["command"]
-    assert "--bands train_blue,train_green,train_nir,train_red --masks train_gt" in command
+    assert "--bands train_red,train_green,train_blue,train_nir --masks train_gt" in command  # spectral order
+    assert report["images"]["kinds"]["band_order"] == {
+        "bands": [f"train_{b}" for b in BANDS], "order": "spectral order (colour names: red, green, blue, then by "
+        "wavelength)"}
+    text = _scan(str(tmp_path / "src")).stdout
+    assert "Bands: train_red, train_green, train_blue, train_nir, in spectral order" in text
     _run_command(command, tmp_path / "out")
     got = _by_key(tmp_path / "out")
-    order = ["blue", "green", "nir", "red"]  # scan's order: the folders' names
     for base, stack in stacks.items():
-        expected = np.stack([stack[..., BANDS.index(b)] for b in order], -1)
-        np.testing.assert_array_equal(got[f"blue_{base}"], expected)  # same size: no resize
+        np.testing.assert_array_equal(got[f"red_{base}"], stack)  # red, green, blue, nir; same size: no resize
+
+
+@pytest.mark.parametrize("names, expected, how", [
+    (("B08", "B03", "B02", "B8A", "B04"), ("B02", "B03", "B04", "B08", "B8A"), "spectral order (band numbers)"),
+    (("band_10", "band_2", "band_1"), ("band_1", "band_2", "band_10"), "spectral order (band numbers)"),
+    (("s2_nir", "s2_swir1", "s2_blue", "s2_red"), ("s2_red", "s2_blue", "s2_nir", "s2_swir1"), "spectral order"),
+    (("view_b", "view_a"), ("view_a", "view_b"), "folder-name order"),
+    (("red", "red_2"), ("red", "red_2"), "folder-name order"),  # two folders say red: no spectral order
+])
+def test_band_folders_are_proposed_in_the_spectral_order_their_names_say(names, expected, how) -> None:
+    from converter.discover.bands import spectral_order
+
+    ordered, said = spectral_order([f"/data/{n}" for n in names])
+    assert ordered == tuple(f"/data/{n}" for n in expected) and said.startswith(how)
+
+
+def test_scan_says_band_folders_without_spectral_names_go_in_folder_name_order(tmp_path: Path) -> None:
+    stacks = _band_folders(tmp_path / "src", n=3)
+    for b, new in zip(BANDS, ("d", "c", "b", "a")):  # train_red -> train_d, ...: names without a spectral order
+        (tmp_path / "src" / f"train_{b}").rename(tmp_path / "src" / f"train_{new}")
+    report = json.loads(_scan(str(tmp_path / "src"), "--json").stdout)
+    assert "--bands train_a,train_b,train_c,train_d --masks train_gt" in report["verdict"]["command"]
+    assert report["images"]["kinds"]["band_order"]["order"].startswith("folder-name order")
+    _run_command(report["verdict"]["command"], tmp_path / "out")
+    got = _by_key(tmp_path / "out")
+    for base, stack in stacks.items():
+        np.testing.assert_array_equal(got[f"nir_{base}"], stack[..., ::-1])  # a = nir, ..., d = red
 
 
 # -- per-band statistics (normalize="stats") ---------------------------------------------------------
