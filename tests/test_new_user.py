@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image, ImageOps
+from PIL import Image, ImageDraw, ImageOps
 
 import readers
 from converter.cli import main as cli_main
@@ -345,14 +345,6 @@ def test_zip_residue_never_changes_the_records(tmp_path, capsys, make):
     assert_exact(shaped, tmp_path / "out")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Cellpose-style 16-bit instance-id masks (0 = background, cells numbered 1..N in each image) are read as "
-    "class ids: scan says 'K = max value + 1' and proposes `--num-classes K` (K = the largest cell count + 1), "
-    "a semantic dataset whose 'classes' are cell numbers; `--mask-semantics binary` alone would not do either "
-    "(threshold 128 drops ids below 128; `--binary-threshold 1` converts right). Should: scan names the values "
-    "as instance ids (per file 1..N consecutive, one blob each, N varying) and proposes `--mask-semantics "
-    "binary --binary-threshold 1` (or refuses naming the flag). Also: `NNN_img.png` + `NNN_masks.png` in one "
-    "folder is not detected (scan SRC: 'no known layout')"))
 def test_cellpose_instance_id_masks_are_not_classes(tmp_path, capsys):
     shaped = R.make_cellpose(tmp_path / "cellpose")
     train = shaped.root / "train"
@@ -361,8 +353,68 @@ def test_cellpose_instance_id_masks_are_not_classes(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     command = report["verdict"]["command"]
     assert command and "--num-classes" not in command, command
+    assert "--mask-semantics binary --binary-threshold 1" in command, command
+    tops = sorted({int(np.asarray(Image.open(s.mask)).max()) for s in shaped.samples.values()})
+    evidence = report["labels"]["instance_ids"]
+    assert evidence is not None and sorted(set(evidence["top"])) == tops, (evidence, tops)
+    assert any("per-instance ids are not kept" in n for n in report["labels"]["notes"])
     assert run_command(command, tmp_path / "out") == 0
-    assert_exact(shaped, tmp_path / "out")
+    data = assert_exact(shaped, tmp_path / "out")
+    assert data.num_classes == 2
+
+
+def test_cellpose_instance_ids_read_as_classes_are_refused(tmp_path, capsys):
+    """convert without scan's flags (the old advice, `--num-classes K`) refuses with a named error giving the
+    flag; `--mask-semantics index` is the user's word that the values are classes, and converts."""
+    shaped = R.make_cellpose(tmp_path / "cellpose")
+    train = str(shaped.root / "train")
+    k = max(int(np.asarray(Image.open(s.mask)).max()) for s in shaped.samples.values()) + 1
+    args = ["convert", "--images", train, "--masks", train, "--image-suffix", "_img", "--mask-suffix", "_masks",
+            str(tmp_path / "out"), "--size", "24x32", "--num-classes", str(k), "--workers", "1", "-q"]
+    code = cli_main(args)
+    err = capsys.readouterr().err
+    assert code != 0 and "instance ids" in err and "--mask-semantics binary --binary-threshold 1" in err, err
+    assert not (tmp_path / "out" / "imgshard.json").exists()
+    assert cli_main(args + ["--mask-semantics", "index"]) == 0
+    capsys.readouterr()
+    data = readers.open(str(tmp_path / "out"))
+    assert data.num_classes == k
+
+
+def _ade_like(root: Path, n: int = 6, classes: int = 150, seed: int = 31) -> int:
+    """images/ + masks/ of a 150-class scene-parsing map (ADE20K-like): each image holds ~12 classes drawn
+    from 1..150, several of them in more than one piece, 0 unlabelled. Returns K = max value + 1."""
+    rng = np.random.default_rng(seed)
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    top = 0
+    for i in range(n):
+        lab = np.zeros((64, 64), np.uint8)
+        for c in rng.choice(np.arange(1, classes + 1), size=12, replace=False):
+            for _ in range(int(rng.integers(1, 4))):  # stuff classes come in pieces (walls, floor around furniture)
+                y, x = rng.integers(0, 56, size=2)
+                lab[y:y + int(rng.integers(4, 24)), x:x + int(rng.integers(4, 24))] = c
+        top = max(top, int(lab.max()))
+        Image.fromarray(synth_photo(rng)).save(root / "images" / f"scene_{i:04d}.jpg")
+        Image.fromarray(lab, "L").save(root / "masks" / f"scene_{i:04d}.png")
+    return top + 1
+
+
+def synth_photo(rng) -> np.ndarray:
+    return rng.integers(0, 256, size=(64, 64, 3), dtype=np.uint8)
+
+
+def test_many_class_map_is_not_taken_for_instance_ids(tmp_path, capsys):
+    """A 150-class map: values shared across files, sparse per file, classes in several pieces: no instance-id
+    evidence, scan proposes the classes (K = max value + 1) and convert accepts them."""
+    k = _ade_like(tmp_path / "scenes")
+    report = scan_json(capsys, tmp_path / "scenes")
+    command = report["verdict"]["command"]
+    assert report["labels"]["instance_ids"] is None
+    assert f"--num-classes {k}" in command and "--binary-threshold" not in command, command
+    assert run_command(command, tmp_path / "out") == 0
+    capsys.readouterr()
+    assert readers.open(str(tmp_path / "out")).num_classes == k
 
 
 def test_massachusetts_roads_tiff_tree(tmp_path, capsys):
@@ -446,4 +498,69 @@ def test_cellpose_instance_ids_convert_with_the_binary_threshold_flags(tmp_path,
     assert cli_main(["convert", "--images", str(train), "--masks", str(train), "--image-suffix", "_img",
                      "--mask-suffix", "_masks", str(tmp_path / "out"), "--size", f"{SIZE[0]}x{SIZE[1]}",
                      "--mask-semantics", "binary", "--binary-threshold", "1", "--workers", "1", "-q"]) == 0
+    assert_exact(shaped, tmp_path / "out")
+
+
+def test_face_part_map_with_one_blob_per_class_is_not_taken_for_instance_ids(tmp_path, capsys):
+    """CelebAMask-HQ-like parsing maps: 18 parts (skin, eyes, brows, nose, lips, ears, hair, ...), each one small
+    blob, some absent per face, so the top value varies: as consecutive and one-blob as instance ids, but too
+    few ids; scan keeps them as classes and convert accepts `--num-classes K`."""
+    rng = np.random.default_rng(8)
+    root = tmp_path / "faces"
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    tops = set()
+    for i in range(6):
+        lab = Image.new("L", (64, 64), 0)
+        draw = ImageDraw.Draw(lab)
+        parts = [p for p in range(1, 19) if p < 16 or rng.random() < 0.5]  # hat, earrings, necklace: sometimes
+        parts = parts if i else parts[:15]  # no accessory on the first face: the top value varies
+        for p in parts:
+            cx, cy = 6 + (p - 1) % 5 * 13, 6 + (p - 1) // 5 * 15
+            draw.ellipse([cx - 4, cy - 3, cx + 4, cy + 3], fill=p)
+        tops.add(max(parts))
+        Image.fromarray(synth_photo(rng)).save(root / "images" / f"{i}.jpg")
+        lab.save(root / "masks" / f"{i}.png")
+    assert len(tops) > 1  # varying like instance counts
+    top = max(tops)
+    report = scan_json(capsys, root)
+    command = report["verdict"]["command"]
+    assert report["labels"]["instance_ids"] is None
+    assert f"--num-classes {top + 1}" in command and "--binary-threshold" not in command, command
+    assert run_command(command, tmp_path / "out") == 0
+    capsys.readouterr()
+    assert readers.open(str(tmp_path / "out")).num_classes == top + 1
+
+
+def test_euler_numbers_count_blobs_minus_holes(tmp_path):
+    """The per-id blob test (`euler_numbers`) against connected components counted by scipy: 4-connected
+    pieces of each value minus its holes (8-connected pieces of the rest that touch no border)."""
+    ndimage = pytest.importorskip("scipy.ndimage")
+    from converter.discover.evidence import euler_numbers
+
+    rng = np.random.default_rng(5)
+    lab = np.zeros((40, 40), np.uint16)
+    for v in range(1, 30):
+        for _ in range(int(rng.integers(1, 3))):
+            y, x = rng.integers(0, 36, size=2)
+            lab[y:y + int(rng.integers(1, 9)), x:x + int(rng.integers(1, 9))] = v
+    lab[10:15, 10:15] = 300
+    lab[12, 12] = 301  # a hole in 300
+    got = euler_numbers(lab)
+    for v in np.unique(lab):
+        pieces = ndimage.label(lab == v)[1]
+        rest, n = ndimage.label(lab != v, structure=np.ones((3, 3)))
+        border = set(np.unique(np.concatenate([rest[0], rest[-1], rest[:, 0], rest[:, -1]]))) - {0}
+        holes = n - len(border)
+        assert got[v] == pieces - holes, (v, got[v], pieces, holes)
+    assert got[300] == 0 and got[301] == 1
+
+
+def test_cellpose_src_alone_pairs_img_and_masks_in_one_folder(tmp_path, capsys):
+    """`scan SRC` on Cellpose's train/NNN_img.png + train/NNN_masks.png (one folder): 'no known layout' before;
+    now paired by content inside the folder (a mask word ends half the names), converted as binary."""
+    shaped = R.make_cellpose(tmp_path / "cellpose")
+    report, data = convert_as_told(shaped, tmp_path, capsys)
+    assert "--binary-threshold 1" in report["verdict"]["command"]
+    assert data.num_classes == 2
     assert_exact(shaped, tmp_path / "out")

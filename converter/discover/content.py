@@ -5,7 +5,8 @@ For each (image folder, mask folder) candidate the name tokens that make stems m
 inferred (`infer_tokens`: a suffix, e.g. ``21_training`` / ``21_manual1``, or a prefix,
 e.g. ``red_patch_7`` / ``gt_patch_7``; a token never cuts a run of digits or letters, so
 ``3`` never pairs with ``13``; both at once, ``img_0007_rgb`` / ``lbl_0007_mask``, from each
-folder's shared prefix and suffix), and the pair scores the number of images it pairs. The
+folder's shared prefix and suffix; images and masks in one folder, ``000_img`` / ``000_masks``, by their
+last words: `within_folder`), and the pair scores the number of images it pairs. The
 assignment takes the best pairs first, one mask folder per image folder, a folder on one
 side only. Never chosen as mask folders: JPEG overlays (``*Visualization/``, ``*overlay*``),
 per-class sub-folders of a mask folder that pairs as well. Which side holds the masks:
@@ -302,6 +303,25 @@ def candidates(folders: list[Folder]) -> list[Candidate]:
     return out
 
 
+def within_folder(folder: Folder) -> Candidate | None:
+    """Images and masks in one folder, told apart by a last word (Cellpose's ``000_img`` + ``000_masks``):
+    two words that end 90% of the names, one of them a mask word and the other not, pairing 2 names or more."""
+    words = Counter(s.rpartition("_")[2] for s in folder.stems if "_" in s)
+    top = words.most_common(2)
+    if len(top) < 2 or (top[0][1] + top[1][1]) * 10 < len(folder.stems) * 9:
+        return None
+    masky = [w for w, _ in top if any(m in w.lower() for m in MASK_WORDS)]
+    if len(masky) != 1:
+        return None
+    mask_word = masky[0]
+    image_word = next(w for w, _ in top if w != mask_word)
+    images = dataclasses.replace(folder, stems=tuple(s for s in folder.stems if s.endswith("_" + image_word)))
+    masks = dataclasses.replace(folder, stems=tuple(s for s in folder.stems if s.endswith("_" + mask_word)))
+    tokens = Tokens(image_suffix="_" + image_word, mask_suffix="_" + mask_word)
+    n = len(bases(images.stems, "", tokens.image_suffix) & bases(masks.stems, "", tokens.mask_suffix))
+    return Candidate(images, masks, tokens, n) if n >= 2 else None
+
+
 def _class_subfolder(c: Candidate, cands: list[Candidate]) -> bool:
     """A mask folder below another mask folder of the same image folder that pairs at least as well."""
     return any(o.images == c.images and o.masks != c.masks and c.masks.rel.startswith(o.masks.rel + "/")
@@ -436,7 +456,11 @@ def companions(c: Candidate) -> tuple[str, ...]:
 def find_by_content(root: str) -> ContentResult | None:
     """The folder pairs of `root` found by content (see the module docstring); None: nothing pairs."""
     set_aside: list[Candidate] = []
-    chosen = choose(candidates(image_folders(root)), root, set_aside)
+    folders = image_folders(root)
+    cands = candidates(folders)
+    cands += [c for c in map(within_folder, folders) if c is not None
+              and not any(o.paired >= c.paired and c.images.rel in (o.images.rel, o.masks.rel) for o in cands)]
+    chosen = choose(cands, root, set_aside)
     if not chosen:
         return None
     why = "pairing by content: " + ", ".join(

@@ -13,7 +13,10 @@ evidence, and say which evidence decided (`LayoutDefaults.classes_from`):
 * `pascal_voc_evidence`: VOC image ids (``2007_000032``) and values within 0..20 plus 255;
 * `palette_order(mask, classes)`: does a palette list the colour table's colours in table
   order (the index and colour readings agree), or not (only the colour reading is right);
-* `voc_defaults`, `names_defaults`: the classes of a layout from that evidence.
+* `voc_defaults`, `names_defaults`: the classes of a layout from that evidence;
+* `instance_ids(samples)`: masks that number each image's objects 1..N (Cellpose's
+  instance-id masks) are not class maps: per mask the ids are 1..N (nearly all present),
+  each one blob and small, N varying from mask to mask.
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ VOC_IMAGE_ID = re.compile(r"^20\d\d_\d{6}$")
 VOC_VALUES = frozenset(range(21)) | {255}
 #: ADE20K file names (ADE_train_00000001, ADE_val_00000001).
 ADE_NAME = re.compile(r"^ADE_[a-z]+_\d{8}$")
+#: Instance-id masks: the most ids in one sampled mask at least, ids present / N per mask, the share
+#: of ids that are one blob (Euler number 1), the median id's share of the mask's pixels at most.
+INSTANCE_MIN_IDS = 20
+INSTANCE_COVERAGE = 0.8
+INSTANCE_ONE_BLOB = 0.75
+INSTANCE_MEDIAN_AREA = 0.05
 _GREY = (np.arange(256, dtype=np.uint32) * 0x010101).astype(np.uint32)
 
 
@@ -192,6 +201,67 @@ def voc_defaults(root: str, base: str, mask_dir: str) -> LayoutDefaults:
                           "no names file beside the data)")
 
 
-__all__ = ["PEEK_MASKS", "folder_pair_defaults", "is_palette", "mask_names", "names_defaults", "palette_conflict",
+def euler_numbers(values: np.ndarray) -> np.ndarray:
+    """Per value v, the Euler number of the pixels equal to v (4-connected): blobs minus holes,
+    V - E + F (pixels, equal neighbour pairs, equal 2x2 blocks); 1 for one blob without holes."""
+    size = int(values.max()) + 1
+    h = values[:, 1:] == values[:, :-1]
+    v = values[1:, :] == values[:-1, :]
+    f = h[1:, :] & h[:-1, :] & v[:, 1:]
+    out = np.bincount(values.ravel(), minlength=size).astype(np.int64)
+    out -= np.bincount(values[:, 1:][h], minlength=size) + np.bincount(values[1:, :][v], minlength=size)
+    return out + np.bincount(values[1:, 1:][f], minlength=size)
+
+
+def instance_reading(mask: MaskArray) -> dict | None:
+    """One mask's instance-id evidence ({'ids', 'top', 'one_blob', 'median_area'}), None when it is
+    no instance-id mask (ids not 1..N nearly all present, not one blob each, not small); {} when it holds
+    fewer than two ids (tells nothing)."""
+    if mask.indices is None or mask.indices.ndim != 2 or min(mask.indices.shape) < 2:
+        return None
+    values = mask.indices
+    counts = np.bincount(values.ravel())
+    ids = np.nonzero(counts[1:])[0] + 1
+    if len(ids) < 2:
+        return {}
+    top = int(ids.max())
+    one_blob = float(np.mean(euler_numbers(values)[ids] == 1))
+    median_area = float(np.median(counts[ids])) / values.size
+    if len(ids) < INSTANCE_COVERAGE * top or one_blob < INSTANCE_ONE_BLOB or median_area > INSTANCE_MEDIAN_AREA:
+        return None
+    return {"ids": len(ids), "top": top, "one_blob": one_blob, "median_area": median_area}
+
+
+def instance_ids(samples, n: int = PEEK_MASKS) -> dict | None:
+    """The evidence that the masks of `samples` are instance ids, not classes (`instance_reading` of up to
+    `n` masks spread over them, decoded one by one, stopping at the first that is not), or None: at least
+    two masks with ids, every one 1..N, one blob each, small; N varying; one mask with `INSTANCE_MIN_IDS`."""
+    seen = []
+    for path in sample_masks(samples, n):
+        mask = peek_mask(path)
+        if mask is None:
+            continue
+        one = instance_reading(mask)
+        if one is None:
+            return None
+        if one:
+            seen.append(one)
+    if len(seen) < 2 or len({s["top"] for s in seen}) < 2 or max(s["ids"] for s in seen) < INSTANCE_MIN_IDS:
+        return None
+    return {"masks": len(seen), "ids": [s["ids"] for s in seen], "top": [s["top"] for s in seen],
+            "one_blob": round(min(s["one_blob"] for s in seen), 3),
+            "median_area": round(max(s["median_area"] for s in seen), 5)}
+
+
+def describe_instances(ev: dict) -> str:
+    """The instance-id evidence, for people."""
+    return (f"instance ids: in {ev['masks']} sampled mask(s) the values are ids 1..N with N = "
+            f"{min(ev['top'])}..{max(ev['top'])} varying per mask, nearly all present, each id one blob "
+            f"(at least {ev['one_blob']:.0%}) of at most {ev['median_area']:.2%} of the mask (median): objects "
+            "numbered per image, not classes")
+
+
+__all__ = ["PEEK_MASKS", "describe_instances", "euler_numbers", "folder_pair_defaults", "instance_ids",
+           "instance_reading", "is_palette", "mask_names", "names_defaults", "palette_conflict",
            "palette_order", "pascal_voc_evidence", "peek_mask", "peek_values", "sample_masks", "spread", "two_level",
            "voc_defaults"]

@@ -28,8 +28,8 @@ from converter.discover.labelmaps import (
     load_index_names,
     load_label_map,
 )
-from converter.discover.evidence import (is_palette, palette_conflict, palette_order, peek_values, sample_masks,
-                                         two_level)
+from converter.discover.evidence import (describe_instances, instance_ids, is_palette, palette_conflict,
+                                         palette_order, peek_values, sample_masks, two_level)
 from converter.discover.layout import Discovery
 from converter.discover.names_files import read_names
 from converter.options import ANNOTATION_FORMATS, DEFAULT_MAX_PIXELS, LabelOptions, MaskSemantics, SourceSpec
@@ -68,6 +68,33 @@ class ReadingConflict(ValueError):
     """Two plausible readings of the masks disagree and no rule settles which is meant."""
 
 
+class InstanceIdMasks(ReadingConflict):
+    """Masks that number each image's objects 1..N (instance ids) about to be read as class ids."""
+
+
+def reads_as_classes(spec: SourceSpec, found: Discovery) -> bool:
+    """Whether the masks would be read as class ids with no class table, names or label map of their own
+    (where instance-id masks would pass for classes)."""
+    d = found.defaults
+    return (d.semantics in (None, MaskSemantics.INDEX) and colour_table(spec, found) is None and spec.classes is None
+            and d.names_file is None and d.class_names is None and d.label_map is None)
+
+
+def _check_instance_ids(spec: SourceSpec, given: LabelOptions | None, found: Discovery,
+                        resolved: LabelOptions) -> None:
+    """Refuse instance-id masks read as class ids (not asked for with --mask-semantics index)."""
+    if (given and given.semantics) or resolved.semantics is not MaskSemantics.INDEX or resolved.label_map \
+            or not reads_as_classes(spec, found):
+        return
+    evidence = instance_ids(found.samples)
+    if evidence is not None:
+        raise InstanceIdMasks(
+            f"These masks hold {describe_instances(evidence)}. Read as class ids they would make every object "
+            f"number a class. Convert them as object / background with --mask-semantics binary --binary-threshold 1 "
+            f"(every id >= 1 is foreground; per-instance ids are not kept), or give --mask-semantics index if the "
+            f"values really are classes. Received: index masks, up to {max(evidence['top'])} ids per mask")
+
+
 def first_mask(found: Discovery) -> MaskArray | None:
     path = next((s.mask for s in found.samples if s.mask), None)
     return _peek_mask(path) if path is not None else None
@@ -91,8 +118,10 @@ def auto_semantics(spec: SourceSpec, found: Discovery) -> MaskSemantics:
 def check_readings(spec: SourceSpec, given: LabelOptions | None, found: Discovery, resolved: LabelOptions) -> None:
     """Convert's refusal of a disagreement no rule settles: palette masks read by colour (not
     asked for) whose used colours the colour table does not name, while every index used is a
-    row of it, raise `ReadingConflict` naming the flag that chooses (scan reports it instead)."""
+    row of it, raise `ReadingConflict` naming the flag that chooses (scan reports it instead); so do
+    instance-id masks read as class ids (`InstanceIdMasks`, scan proposes binary at threshold 1)."""
     _check_ignored_levels(found, resolved)
+    _check_instance_ids(spec, given, found, resolved)
     table = colour_table(spec, found)
     if (given and given.semantics) or resolved.semantics is not MaskSemantics.COLOUR or table is None:
         return

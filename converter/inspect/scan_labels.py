@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from converter.discover.evidence import two_level
-from converter.discover.labels import auto_semantics, colour_table, resolve_labels
+from converter.discover.evidence import describe_instances, instance_ids, two_level
+from converter.discover.labels import auto_semantics, colour_table, reads_as_classes, resolve_labels
 from converter.discover.layout import BadInput, Discovery
 from converter.options import LabelOptions, MaskSemantics, SourceSpec
 from converter.transform.decode import MaskArray
@@ -108,10 +108,19 @@ def resolve_for_scan(spec: SourceSpec, labels: LabelOptions, found: Discovery, s
     flags: list[str] = []
     notes: list[str] = []
     given = labels
+    instances = None
     if labels.semantics is None and found.defaults.semantics is None and colour_table(spec, found) is None \
             and _looks_binary(pixels, jpeg, summaries):
         labels = dataclasses.replace(labels, semantics=MaskSemantics.BINARY)
         flags += ["--mask-semantics", "binary"]
+    elif labels.semantics is None and reads_as_classes(spec, found):
+        instances = instance_ids(found.samples)
+    if instances is not None:  # objects numbered per image: foreground / background, every id foreground
+        labels = dataclasses.replace(labels, semantics=MaskSemantics.BINARY, binary_threshold=1)
+        flags += ["--mask-semantics", "binary", "--binary-threshold", "1"]
+        notes.append(describe_instances(instances))
+        notes.append("instance ids: every object is stored as class 1 'foreground' (0 background); "
+                     "per-instance ids are not kept")
     semantics = labels.semantics or auto_semantics(spec, found)
     candidates = void_candidates(pixels, thin, summaries, given.num_classes is None and spec.classes is None)
     if semantics is MaskSemantics.INDEX and candidates and given.ignore_values is None \
@@ -139,7 +148,7 @@ def resolve_for_scan(spec: SourceSpec, labels: LabelOptions, found: Discovery, s
                      "(give names with --classes names.txt, line i = class i)")
         resolved, classes = resolve_labels(spec, labels, found)
     return {"labels": resolved, "classes": classes, "flags": flags, "notes": notes, "pixels": pixels,
-            "files": files, "thin": thin, "jpeg": jpeg}
+            "files": files, "thin": thin, "jpeg": jpeg, "instances": instances}
 
 
 def apply_labels(info: dict[str, Any], summaries) -> list[BadInput]:
@@ -200,14 +209,15 @@ def labels_section(info: dict[str, Any], found: Discovery, summaries) -> dict[st
             if len(u["examples"]) < 5:
                 u["examples"].append(s.key)
     off = None
-    if resolved.semantics is MaskSemantics.BINARY:
+    if resolved.semantics is MaskSemantics.BINARY and not info.get("instances"):
         levels = (0, 1) if set(pixels) <= {0, 1} else (0, 255)
         off = sum(n for v, n in pixels.items() if v not in levels and v not in (resolved.ignore_values or ()))
     return {"layout": found.layout, "why": found.why, "semantics": resolved.semantics.value,  # type: ignore[union-attr]
             "resolved": resolved.to_json(), "values": values, "void_candidates": void,
             "unknown_values": sorted(unknown.values(), key=lambda u: -u["pixels"]), "off_level_pixels": off,
             "jpeg_masks": info["jpeg"], "flags": info["flags"], "notes": info["notes"],
-            "suffixes": list(found.suffixes) if found.suffixes else None, "unpaired_images": found.unpaired_images}
+            "suffixes": list(found.suffixes) if found.suffixes else None, "unpaired_images": found.unpaired_images,
+            "instance_ids": info.get("instances")}
 
 
 def format_labels(sec: dict[str, Any], limit: int = 20) -> list[str]:

@@ -44,6 +44,8 @@ def classes_from(spec: SourceSpec, found: Discovery, resolved: LabelOptions, cla
     if "--num-classes" in flags or (resolved.num_classes is not None and found.defaults.names_file is None):
         base = found.defaults.classes_from or "the mask values present, class_0.. (no names file beside the data)"
         return f"{base}; K = max value + 1 = {len(classes)} (names: --classes names.txt, line i = class i)"
+    if resolved.semantics is MaskSemantics.BINARY and resolved.binary_threshold == 1 and "--binary-threshold" in flags:
+        return "instance ids numbered per mask: background (0) and foreground (every id >= 1)"
     if resolved.semantics is MaskSemantics.BINARY:
         names = [c.name for c in classes]
         named = f"; names from {os.path.basename(found.defaults.names_file or '')}" \
@@ -208,6 +210,8 @@ def scan_labels_options(given: LabelOptions | None, flags: list[str]) -> LabelOp
             ignore.append(int(value))
         elif flag == "--num-classes":
             labels = dataclasses.replace(labels, num_classes=int(value))
+        elif flag == "--binary-threshold":
+            labels = dataclasses.replace(labels, binary_threshold=int(value))
     return dataclasses.replace(labels, ignore_values=tuple(ignore)) if ignore else labels
 
 

@@ -17,15 +17,10 @@ truncated file, refused before anything is allocated.
 
 from __future__ import annotations
 
-import struct
 import sys
 import zlib
-from typing import Iterator
 
-try:
-    from isal import isal_zlib
-except ImportError:  # pragma: no cover - isal is a dependency; only a broken install lacks it
-    isal_zlib = None
+from readers.formats.pngmask import chunks, first_idat_run, inflated_size  # noqa: F401 - one PNG stream walker for both sides (re-exported)
 
 #: Deflate's greatest expansion: a 258-byte match coded in 2 bits (1-bit length and
 #: distance codes) gives 258 bytes per 2 bits, 1032:1; headers only lower it.
@@ -67,51 +62,6 @@ def raw_size(width: int, height: int, depth: int, color_type: int, interlace: in
 def max_inflated(compressed_bytes: int) -> int:
     """The most bytes `compressed_bytes` of a zlib stream can inflate to."""
     return compressed_bytes * MAX_INFLATE_RATIO + INFLATE_SLACK_BYTES
-
-
-def chunks(data: bytes | memoryview) -> Iterator[tuple[bytes, int, int]]:
-    """(type, payload start, payload end) of each whole chunk after the signature;
-    stops at the end of the data or at a chunk cut short (the CRC is at `end`)."""
-    mv = memoryview(data)
-    pos, end = 8, len(mv)
-    while pos + 12 <= end:
-        length, ctype = struct.unpack_from(">I4s", mv, pos)
-        stop = pos + 8 + length
-        if stop + 4 > end:
-            return
-        yield ctype, pos + 8, stop
-        pos = stop + 4
-
-
-def first_idat_run(data: bytes | memoryview) -> list[memoryview]:
-    """The payloads of the first run of consecutive IDAT chunks: the image data Pillow reads."""
-    mv = memoryview(data)
-    run: list[memoryview] = []
-    for ctype, start, stop in chunks(mv):
-        if ctype == b"IDAT":
-            run.append(mv[start:stop])
-        elif run or ctype == b"IEND":
-            break
-    return run
-
-
-def inflated_size(parts: list[memoryview], limit: int) -> int:
-    """Bytes the zlib stream made of `parts` inflates to, counted up to `limit` (never
-    holding more than 1 MiB of output); a damaged stream counts what came before the damage.
-    ISA-L when installed (2-3x zlib: this runs on top of Pillow's own decode)."""
-    inflater = (isal_zlib or zlib).decompressobj()
-    total = 0
-    try:
-        for part in parts:
-            buf: bytes | memoryview = part
-            while buf and not inflater.eof and total < limit:
-                total += len(inflater.decompress(buf, 1 << 20))
-                buf = inflater.unconsumed_tail
-        if not inflater.eof and total < limit:
-            total += len(inflater.flush())  # output still held back: at most a window
-    except (zlib.error, *((isal_zlib.error,) if isal_zlib is not None else ())):
-        pass
-    return min(total, limit)
 
 
 def _pillow_text_limits() -> tuple[int, int]:

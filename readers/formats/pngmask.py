@@ -10,6 +10,10 @@ scales 8-bit data to 16-bit. `check_mask_png` refuses all of it with a reason, o
 stored bytes, before a decoder runs; every read path (`records`, `keras_dataset`,
 `tf_dataset` seeded or not, gzip or not, `verify --deep`) decodes masks through it.
 
+The PNG stream walking (`chunks`, `first_idat_run`, `inflated_size`) is here, in the
+readers, because the readers may not import the converter; the converter's PNG checks
+(`converter.transform.pngchunks`) use the same functions.
+
 Standard library only (ISA-L's inflate when installed: 2-3x zlib).
 """
 
@@ -30,22 +34,26 @@ _COLOUR_TYPES = {0: "greyscale", 2: "RGB", 3: "palette", 4: "grey+alpha", 6: "RG
 _STEP_BYTES = 1 << 20
 
 
-def _chunks(mv: memoryview) -> Iterator[tuple[bytes, int, int]]:
-    """(type, payload start, payload end) of each whole chunk after the signature."""
-    pos = len(SIGNATURE)
-    while pos + 8 <= len(mv):
+def chunks(data: Any) -> Iterator[tuple[bytes, int, int]]:
+    """(type, payload start, payload end) of each whole chunk after the signature; stops at
+    the end of the data or at a chunk cut short (the CRC is at `end`)."""
+    mv = memoryview(data)
+    pos, end = len(SIGNATURE), len(mv)
+    while pos + 12 <= end:
         length, ctype = struct.unpack_from(">I4s", mv, pos)
-        start = pos + 8
-        if start + length + 4 > len(mv):
+        stop = pos + 8 + length
+        if stop + 4 > end:
             return
-        yield ctype, start, start + length
-        pos = start + length + 4
+        yield ctype, pos + 8, stop
+        pos = stop + 4
 
 
-def _image_data(mv: memoryview) -> list[memoryview]:
-    """The payloads of the first run of IDAT chunks (what decoders read)."""
+def first_idat_run(data: Any) -> list[memoryview]:
+    """The payloads of the first run of consecutive IDAT chunks: the image data decoders
+    (Pillow, TensorFlow) read."""
+    mv = memoryview(data)
     run: list[memoryview] = []
-    for ctype, start, stop in _chunks(mv):
+    for ctype, start, stop in chunks(mv):
         if ctype == b"IDAT":
             run.append(mv[start:stop])
         elif run or ctype == b"IEND":
@@ -53,9 +61,10 @@ def _image_data(mv: memoryview) -> list[memoryview]:
     return run
 
 
-def _inflated_size(parts: list[memoryview], limit: int) -> int:
-    """Bytes the zlib stream in `parts` inflates to, counted up to `limit + 1`; a damaged
-    stream counts what came before the damage."""
+def inflated_size(parts: list[memoryview], limit: int) -> int:
+    """Bytes the zlib stream made of `parts` inflates to, counted up to `limit + 1` (so a
+    stream longer than `limit` shows) and never holding more than 1 MiB of output; a
+    damaged stream counts what came before the damage."""
     inflater = _inflate.decompressobj()
     total = 0
     try:
@@ -65,10 +74,10 @@ def _inflated_size(parts: list[memoryview], limit: int) -> int:
                 total += len(inflater.decompress(buf, _STEP_BYTES))
                 buf = inflater.unconsumed_tail
         if not inflater.eof and total <= limit:
-            total += len(inflater.flush())
+            total += len(inflater.flush())  # output still held back: at most a window
     except (zlib.error, _inflate.error):
         pass
-    return total
+    return min(total, limit + 1)
 
 
 def check_mask_png(data: Any, height: int, width: int, depth: int) -> None:
@@ -89,7 +98,7 @@ def check_mask_png(data: Any, height: int, width: int, depth: int) -> None:
     if interlace:
         raise ValueError("mask is an interlaced PNG, expected a plain (non-interlaced) class map")
     need = height * (1 + width * depth // 8)
-    got = _inflated_size(_image_data(mv), need)
+    got = inflated_size(first_idat_run(mv), need)
     if got < need:
         raise ValueError(f"mask is a truncated PNG: its image data ends after {got} of the {need} bytes a "
                          f"{width}x{height} class map needs (about {got * height // max(need, 1)} of {height} "
@@ -98,4 +107,4 @@ def check_mask_png(data: Any, height: int, width: int, depth: int) -> None:
         raise ValueError(f"mask PNG holds more image data than a {width}x{height} class map ({need} bytes)")
 
 
-__all__ = ["SIGNATURE", "check_mask_png"]
+__all__ = ["SIGNATURE", "check_mask_png", "chunks", "first_idat_run", "inflated_size"]
