@@ -495,6 +495,39 @@ def test_a_change_to_one_band_file_alone_is_seen_by_an_incremental_run(tmp_path:
     assert final.plan.unchanged == 4 and not final.plan.changed_kept and final.plan.nothing_to_do
 
 
+def test_a_band_file_rewritten_while_it_is_read_is_a_named_bad_input_then_converted(tmp_path: Path) -> None:
+    """Every band file is read stably: one kept moving (rewritten in place, the same bytes, every 20 ms)
+    makes its sample a bad input of kind changed_during_read naming that file; nothing of it is published,
+    and the next run converts it."""
+    import threading
+
+    stacks = _band_folders(tmp_path / "src", n=3)
+    nir = tmp_path / "src" / "train_nir" / "nir_patch_1.TIF"  # the first sample's: the probe reads it too
+    data, stop = nir.read_bytes(), threading.Event()
+
+    def rewrite() -> None:
+        while not stop.is_set():
+            with open(nir, "r+b") as f:
+                f.write(data)
+            stop.wait(0.02)
+
+    writer = threading.Thread(target=rewrite, daemon=True)
+    writer.start()
+    out, options = str(tmp_path / "out"), OutputOptions(size=(26, 30), labels=LabelOptions(num_classes=2))
+    try:
+        first = convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1, max_bad=1))
+    finally:
+        stop.set()
+        writer.join(5)
+    assert [(b.kind, b.path) for b in first.bad] == [("changed_during_read", str(nir))]
+    assert sorted(_by_key(tmp_path / "out")) == ["red_patch_4", "red_patch_7"]
+    second = convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1))
+    assert second.plan.new == 1 and second.plan.unchanged == 2 and not second.bad
+    got = _by_key(tmp_path / "out")
+    for base, stack in stacks.items():
+        np.testing.assert_array_equal(got[f"red_{base}"], stack)
+
+
 def test_a_band_file_touched_without_a_change_is_not_a_change(tmp_path: Path) -> None:
     import os
 
