@@ -495,6 +495,39 @@ def test_a_change_to_one_band_file_alone_is_seen_by_an_incremental_run(tmp_path:
     assert final.plan.unchanged == 4 and not final.plan.changed_kept and final.plan.nothing_to_do
 
 
+def test_a_band_file_rewritten_while_it_is_read_is_a_named_bad_input_then_converted(tmp_path: Path) -> None:
+    """Every band file is read stably: one kept moving (rewritten in place, the same bytes, every 20 ms)
+    makes its sample a bad input of kind changed_during_read naming that file; nothing of it is published,
+    and the next run converts it."""
+    import threading
+
+    stacks = _band_folders(tmp_path / "src", n=3)
+    nir = tmp_path / "src" / "train_nir" / "nir_patch_1.TIF"  # the first sample's: the probe reads it too
+    data, stop = nir.read_bytes(), threading.Event()
+
+    def rewrite() -> None:
+        while not stop.is_set():
+            with open(nir, "r+b") as f:
+                f.write(data)
+            stop.wait(0.02)
+
+    writer = threading.Thread(target=rewrite, daemon=True)
+    writer.start()
+    out, options = str(tmp_path / "out"), OutputOptions(size=(26, 30), labels=LabelOptions(num_classes=2))
+    try:
+        first = convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1, max_bad=1))
+    finally:
+        stop.set()
+        writer.join(5)
+    assert [(b.kind, b.path) for b in first.bad] == [("changed_during_read", str(nir))]
+    assert sorted(_by_key(tmp_path / "out")) == ["red_patch_4", "red_patch_7"]
+    second = convert(_band_spec(tmp_path / "src"), out, options, RunOptions(workers=1))
+    assert second.plan.new == 1 and second.plan.unchanged == 2 and not second.bad
+    got = _by_key(tmp_path / "out")
+    for base, stack in stacks.items():
+        np.testing.assert_array_equal(got[f"red_{base}"], stack)
+
+
 def test_a_band_file_touched_without_a_change_is_not_a_change(tmp_path: Path) -> None:
     import os
 
@@ -630,13 +663,43 @@ def test_scan_finds_band_folders_and_its_command_converts_bit_exact(tmp_path: Pa
     report = json.loads(proc.stdout)
     assert report["images"]["kinds"]["band_files"] == 4
     command = report["verdict"]["command"]
-    assert "--bands train_blue,train_green,train_nir,train_red --masks train_gt" in command
+    assert "--bands train_red,train_green,train_blue,train_nir --masks train_gt" in command  # spectral order
+    assert report["images"]["kinds"]["band_order"] == {
+        "bands": [f"train_{b}" for b in BANDS], "order": "spectral order (colour names: red, green, blue, then by "
+        "wavelength)"}
+    text = _scan(str(tmp_path / "src")).stdout
+    assert "Bands: train_red, train_green, train_blue, train_nir, in spectral order" in text
     _run_command(command, tmp_path / "out")
     got = _by_key(tmp_path / "out")
-    order = ["blue", "green", "nir", "red"]  # scan's order: the folders' names
     for base, stack in stacks.items():
-        expected = np.stack([stack[..., BANDS.index(b)] for b in order], -1)
-        np.testing.assert_array_equal(got[f"blue_{base}"], expected)  # same size: no resize
+        np.testing.assert_array_equal(got[f"red_{base}"], stack)  # red, green, blue, nir; same size: no resize
+
+
+@pytest.mark.parametrize("names, expected, how", [
+    (("B08", "B03", "B02", "B8A", "B04"), ("B02", "B03", "B04", "B08", "B8A"), "spectral order (band numbers)"),
+    (("band_10", "band_2", "band_1"), ("band_1", "band_2", "band_10"), "spectral order (band numbers)"),
+    (("s2_nir", "s2_swir1", "s2_blue", "s2_red"), ("s2_red", "s2_blue", "s2_nir", "s2_swir1"), "spectral order"),
+    (("view_b", "view_a"), ("view_a", "view_b"), "folder-name order"),
+    (("red", "red_2"), ("red", "red_2"), "folder-name order"),  # two folders say red: no spectral order
+])
+def test_band_folders_are_proposed_in_the_spectral_order_their_names_say(names, expected, how) -> None:
+    from converter.discover.bands import spectral_order
+
+    ordered, said = spectral_order([f"/data/{n}" for n in names])
+    assert ordered == tuple(f"/data/{n}" for n in expected) and said.startswith(how)
+
+
+def test_scan_says_band_folders_without_spectral_names_go_in_folder_name_order(tmp_path: Path) -> None:
+    stacks = _band_folders(tmp_path / "src", n=3)
+    for b, new in zip(BANDS, ("d", "c", "b", "a")):  # train_red -> train_d, ...: names without a spectral order
+        (tmp_path / "src" / f"train_{b}").rename(tmp_path / "src" / f"train_{new}")
+    report = json.loads(_scan(str(tmp_path / "src"), "--json").stdout)
+    assert "--bands train_a,train_b,train_c,train_d --masks train_gt" in report["verdict"]["command"]
+    assert report["images"]["kinds"]["band_order"]["order"].startswith("folder-name order")
+    _run_command(report["verdict"]["command"], tmp_path / "out")
+    got = _by_key(tmp_path / "out")
+    for base, stack in stacks.items():
+        np.testing.assert_array_equal(got[f"nir_{base}"], stack[..., ::-1])  # a = nir, ..., d = red
 
 
 # -- per-band statistics (normalize="stats") ---------------------------------------------------------

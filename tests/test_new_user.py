@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image, ImageOps
+from PIL import Image, ImageDraw, ImageOps
 
 import readers
 from converter.cli import main as cli_main
@@ -499,6 +499,37 @@ def test_cellpose_instance_ids_convert_with_the_binary_threshold_flags(tmp_path,
                      "--mask-suffix", "_masks", str(tmp_path / "out"), "--size", f"{SIZE[0]}x{SIZE[1]}",
                      "--mask-semantics", "binary", "--binary-threshold", "1", "--workers", "1", "-q"]) == 0
     assert_exact(shaped, tmp_path / "out")
+
+
+def test_face_part_map_with_one_blob_per_class_is_not_taken_for_instance_ids(tmp_path, capsys):
+    """CelebAMask-HQ-like parsing maps: 18 parts (skin, eyes, brows, nose, lips, ears, hair, ...), each one small
+    blob, some absent per face, so the top value varies: as consecutive and one-blob as instance ids, but too
+    few ids; scan keeps them as classes and convert accepts `--num-classes K`."""
+    rng = np.random.default_rng(8)
+    root = tmp_path / "faces"
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    tops = set()
+    for i in range(6):
+        lab = Image.new("L", (64, 64), 0)
+        draw = ImageDraw.Draw(lab)
+        parts = [p for p in range(1, 19) if p < 16 or rng.random() < 0.5]  # hat, earrings, necklace: sometimes
+        parts = parts if i else parts[:15]  # no accessory on the first face: the top value varies
+        for p in parts:
+            cx, cy = 6 + (p - 1) % 5 * 13, 6 + (p - 1) // 5 * 15
+            draw.ellipse([cx - 4, cy - 3, cx + 4, cy + 3], fill=p)
+        tops.add(max(parts))
+        Image.fromarray(synth_photo(rng)).save(root / "images" / f"{i}.jpg")
+        lab.save(root / "masks" / f"{i}.png")
+    assert len(tops) > 1  # varying like instance counts
+    top = max(tops)
+    report = scan_json(capsys, root)
+    command = report["verdict"]["command"]
+    assert report["labels"]["instance_ids"] is None
+    assert f"--num-classes {top + 1}" in command and "--binary-threshold" not in command, command
+    assert run_command(command, tmp_path / "out") == 0
+    capsys.readouterr()
+    assert readers.open(str(tmp_path / "out")).num_classes == top + 1
 
 
 def test_euler_numbers_count_blobs_minus_holes(tmp_path):

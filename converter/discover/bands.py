@@ -13,7 +13,9 @@ files from its first band's name, so the compact sample lists keep one name per 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from typing import Sequence
 
 from converter.discover.content import Tokens, bases, infer_tokens
 from converter.discover.files import file_names, is_dir, join
@@ -125,10 +127,42 @@ def band_names(folders: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(os.path.basename(os.path.normpath(f)) for f in folders)
 
 
+#: Band names in the order a band-folder stack takes them: red, green, blue first (the order of
+#: 38-Cloud's and most RGB+NIR sets), then the others by wavelength.
+COLOUR_BANDS = ("red", "green", "blue", "coastal", "yellow", "rededge", "nir", "swir", "swir1", "swir2", "tir")
+_BAND_NUMBER = re.compile(r"^(?:b|band)?0*(\d{1,3})(a?)$")
+
+
+def _band_key(token: str) -> tuple[str, float] | None:
+    """("colour", rank) for a colour name, ("number", n) for B02 / band_3 / 8A, None otherwise."""
+    if token in COLOUR_BANDS:
+        return "colour", float(COLOUR_BANDS.index(token))
+    m = _BAND_NUMBER.match(token)
+    return ("number", int(m.group(1)) + (0.5 if m.group(2) else 0.0)) if m else None
+
+
+def spectral_order(folders: Sequence[str]) -> tuple[tuple[str, ...], str]:
+    """(the band folders in spectral order, how it was chosen): by the colour names (red, green,
+    blue, nir, ...) or band numbers (B02, B03, B04, B08; band_1, ...) their names hold, one such word
+    per folder and no two alike; else in folder-name order."""
+    keyed = []
+    for folder in folders:
+        tokens = re.split(r"[^a-z0-9]+", os.path.basename(os.path.normpath(folder)).lower())
+        keys = [k for k in (_band_key(t) for t in tokens if t) if k is not None]
+        keyed.append(keys[0] if len(keys) == 1 else None)
+    kinds = {k[0] for k in keyed if k is not None}
+    if None not in keyed and len(kinds) == 1 and len({k[1] for k in keyed}) == len(keyed):
+        ordered = tuple(f for _, f in sorted(zip(keyed, folders), key=lambda kf: kf[0][1]))
+        how = "colour names: red, green, blue, then by wavelength" if kinds == {"colour"} else "band numbers"
+        return ordered, f"spectral order ({how})"
+    return tuple(sorted(folders)), "folder-name order (their names say no spectral order: reorder to taste)"
+
+
 def bases_shared(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     """How many names two folders share once their name tokens are cut (scan's band-folder test)."""
     tokens, _ = infer_tokens(a, b)
     return len(bases(a, tokens.image_prefix, tokens.image_suffix) & bases(b, tokens.mask_prefix, tokens.mask_suffix))
 
 
-__all__ = ["Band", "BandMap", "attach_bands", "band_names", "band_tokens", "bases_shared"]
+__all__ = ["COLOUR_BANDS", "Band", "BandMap", "attach_bands", "band_names", "band_tokens", "bases_shared",
+           "spectral_order"]

@@ -42,7 +42,7 @@ VOC_VALUES = frozenset(range(21)) | {255}
 ADE_NAME = re.compile(r"^ADE_[a-z]+_\d{8}$")
 #: Instance-id masks: the most ids in one sampled mask at least, ids present / N per mask, the share
 #: of ids that are one blob (Euler number 1), the median id's share of the mask's pixels at most.
-INSTANCE_MIN_IDS = 10
+INSTANCE_MIN_IDS = 20
 INSTANCE_COVERAGE = 0.8
 INSTANCE_ONE_BLOB = 0.75
 INSTANCE_MEDIAN_AREA = 0.05

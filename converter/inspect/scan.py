@@ -46,7 +46,7 @@ from converter.inspect.scan_labels import (
     value_summary,
 )
 from converter.discover.content import ContentTie
-from converter.inspect.scan_images import (band_spec_from_tie, decode_for_scan, format_images,
+from converter.inspect.scan_images import (band_order, band_spec_from_tie, decode_for_scan, format_images,
                                            image_verdict, images_section)
 from converter.inspect.scan_readings import format_readings, reading_problems, readings_section
 from converter.options import ANNOTATION_FORMATS, ExifMode, LabelOptions, MaskSemantics, SourceSpec, Task
@@ -421,6 +421,7 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
     duplicates = find_duplicates(summaries, split_names)
     images = image_stats(summaries)
     images["kinds"] = images_section(summaries, options.image_kind)
+    images["kinds"]["band_order"] = band_order(spec)  # band folders: their order and how it reads
     report = ScanReport(
         source=spec.root or spec.images or "", spec=spec, options=options, classes=classes, splits=pairs,
         summaries=summaries, bad=bad, classes_table=classes_table, unknown_colors=unknown, unknown_unlisted=unlisted,

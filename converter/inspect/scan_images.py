@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from converter.discover.bands import bases_shared
+from converter.discover.bands import bases_shared, spectral_order
 from converter.discover.files import file_names, subfolders
 from converter.discover.layout import IMAGE_EXTENSIONS
 from converter.imagekind import ImageKind
@@ -144,6 +144,9 @@ def format_images(section: dict[str, Any]) -> list[str]:
     if section.get("band_files"):
         line += f"; {section['band_files']} band files per sample"
     out = [line]
+    if section.get("band_order"):
+        order = section["band_order"]
+        out.append(f"Bands: {', '.join(order['bands'])}, in {order['order']}")
     stored = section.get("stored")
     if stored:
         out.append(f"Stored as: {stored['dtype']}, {stored['channels']} channel(s)"
@@ -198,7 +201,8 @@ def find_band_folders(images: str, masks: str | None) -> list[str]:
 def band_spec_from_tie(spec: Any) -> Any:
     """When pairing by content ties because several image folders pair equally with one mask
     folder and hold the same samples at the same size (band folders), the spec that stacks
-    them (bands in folder-name order); None otherwise."""
+    them (bands in the spectral order their names say, else in folder-name order: `spectral_order`);
+    None otherwise."""
     from converter.discover.content import candidates, image_folders
     from converter.options import SplitSource
 
@@ -216,9 +220,22 @@ def band_spec_from_tie(spec: Any) -> Any:
         folders = find_band_folders(tied[0], masks)
         if sorted(folders) == tied:
             split = group[0].images.split or "train"
-            return dataclasses.replace(spec, sources=(SplitSource(split, tied[0], masks, bands=tuple(tied)),))
+            ordered, _ = spectral_order(tied)
+            return dataclasses.replace(spec, sources=(SplitSource(split, ordered[0], masks, bands=ordered),))
     return None
 
 
-__all__ = ["band_args", "band_spec_from_tie", "decode_for_scan", "find_band_folders", "format_images", "image_args",
-           "image_findings", "image_verdict", "images_section"]
+def band_order(spec: Any) -> dict[str, Any] | None:
+    """The band folders of `spec` (given or found) and how their order reads: the spectral order
+    their names say (`converter.discover.bands.spectral_order`), folder-name order, or as given."""
+    given = [s for s in spec.sources if getattr(s, "bands", ())]
+    if not given:
+        return None
+    bands = tuple(given[0].bands)
+    ordered, how = spectral_order(bands)
+    names = [os.path.basename(os.path.normpath(b)) for b in bands]
+    return {"bands": names, "order": how if ordered == bands else "as given"}
+
+
+__all__ = ["band_args", "band_order", "band_spec_from_tie", "decode_for_scan", "find_band_folders", "format_images",
+           "image_args", "image_findings", "image_verdict", "images_section"]

@@ -42,7 +42,8 @@ _PILLOW_MODES = {  # mode -> (dtype, channels without alpha, alpha)
     "F": ("float32", 1, False),
 }
 #: Decode errors of a damaged file: the probe skips it (the run reports it as bad input).
-_BAD_FILE = frozenset({"corrupt", "truncated", "not_an_image", "empty_file", "missing", "unreadable", "too_large"})
+_BAD_FILE = frozenset({"corrupt", "truncated", "not_an_image", "empty_file", "missing", "unreadable", "too_large",
+                       "changed_during_read"})
 #: How many source images `resolve_kind` looks at (evenly spread over the samples).
 PROBE_FILES = 16
 #: How much of a file the probe reads first: the header of a PNG, JPEG, BMP, GIF or WebP.

@@ -18,6 +18,7 @@ import numpy as np
 import xxhash
 
 from converter.discover.files import files_for, read_head, relative
+from readers.files import NotRegularFileError
 from converter.options import Overlap
 from converter.transform.decode import DecodeError
 from readers.manifest import SourceFingerprint
@@ -84,6 +85,9 @@ def read_annotation_file(path: str) -> bytes:
     fs = files_for(path)
     try:
         size, _ = fs.stat(path)
+    except NotRegularFileError as e:
+        raise AnnotationFileError(path, "cannot read the annotation file: not a regular file (a folder, FIFO, socket "
+                                  "or device)", "put the exported annotation file itself there") from e
     except OSError as e:
         raise AnnotationFileError(path, f"cannot read the annotation file: {e.strerror or e}",
                                   "check that it exists and is readable") from e
