@@ -97,10 +97,7 @@ def _build_class() -> type:
             if self.options.augment is None:
                 return _standardized(self, *plain_batch(self, picked))
             images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
-            repeats = None
-            if self.options.repeat_factors is not None:  # a repeated sample's copies: their own draws
-                repeats = _picked(_occurrences(self), self.options, index + self._skip)
-            return _standardized(self, *augmented_batch(self, picked, images, targets, repeats))
+            return _standardized(self, *augmented_batch(self, picked, images, targets, index + self._skip))
 
         def __getstate__(self) -> dict:
             state = dict(self.__dict__)
@@ -228,10 +225,13 @@ def epoch_order(seed: int, epoch: int, n: int, shuffle: bool, factors: np.ndarra
 
 
 def augmented_batch(seq: Any, picked: np.ndarray, images: np.ndarray, targets: np.ndarray,
-                    repeats: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A `ShardPyDataset` batch augmented with the draws of (seed, epoch, sample ids), then
     expanded: in C (`readers.augment_host`) when built, else through `tf_dataset`'s
     TensorFlow function (cached on `seq`)."""
+    repeats = None  # `batch` of a repeat-factor order: a repeated sample's copies get their own draws
+    if batch is not None and seq.options.repeat_factors is not None:
+        repeats = _picked(_occurrences(seq), seq.options, batch)
     ids = repeat_ids(seq._ids[picked] if seq._ids is not None else picked.astype(np.uint64), repeats)
     opts = seq.options
     if host_kernel_takes(seq.spec.channels, seq.spec.image_dtype):
