@@ -5,6 +5,7 @@ changed, hostile files get named errors."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 
 import numpy as np
@@ -685,3 +686,53 @@ def test_classes_file_names_placeholder_classes_of_annotation_files(tmp_path):
     convert(SourceSpec(root=str(exp.root), classes=str(names)), str(tmp_path / "out"), OutputOptions(size=SIZE),
             RunOptions(workers=1))
     assert [n for n, _ in readers.open(tmp_path / "out").classes] == ["background", "ship"]
+
+
+@pytest.mark.parametrize("damage", ["fifo", "folder", "truncated_early", "truncated_late"])
+def test_coco_split_file_that_cannot_be_read_is_named_never_passed_over(tmp_path, capsys, damage):
+    """A split's ``_annotations.coco.json`` that is a FIFO, a folder or cut short: scan and convert name the
+    file and why, never convert the other split alone with exit 0."""
+    exp = A.make_coco(tmp_path / "src")
+    path = exp.root / "valid" / "_annotations.coco.json"
+    text = path.read_text()
+    path.unlink()
+    if damage == "fifo":
+        os.mkfifo(path)
+    elif damage == "folder":
+        path.mkdir()
+    else:  # cut before the 'annotations' key (nothing says COCO but its name and first bytes), or inside it
+        path.write_text(text[:40] if damage == "truncated_early" else text[: len(text) * 3 // 4])
+    says = "not a regular file" if damage in ("fifo", "folder") else "invalid JSON"
+    capsys.readouterr()
+    assert cli_main(["scan", str(exp.root), "--workers", "1"]) == 65
+    err = capsys.readouterr().err
+    assert says in err and "valid/_annotations.coco.json" in err
+    assert cli_main(["convert", str(exp.root), str(tmp_path / "out"), "--size", "20x26", "--workers", "1", "-q"]) == 65
+    err = capsys.readouterr().err
+    assert says in err and "valid/_annotations.coco.json" in err
+    assert not (tmp_path / "out" / "imgshard.json").exists()
+
+
+@pytest.mark.parametrize("name, folder", [("instances_val.json", "annotations"), ("data.json", ".")])
+def test_coco_file_meant_by_its_folder_name_or_first_bytes_cut_short_is_named(tmp_path, name, folder):
+    exp = A.make_coco(tmp_path / "src", splits=("train",))
+    doc = json.loads((exp.root / "train" / "_annotations.coco.json").read_text())
+    (exp.root / folder).mkdir(exist_ok=True)
+    (exp.root / folder / name).write_text(json.dumps({"info": {}, "images": doc["images"]})[:-30])
+    with pytest.raises(AnnotationFileError, match="invalid JSON") as e:
+        convert(SourceSpec(root=str(exp.root)), str(tmp_path / "out"), OutputOptions(size=SIZE), RunOptions(workers=1))
+    assert name in str(e.value)
+
+
+def test_stray_json_files_are_passed_over_and_listed_by_scan(tmp_path, capsys):
+    exp = A.make_coco(tmp_path / "src")
+    (exp.root / "config.json").write_text(json.dumps({"epochs": 10, "images": "train"}))
+    (exp.root / "broken_notes.json").write_text('{"epochs": 1')  # not COCO by name, folder or first bytes
+    os.mkfifo(exp.root / "pipe.json")
+    capsys.readouterr()
+    assert cli_main(["scan", str(exp.root), "--workers", "1", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["annotations"]["notes"]
+    passed = sorted(n.split(" (")[0] for n in notes if n.startswith("passed over"))
+    assert passed == ["passed over broken_notes.json", "passed over config.json", "passed over pipe.json",
+                      "passed over train/notes.json", "passed over valid/notes.json"]
+    assert_converts(exp, tmp_path / "out")

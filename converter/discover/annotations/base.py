@@ -18,7 +18,7 @@ import numpy as np
 import xxhash
 
 from converter.discover.files import files_for, relative
-from readers.files import open_regular_file
+from readers.files import NotRegularFileError, open_regular_file
 from readers.storage.url import is_remote
 from converter.options import Overlap
 from converter.transform.decode import DecodeError
@@ -86,6 +86,9 @@ def read_annotation_file(path: str) -> bytes:
     fs = files_for(path)
     try:
         size, _ = fs.stat(path)
+    except NotRegularFileError as e:
+        raise AnnotationFileError(path, "cannot read the annotation file: not a regular file (a folder, FIFO, socket "
+                                  "or device)", "put the exported annotation file itself there") from e
     except OSError as e:
         raise AnnotationFileError(path, f"cannot read the annotation file: {e.strerror or e}",
                                   "check that it exists and is readable") from e

@@ -12,9 +12,10 @@ imported when used; overlaps: file order, later annotations on top.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
-from converter.discover.annotations.base import (AnnotationFileError, coordinates, load_json, outside_ok,
+from converter.discover.annotations.base import (AnnotationFileError, coordinates, head_bytes, load_json, outside_ok,
                                                   read_annotation_file)
 from converter.discover.annotations.listing import AnnotationSet, Reader, make_sample, split_name
 from converter.discover.files import file_names, files_for, is_file, join, subfolders
@@ -25,34 +26,76 @@ from converter.transform.decode import DecodeError
 _KEYS = (b'"images"', b'"annotations"', b'"categories"')
 
 
-_SEEN: dict[tuple[str, int, int], bool] = {}  # (path, size, stamp) -> is COCO: detection asks more than once
+#: Names that say "a COCO file" (Roboflow's ``_annotations.coco.json``, COCO's ``instances_train2017.json``).
+_NAMED = re.compile(r"(^instances_.+|\.coco)\.json$", re.IGNORECASE)
+#: First bytes of a COCO object: its first key one of COCO's, holding a list or an object.
+_HEAD = re.compile(rb'^\s*\{\s*"(?:info|licenses|images|annotations|categories)"\s*:\s*[\[{]')
+NOT_COCO = "JSON without COCO's 'images', 'annotations' and 'categories'"
+
+_SEEN: dict[tuple[str, int, int], str] = {}  # (path, size, stamp) -> _look's answer: detection asks more than once
 
 
-def is_coco(path: str) -> bool:
-    """Whether `path` holds a COCO JSON (its three keys; files above the size limit say so later)."""
+def meant_as_coco(path: str) -> bool:
+    """Whether a ``.json`` looks meant as a COCO file: by its name, its folder (``annotations/``) or its
+    first bytes (a COCO object's first key)."""
+    if _NAMED.search(os.path.basename(path)) or os.path.basename(os.path.dirname(path)).lower() == "annotations":
+        return True
+    return bool(_HEAD.match(head_bytes(path, 512).removeprefix(b"\xef\xbb\xbf")))
+
+
+def _look(path: str) -> str:
+    """"" when `path` is a COCO file, or one meant as COCO that cannot be used (reading it names why:
+    never passed over in silence); else why it is not one (a stray JSON, passed over and listed)."""
+    try:
+        data = read_annotation_file(path)
+    except AnnotationFileError as e:
+        return "" if "above the limit" in e.reason or meant_as_coco(path) else e.reason
+    if all(k in data for k in _KEYS) or _NAMED.search(os.path.basename(path)):
+        return ""
+    if meant_as_coco(path):
+        try:
+            load_json(path, data)
+        except AnnotationFileError:
+            return ""  # truncated or damaged: read names it
+    return NOT_COCO
+
+
+def coco_look(path: str) -> str:
+    """`_look`, remembered per (path, size, stamp)."""
     try:
         key = (path, *files_for(path).stat(path))
     except OSError:
-        return False
+        return _look(path)  # a FIFO, a folder, gone: nothing to remember
     if key not in _SEEN:
-        try:
-            data = read_annotation_file(path)
-            _SEEN[key] = all(k in data for k in _KEYS)
-        except AnnotationFileError as e:
-            _SEEN[key] = "above the limit" in e.reason
+        _SEEN[key] = _look(path)
         if len(_SEEN) > 256:
             _SEEN.pop(next(iter(_SEEN)))
     return _SEEN[key]
 
 
-def coco_files(root: str) -> list[str]:
-    """COCO JSON files at the top, in split folders and in ``annotations/``, sorted."""
+def is_coco(path: str) -> bool:
+    """Whether `path` is read as a COCO JSON (its three keys, or meant as one: reading it says what is wrong)."""
+    return coco_look(path) == ""
+
+
+def _json_entries(root: str) -> list[str]:
+    """``*.json`` at the top, in split folders and in ``annotations/``: files, and folders named so."""
     out = []
     for folder in [root] + [join(root, d) for d in subfolders(root)]:
-        for name in file_names(folder):
-            if name.lower().endswith(".json") and is_coco(join(folder, name)):
-                out.append(join(folder, name))
-    return sorted(out)
+        dirs, files = files_for(folder).entries(folder)
+        out += [join(folder, n) for n in files + dirs if n.lower().endswith(".json")]
+    return out
+
+
+def coco_files(root: str) -> list[str]:
+    """COCO JSON files at the top, in split folders and in ``annotations/``, sorted."""
+    return sorted(p for p in _json_entries(root) if is_coco(p))
+
+
+def passed_over(root: str) -> list[str]:
+    """The JSON files detection passed over, each with why (what scan lists)."""
+    return [f"{os.path.relpath(p, root)} ({why})" for p in sorted(_json_entries(root)) for why in [coco_look(p)]
+            if why]
 
 
 def pycocotools_mask():
@@ -175,6 +218,7 @@ class Coco(Reader):
         out = AnnotationSet([], [], (), self.detect(root) or "")
         for path in files:
             self._read_file(root, path, options, out, _split_of(root, path, len(files)))
+        out.notes += [f"passed over {p}" for p in passed_over(root)]
         return out
 
     def _read_file(self, root: str, path: str, options: AnnotationOptions, out: AnnotationSet, split: str) -> None:
@@ -269,4 +313,4 @@ class Coco(Reader):
                                   "fix or remove the annotation") from e
 
 
-__all__ = ["Coco", "coco_files", "is_coco", "pycocotools_mask"]
+__all__ = ["Coco", "coco_files", "coco_look", "is_coco", "meant_as_coco", "passed_over", "pycocotools_mask"]
