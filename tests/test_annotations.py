@@ -688,6 +688,51 @@ def test_classes_file_names_placeholder_classes_of_annotation_files(tmp_path):
     assert [n for n, _ in readers.open(tmp_path / "out").classes] == ["background", "ship"]
 
 
+def test_detection_peek_at_an_object_is_one_ranged_read_never_the_whole_object(monkeypatch):
+    """head_bytes (CVAT / LabelMe / RLE CSV detection) of a bucket object: a ranged GET of the
+    head, not a GET of the whole object (an XML of any size in a bucket was read whole)."""
+    import converter.discover.files as files
+    from converter.discover.annotations import base
+
+    class Bucket:
+        def read(self, path):
+            raise AssertionError("the whole object was read")
+
+        def head(self, path, size):
+            return (b"<annotations>" + b"x" * 10_000)[:size]
+
+    monkeypatch.setattr(files, "files_for", lambda path: Bucket())
+    monkeypatch.setattr(base, "files_for", lambda path: Bucket(), raising=False)
+    assert base.head_bytes("s3://bucket/big.xml", 16) == b"<annotations>xxx"
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that declares `width` x `height` (1-bit grey) with one tiny IDAT: cheap to write."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0")) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("side", [12_000, 20_000])  # a warning-sized box; a DecompressionBombError-sized one
+def test_labelme_mask_shape_larger_than_its_image_refused_by_name_before_decoding(side):
+    """A LabelMe ``mask`` shape is a crop of its image: a box PNG larger than the image is a
+    damaged / hostile file, named before decoding (was decoded whole, or escaped as
+    PIL's DecompressionBombError instead of a DecodeError)."""
+    import base64
+
+    from converter.discover.annotations.labelme import embedded_mask
+    from converter.transform.decode import DecodeError
+
+    b64 = base64.b64encode(_png_header(side, side)).decode("ascii")
+    with pytest.raises(DecodeError, match="larger than its image|more pixels than Pillow"):
+        embedded_mask(b64, [0.0, 0.0], 10, 12, "a.json#shape 0")
+
+
 @pytest.mark.parametrize("damage", ["fifo", "folder", "truncated_early", "truncated_late"])
 def test_coco_split_file_that_cannot_be_read_is_named_never_passed_over(tmp_path, capsys, damage):
     """A split's ``_annotations.coco.json`` that is a FIFO, a folder or cut short: scan and convert name the

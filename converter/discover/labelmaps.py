@@ -76,21 +76,23 @@ def cityscapes_map() -> tuple[tuple[tuple[int, int], ...], tuple[ClassInfo, ...]
     return pairs, tuple(ClassInfo(n, c) for n, c in zip(names, CITYSCAPES_COLORS))
 
 
-def _read_text(path: str, what: str) -> str:
+def read_text(path: str, what: str, error: type[ValueError] = LabelFileError) -> str:
+    """The UTF-8 text of the small file `path` (a label map, class table or names file), or
+    `error` naming `what`, the file and the fix (FileNotFoundError when it is missing)."""
     try:
         raw = read_bytes(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} not found: {path}") from None
     except NotRegularFileError as e:
-        raise LabelFileError(f"{what} {path}: {e}. Give a regular text file.") from e
+        raise error(f"{what} {path}: {e}. Give a regular text file.") from e
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise LabelFileError(f"{path} is not UTF-8 text ({e}). Save it as UTF-8.") from e
+        raise error(f"{path} is not UTF-8 text ({e}). Save it as UTF-8.") from e
 
 
 def _rows(path: str, what: str) -> list[tuple[int, list[str]]]:
-    text = _read_text(path, what)
+    text = read_text(path, what)
     rows = [(i + 1, [c.strip() for c in r]) for i, r in enumerate(csv.reader(io.StringIO(text), skipinitialspace=True))]
     return [(n, r) for n, r in rows if any(r) and not r[0].startswith("#")]
 
@@ -143,7 +145,7 @@ def load_index_names(path: str | os.PathLike) -> list[str]:
         if not by_id:
             raise LabelFileError(f"{path} has a header but no classes.")
         return [by_id.get(i, f"class_{i}") for i in range(max(by_id) + 1)]
-    text = _read_text(path, "class table")
+    text = read_text(path, "class table")
     names = [line.strip() for line in text.splitlines()]
     while names and not names[-1]:
         names.pop()

@@ -19,8 +19,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from converter.discover.files import file_names, is_file, join, read_bytes
-from readers.files import NotRegularFileError
+from converter.discover.files import file_names, is_file, join
+from converter.discover.labelmaps import read_text
 
 #: Looked for in this order in a folder (the first found wins; ``*.names`` after these).
 NAMES_FILE_NAMES = ("class_names.txt", "classes.txt", "labels.txt", "data.yaml", "data.yml")
@@ -89,16 +89,7 @@ def read_names(path: str | os.PathLike) -> NamesFile:
 
 
 def _text(path: str) -> str:
-    try:
-        raw = read_bytes(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"Names file not found: {path}") from None
-    except NotRegularFileError as e:
-        raise NamesFileError(f"Names file {path}: {e}. Give a regular text file.") from e
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise NamesFileError(f"{path} is not UTF-8 text ({e}). Save it as UTF-8.") from e
+    return read_text(path, "Names file", NamesFileError)
 
 
 def _check_unique(path: str, names: list[str]) -> None:

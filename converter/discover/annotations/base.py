@@ -17,9 +17,8 @@ from typing import Any, Callable, Iterable, NamedTuple
 import numpy as np
 import xxhash
 
-from converter.discover.files import files_for, relative
-from readers.files import NotRegularFileError, open_regular_file
-from readers.storage.url import is_remote
+from converter.discover.files import files_for, read_head, relative
+from readers.files import NotRegularFileError
 from converter.options import Overlap
 from converter.transform.decode import DecodeError
 from readers.manifest import SourceFingerprint
@@ -105,12 +104,10 @@ def read_annotation_file(path: str) -> bytes:
 
 
 def head_bytes(path: str, size: int) -> bytes:
-    """The first `size` bytes of a file (detection peeks; b"" when unreadable). An object: one GET."""
+    """The first `size` bytes of a file (detection peeks; b"" when unreadable). An object: one
+    ranged GET (`converter.discover.files.read_head`), never the whole object."""
     try:
-        if is_remote(path):
-            return files_for(path).read(path)[0][:size]
-        with open_regular_file(path) as f:
-            return f.read(size)
+        return read_head(path, size)
     except OSError:
         return b""
 

@@ -197,7 +197,15 @@ def embedded_mask(b64: str, xy: list[float], height: int, width: int, where: str
 
     try:
         with Image.open(io.BytesIO(base64.b64decode(b64, validate=True))) as im:
+            if im.width > width or im.height > height:  # a crop of the image: never decode more than it
+                raise DecodeError(where, "bad_annotation", f"a mask shape's PNG is {im.width}x{im.height}, larger "
+                                  f"than its image ({width}x{height})", "fix or remove the shape")
             box = np.asarray(im.convert("L")) > 0
+    except DecodeError:
+        raise
+    except Image.DecompressionBombError as e:
+        raise DecodeError(where, "bad_annotation", f"a mask shape's PNG declares more pixels than Pillow "
+                          f"decodes ({e})", "fix or remove the shape") from e
     except (binascii.Error, OSError, ValueError) as e:
         raise DecodeError(where, "bad_annotation", f"a mask shape's PNG cannot be decoded: {e}",
                           "fix or remove the shape") from e
