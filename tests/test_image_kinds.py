@@ -528,6 +528,17 @@ def test_a_band_file_rewritten_while_it_is_read_is_a_named_bad_input_then_conver
         np.testing.assert_array_equal(got[f"red_{base}"], stack)
 
 
+def test_shards_of_uint16_bands_are_planned_at_their_stored_size(tmp_path: Path) -> None:
+    """The plan sizes shards by the stored kind: 4 uint16 bands are 8 bytes a pixel, not RGB's 3."""
+    _band_folders(tmp_path / "src", n=5)
+    shard_size = 3 * (26 * 30 * 8 + 26 * 30)  # three samples' image and mask bytes
+    result = convert(_band_spec(tmp_path / "src"), str(tmp_path / "out"),
+                     OutputOptions(size=(26, 30), labels=LabelOptions(num_classes=2)),
+                     RunOptions(workers=1, shard_size_bytes=shard_size))
+    counts = sorted(s.records for s in result.manifest.splits["train"].shards)
+    assert counts == [2, 3]  # ceil(5 * 7020 / 21060) = 2 shards (with 3 bytes a pixel: 1)
+
+
 def test_a_band_file_touched_without_a_change_is_not_a_change(tmp_path: Path) -> None:
     import os
 

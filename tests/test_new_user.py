@@ -428,23 +428,43 @@ def test_massachusetts_roads_tiff_tree(tmp_path, capsys):
     assert_exact(shaped, tmp_path / "out")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Massachusetts Roads as Kaggle ships it holds the same samples twice, as tiff/{split}(_labels)/ and "
-    "png/{split}(_labels)/. scan stops (right: two copies), but its tie lists 3 of the 4 'train' pairs, "
-    "among them cross-tree pairs (`--images png/train --masks tiff/train_labels`, `--images tiff/train --masks "
-    "png/train_labels`) and not the natural `--images tiff/train --masks tiff/train_labels`, and no val/test "
-    "pairs: the flags it offers are not a conversion of either tree (content.choose/_tie_message, h26b). "
-    "Should: offer each tree (siblings before cousins), every split"))
-def test_massachusetts_roads_two_trees_tie_offers_each_tree(tmp_path, capsys):
+def test_massachusetts_roads_two_trees_tie_offers_each_tree_whole_and_each_converts(tmp_path, capsys):
+    """Massachusetts Roads as Kaggle ships it holds the same samples twice, as tiff/{split}(_labels)/ and
+    png/{split}(_labels)/. scan stops (two copies) and offers each tree whole: every split's natural pair,
+    never a cross-tree pair. Each offered line, run as scan says (its command and its spec), converts
+    bit-exact against the files of that tree."""
     shaped = R.make_massachusetts_roads(tmp_path / "roads")
     code = cli_main(["scan", str(shaped.root), "--json", "--workers", "1"])
     said = capsys.readouterr()
     assert code == 65 and "pair equally well" in said.err, said.err
-    tiff, png = shaped.root / "tiff", shaped.root / "png"
-    for split in ("train", "val", "test"):
-        assert f"--images {tiff / split} --masks {tiff / (split + '_labels')} --split {split}" in said.err
-    assert f"--images {png / 'train'} --masks {tiff / 'train_labels'}" not in said.err
-    assert f"--images {tiff / 'train'} --masks {png / 'train_labels'}" not in said.err
+    for tree in ("tiff", "png"):
+        for split in ("train", "val", "test"):
+            assert f"--images {shaped.root / tree / split} --masks {shaped.root / tree / (split + '_labels')} " \
+                   f"--split {split}" in said.err
+    assert "--masks " + str(shaped.root / "tiff") not in said.err.split("png/ (")[1].split("\n")[0]
+    assert f"--images {shaped.root / 'png' / 'train'} --masks {shaped.root / 'tiff' / 'train_labels'}" not in said.err
+    assert f"--images {shaped.root / 'tiff' / 'train'} --masks {shaped.root / 'png' / 'train_labels'}" not in said.err
+    offered = {line.strip().split("/ (")[0]: line.split("): imgshard scan ")[1]
+               for line in said.err.splitlines() if "): imgshard scan " in line}
+    assert sorted(offered) == ["png", "tiff"]
+    for tree, flags in offered.items():
+        as_tree = R.Shaped(shaped.root, num_classes=shaped.num_classes)
+        for stem, sample in shaped.samples.items():
+            ext = (".tiff", ".tif") if tree == "tiff" else (".png", ".png")
+            as_tree.samples[stem] = R.Sample(shaped.root / tree / sample.split / (stem + ext[0]),
+                                             shaped.root / tree / f"{sample.split}_labels" / (stem + ext[1]),
+                                             sample.meaning, sample.split)
+            assert as_tree.samples[stem].image.is_file() and as_tree.samples[stem].mask.is_file()
+        spec = tmp_path / f"{tree}_spec.json"
+        code = cli_main(["scan", *shlex.split(flags), "--json", "--workers", "1", "--write-spec", str(spec)])
+        report = json.loads(capsys.readouterr().out)
+        assert report["verdict"]["command"] and "--mask-semantics binary" in report["verdict"]["command"], code
+        out = tmp_path / f"out_{tree}"
+        assert run_command(report["verdict"]["command"], out) == 0
+        assert run_command(report["verdict"]["spec_command"], out.with_name(out.name + "_spec")) == 0
+        capsys.readouterr()
+        data = assert_exact(as_tree, out)
+        assert sorted(data.splits) == ["test", "train", "val"]
 
 
 def test_coco_stuff_maps_beside_coco_json_stop_with_both_readings(tmp_path, capsys):

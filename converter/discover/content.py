@@ -333,11 +333,14 @@ def _rank(c: Candidate) -> tuple:
             c.images.rel, c.masks.rel)
 
 
-def choose(cands: list[Candidate], root: str, set_aside: list[Candidate] | None = None) -> list[Candidate]:
+def choose(cands: list[Candidate], root: str, set_aside: list[Candidate] | None = None,
+           whole: bool = True) -> list[Candidate]:
     """The assignment: best pairs first, one mask folder per image folder, each folder on one side.
-    Mask folders a tie rule set aside (`_labels_over_regions`) are added to `set_aside`."""
+    Mask folders a tie rule set aside (`_labels_over_regions`) are added to `set_aside`. A tie stops
+    (`ContentTie`), listing whole alternatives when `whole` (`alternatives`)."""
     set_aside = [] if set_aside is None else set_aside
     cands = [c for c in cands if not _class_subfolder(c, cands)]
+    every = list(cands)
     cands.sort(key=_rank)
     chosen: list[Candidate] = []
     used_images: set[str] = set()
@@ -353,7 +356,8 @@ def choose(cands: list[Candidate], root: str, set_aside: list[Candidate] | None 
         if rivals:
             c, rivals = _labels_over_regions([c, *rivals])
             if rivals:
-                raise ContentTie(_tie_message(root, [c, *rivals]))
+                alts = alternatives(every, [c, *rivals], root) if whole else []
+                raise ContentTie(_alternatives_message(root, alts) if alts else _tie_message(root, [c, *rivals]))
             set_aside.extend(o for o in cands if o.images == c.images and o.masks != c.masks
                              and _rank(o)[:3] == _rank(c)[:3])
         chosen.append(c)
@@ -423,6 +427,57 @@ def _tie_message(root: str, tied: list[Candidate]) -> str:
     for c in tied:
         lines.append(f"  --images {c.images.path} --masks {c.masks.path} --split {c.images.split or 'train'}"
                      f"   ({c.tokens.describe()})")
+    return "\n".join(lines)
+
+
+def _anchor(c: Candidate) -> str:
+    """The folder holding both sides of a pair ('' for SRC): ``tiff`` for ``tiff/train`` + ``tiff/train_labels``."""
+    common = []
+    for x, y in zip(c.images.rel.split("/"), c.masks.rel.split("/")):
+        if x != y:
+            break
+        common.append(x)
+    return "/".join(common)
+
+
+def _under(rel: str, folder: str) -> bool:
+    return folder == "" or rel == folder or rel.startswith(folder + "/")
+
+
+def alternatives(cands: list[Candidate], tied: list[Candidate], root: str) -> list[tuple[str, list[Candidate]]]:
+    """Whole choices behind a tie of two copies of one dataset (Massachusetts Roads: ``tiff/`` and ``png/``,
+    each with every split): for each tree holding both sides of a tied pair (none holding another), the
+    assignment of the folders outside the other trees, (tree, pairs). [] when the tie is not between
+    trees, or a tree's own assignment still ties (then the tied pairs are listed as they are)."""
+    group = list(tied)  # with every pair as good that shares a folder with one of them (tiff/train + tiff/...)
+    for c in cands:
+        if c not in group and any(_rank(c)[:3] == _rank(t)[:3] and (c.images == t.images or c.masks == t.masks)
+                                  for t in group):
+            group.append(c)
+    anchors = sorted({_anchor(t) for t in group})
+    trees = [a for a in anchors if not any(b != a and _under(b, a) for b in anchors)]
+    if len(trees) < 2:
+        return []
+    out = []
+    for tree in trees:
+        others = [t for t in trees if t != tree]
+        sub = [c for c in cands if not any(_under(c.images.rel, o) or _under(c.masks.rel, o) for o in others)]
+        try:
+            chosen = choose(sub, root, whole=False)
+        except ContentTie:
+            return []
+        out.append((tree, sorted(chosen, key=lambda c: (c.images.split or "train", c.images.rel))))
+    return sorted(out, key=lambda a: (-sum(c.paired for c in a[1]), a[0]))
+
+
+def _alternatives_message(root: str, alts: list[tuple[str, list[Candidate]]]) -> str:
+    lines = [f"{root}: {len(alts)} folder trees pair equally well (the same samples twice?); pick one. Each line "
+             "below is a whole choice, every split of one tree; `imgshard scan` with its flags prints the convert "
+             "command (and `--write-spec FILE` writes its spec):"]
+    for tree, chosen in alts:
+        flags = " ".join(f"--images {shlex.quote(c.images.path)} --masks {shlex.quote(c.masks.path)} "
+                         f"--split {c.images.split or 'train'}" for c in chosen)
+        lines.append(f"  {tree}/ ({sum(c.paired for c in chosen)} image(s)): imgshard scan {flags}")
     return "\n".join(lines)
 
 

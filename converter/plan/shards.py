@@ -123,7 +123,9 @@ PNG_MASK_SIZE_RATIO = 20
 def sample_bytes(options: OutputOptions, num_classes: int) -> int:
     """Estimated stored bytes per sample (raw sizes divided by `ENCODED_SIZE_RATIO` when encoded)."""
     h, w = options.size
-    image = h * w * 3 // ENCODED_SIZE_RATIO[options.image_encoding.value]
+    kind = options.image_kind  # channels and dtype of the stored kind (uint8 RGB: 3 bytes per pixel)
+    pixel = (kind.channels or 3) * (2 if kind.dtype == "uint16" else 1)  # type: ignore[union-attr]
+    image = h * w * pixel // ENCODED_SIZE_RATIO[options.image_encoding.value]
     itemsize = mask_dtype_for(num_classes).itemsize
     if options.mask_codec == "png" and options.task.value == "segmentation":
         return image + h * w * itemsize // PNG_MASK_SIZE_RATIO
