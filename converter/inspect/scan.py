@@ -45,6 +45,7 @@ from converter.inspect.scan_labels import (
     suggest_size,
     value_summary,
 )
+from converter.discover.annotations.coco import passed_over
 from converter.discover.content import ContentTie
 from converter.inspect.scan_images import (band_order, band_spec_from_tie, decode_for_scan, format_images,
                                            image_verdict, images_section)
@@ -220,6 +221,7 @@ class ScanReport:
     verdict: dict[str, Any]
     labels: dict[str, Any] = field(default_factory=dict)  # layout, mask semantics, values (`scan_labels`)
     found: Any = None  # the `Discovery`
+    passed_over: list[str] = field(default_factory=list)  # JSON files at SRC that detection passed over, with why
 
     def to_json(self) -> dict:
         return {
@@ -239,6 +241,7 @@ class ScanReport:
             "duplicates": self.duplicates,
             "images": self.images,
             "verdict": self.verdict,
+            "passed_over": self.passed_over,
         }
 
 
@@ -426,7 +429,7 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
         source=spec.root or spec.images or "", spec=spec, options=options, classes=classes, splits=pairs,
         summaries=summaries, bad=bad, classes_table=classes_table, unknown_colors=unknown, unknown_unlisted=unlisted,
         never_present=never, missing_per_split=missing, duplicates=duplicates, images=images, verdict={},
-        labels=labels or {}, found=found,
+        labels=labels or {}, found=found, passed_over=passed_over(spec.root) if spec.root is not None else [],
     )
     report.verdict = _verdict(report)
     return report
@@ -618,6 +621,7 @@ def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     else:
         out.append("Duplicate images: none")
     out += format_bad_inputs(r.bad, limit)
+    out += [f"Passed over: {p}" for p in r.passed_over[:limit]]
     out.append("")
     out += format_verdict(r)
     return "\n".join(out)
