@@ -322,6 +322,41 @@ def test_a_local_dataset_copied_into_a_bucket_grows_there(full, tmp_path, s3_buc
     assert [h.get("migrated_to") for h in m.history][-2:] == [3, None]
 
 
+def test_a_version_2_dataset_in_a_bucket_with_a_flipped_inline_key_is_not_migrated(full, tmp_path, s3_bucket,
+                                                                                       capsys):
+    """Issue 25, item 6, in a bucket: the shard objects are read (downloaded one at a time) and
+    their keys compared with the v2 manifest's inline samples before any index file is written; a
+    flipped bit in one key stops the run naming the shard object, the record and both keys, and
+    the bucket keeps exactly the objects it had."""
+    from _cron import as_version_2
+
+    src = first_samples(full, tmp_path / "src", 12)
+    local = tmp_path / "local"
+    assert run_cli(_args(src, local)) == 0
+    doc = as_version_2(local)
+    shard = doc["splits"]["train"]["shards"][0]
+    good = shard["samples"][1]["key"]
+    flipped = good[:-5] + chr(ord(good[-5]) ^ 1) + good[-4:]  # one bit of one character
+    assert flipped != good
+    shard["samples"][1]["key"] = flipped
+    (local / MANIFEST_NAME).write_text(json.dumps(doc))
+    url = f"{s3_bucket}/ds"
+    store = open_store(url)
+    for p in sorted(local.iterdir()):
+        if p.is_file() and not p.name.startswith("."):
+            store.put_file(p.name, str(p))
+    before = {i.name: store.read(i.name) for i in store.list()}
+    capsys.readouterr()
+    first_samples(full, src, 16)
+    for _ in range(2):  # and again: the next run is refused the same way
+        assert run_cli(_args(src, url)) == 1
+        err = capsys.readouterr().err
+        assert store.url_of(shard["file"]) in err and f"record 1 has key {good!r}" in err and repr(flipped) in err, err
+        assert "Nothing was written" in err and "Traceback" not in err
+        after = {i.name: store.read(i.name) for i in store.list() if not i.name.startswith("reports/")}
+        assert after == {n: b for n, b in before.items() if not n.startswith("reports/")}  # no index, no shard
+
+
 def test_rebuild_in_a_bucket_replaces_every_shard_with_exact_counts(full, tmp_path, s3_bucket):
     src = first_samples(full, tmp_path / "src", 12)
     url = f"{s3_bucket}/ds"

@@ -102,3 +102,37 @@ def test_exif_apply_and_ignore_decide_for_every_image_and_the_manifest_records_i
     with Image.open(files["upside"]) as im:
         assert np.array_equal(_records(out)[files["upside"].name], np.asarray(im.convert("RGB")))  # as stored
     assert json.loads((out / MANIFEST_NAME).read_text())["options"]["exif"] == "ignore"
+
+
+def test_scan_takes_exif_and_prints_no_command_until_the_sizes_cannot_decide_is_decided(exif_src, tmp_path):
+    """`scan --exif auto` (the default) on pairs the sizes cannot decide (square, 180 degrees): the
+    verdict names them and prints no command (only the user knows how the masks were drawn);
+    `scan --exif apply` judges as convert --exif apply does, and its command (with --exif apply)
+    converts."""
+    import shlex
+
+    src, files = exif_src
+    proc = run_hostile(["scan", str(src), "--json"])
+    verdict = json.loads(proc.stdout)["verdict"]
+    assert verdict["status"] == "needs_decision" and verdict["command"] is None, verdict
+    assert "--exif apply" in verdict["reason"] and "--exif ignore" in verdict["reason"], verdict
+    assert files["square"].name in verdict["reason"]
+    text = run_hostile(["scan", str(src)])
+    assert "run: imgshard convert" not in text.stdout + text.stderr and "--exif apply" in text.stdout + text.stderr
+
+    proc = run_hostile(["scan", str(src), "--exif", "apply", "--json"])
+    report = json.loads(proc.stdout)
+    verdict = report["verdict"]
+    assert report["bad"] == [] and report["options"]["exif"] == "apply", report["bad"]
+    assert verdict["status"] in ("ok", "warnings") and verdict["command"], verdict
+    words = shlex.split(verdict["command"])
+    assert words[words.index("--exif") + 1] == "apply", verdict["command"]
+    out = tmp_path / "out"
+    words[words.index("OUT")] = str(out)
+    assert run_cli(words[1:] + ["--workers", "1", "-q"]) == 0
+    assert json.loads((out / MANIFEST_NAME).read_text())["options"]["exif"] == "apply"
+    with Image.open(files["upside"]) as im:  # its size is the dataset's (the square one is resized)
+        assert np.array_equal(_records(out)[files["upside"].name], np.asarray(ImageOps.exif_transpose(im).convert("RGB")))
+
+    report = json.loads(run_hostile(["scan", str(src), "--exif", "ignore", "--json"]).stdout)  # the portrait fits only turned
+    assert [b["kind"] for b in report["bad"]] == ["size_mismatch"] and "--exif ignore" in report["verdict"]["command"]

@@ -37,7 +37,7 @@ from converter.bucket.lock import BucketLock
 from converter.bucket.uploads import Uploader
 from converter.plan.shards import CopyRecord, ReplaceRecord, ShardTask, refuse_damaged
 from converter.publish.manifest import is_shard_name, listed_files
-from converter.publish.migrate import migrated
+from converter.publish.migrate import check_inline_samples, migrated
 from converter.run.lock import EX_TEMPFAIL
 from readers.index import index_ref, is_index_name
 from readers.manifest import MANIFEST_NAME, REPORTS_DIR, Manifest
@@ -286,8 +286,27 @@ class BucketOutput:
             except OSError:  # another file system: copy
                 shutil.copyfile(cached, target)
 
+    def _check_inline_samples(self, old: Manifest) -> None:
+        """`MigrationError` (nothing written) unless every shard's records carry the keys its inline
+        samples list: each shard object is downloaded into a folder of staging, checked, removed."""
+        folder = os.path.join(self.staging, "migration-check")
+        os.makedirs(folder, exist_ok=True)
+        try:
+            for _, shard in old.iter_shards():
+                if shard.index is not None:
+                    continue
+                path = os.path.join(folder, shard.file)
+                self.store.download(shard.file, path)
+                try:
+                    check_inline_samples(folder, old, shard, shown=self.store.url_of(shard.file))
+                finally:
+                    os.unlink(path)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def _migrate(self, old: Manifest) -> Manifest:
-        new = migrated(self.staging, old, check_records=False)  # the shards are in the bucket, not staged
+        self._check_inline_samples(old)  # as a local migration does, before any index file is written
+        new = migrated(self.staging, old, check_records=False)  # checked above: the shards are not staged
         names = [s.index.file for _, s in new.iter_shards() if s.index is not None]
         for name in names:
             self.store.put_file(name, os.path.join(self.staging, name))

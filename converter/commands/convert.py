@@ -18,7 +18,6 @@ from converter.commands import (
 from converter.commands.image_args import add_image_arguments, image_kind
 from converter.options import (
     DEFAULT_MAX_PIXELS,
-    ExifMode,
     LabelOptions,
     Fit,
     ImageEncoding,
@@ -60,10 +59,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="snap mask colours within N per channel to their class (default 0: exact)")
     p.add_argument("--unknown-color", choices=UnknownColor.values(), default=UnknownColor.FAIL.value,
                    help="fail (default) or ignore: map unknown colours to the ignore index")
-    p.add_argument("--exif", choices=ExifMode.values(), default=ExifMode.AUTO.value,
-                   help="segmentation: EXIF orientation of images; auto (default) applies it where the mask fits "
-                        "the image as shown and not as stored, and refuses a pair the sizes cannot decide "
-                        "(exif_ambiguous); apply or ignore decides for every image")
     p.add_argument("--seed", type=int, default=0, help="seed of the shard shuffle (default 0)")
     p.add_argument("--shard-size", default="128MB", help="maximum uncompressed shard size (default 128MB)")
     p.add_argument("--workers", type=int, default=0, help="worker processes (default: all cores)")

@@ -1,5 +1,5 @@
 """The image-kind flags `convert` and `scan` share: `--image-mode`, `--alpha`,
-`--accept-reduction` and `--bands` (`converter.imagekind`)."""
+`--accept-reduction`, `--bands` (`converter.imagekind`) and `--exif` (`converter.transform.exif`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import os
 
 from converter.imagekind import AlphaMode, ImageKind, ImageMode
-from converter.options import SourceSpec, SplitSource
+from converter.options import ExifMode, SourceSpec, SplitSource
 
 
 def add_image_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +24,10 @@ def add_image_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bands", default=None, metavar="A,B,...",
                    help="band folders in channel order, relative to SRC (one single-band file per band, matched "
                         "by name tokens: red_patch_7 ~ green_patch_7); with --masks")
+    g.add_argument("--exif", choices=ExifMode.values(), default=ExifMode.AUTO.value,
+                   help="segmentation: EXIF orientation of images; auto (default) applies it where the mask fits "
+                        "the image as shown and not as stored, and refuses a pair the sizes cannot decide "
+                        "(exif_ambiguous); apply or ignore decides for every image")
 
 
 def image_kind(args: argparse.Namespace) -> ImageKind:

@@ -83,7 +83,7 @@ def _main(args: argparse.Namespace) -> int:
     options = ScanOptions(color_tolerance=args.color_tolerance, max_pixels=args.max_pixels, workers=args.workers,
                           task=task, val_fraction=args.val_fraction,
                           labels=label_options(args) if task_kind(task).dense else None,
-                          image_kind=image_kind(args))
+                          image_kind=image_kind(args), exif=args.exif)
     unit = task_kind(task).source_unit
     if args.task is None and not args.quiet and not args.json:
         print(f"imgshard scan: task {task.value} (detected from the sources; --task overrides)", file=sys.stderr)

@@ -97,8 +97,8 @@ def _colormap(classes: tuple[ClassInfo, ...]) -> ColorMap:
 
 
 def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str, max_pixels: int,
-                values: str | None = None) -> FileSummary:
-    """Decode one pair the way convert would and summarise it (never raises DecodeError).
+                values: str | None = None, exif: ExifMode = ExifMode.AUTO) -> FileSummary:
+    """Decode one pair the way convert would (its `--exif`) and summarise it (never raises DecodeError).
 
     `values` ("index" or "binary"): summarise the mask's pixel values (`scan_labels`) instead
     of looking its colours up in `classes`."""
@@ -126,8 +126,8 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
         return s
     s.mask_size = (mask.width, mask.height)
     if image is not None:
-        try:  # sizes as convert's --exif auto judges them: a mismatch, or a pair they cannot decide
-            apply_orientation(ExifMode.AUTO, orientation_of(src), image.shape[:2], (mask.height, mask.width),
+        try:  # sizes as convert's --exif judges them: a mismatch, or a pair they cannot decide (auto)
+            apply_orientation(exif, orientation_of(src), image.shape[:2], (mask.height, mask.width),
                               sample.image, sample.mask)
         except DecodeError as e:
             s.errors.append(bad_input(e, sample.key))
@@ -150,16 +150,17 @@ def scan_sample(sample: SourceSample, classes: tuple[ClassInfo, ...], base: str,
 
 
 def scan_batch(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str,
-               max_pixels: int, values: str | None = None) -> list[FileSummary]:
-    return [scan_sample(s, classes, base, max_pixels, values) for s in samples]
+               max_pixels: int, values: str | None = None, exif: ExifMode = ExifMode.AUTO) -> list[FileSummary]:
+    return [scan_sample(s, classes, base, max_pixels, values, exif) for s in samples]
 
 
 def run_scan_workers(samples: Sequence[SourceSample], classes: tuple[ClassInfo, ...], base: str, max_pixels: int,
                      workers: int, on_progress: Callable[[int], None] | None = None,
-                     values: str | None = None, storage_options: tuple = ()) -> list[FileSummary]:
+                     values: str | None = None, storage_options: tuple = (),
+                     exif: ExifMode = ExifMode.AUTO) -> list[FileSummary]:
     """Summaries of every sample, sorted by key; worker processes when workers > 1 (sources in a
     bucket read with `storage_options`)."""
-    scan = functools.partial(scan_batch, classes=classes, base=base, max_pixels=max_pixels, values=values)
+    scan = functools.partial(scan_batch, classes=classes, base=base, max_pixels=max_pixels, values=values, exif=exif)
     return run_batched(WithStorage(scan, base, storage_options), samples, workers, on_progress)
 
 
@@ -228,7 +229,8 @@ class ScanReport:
             "task": Task.SEGMENTATION.value,
             "labels": self.labels,
             "source": self.source,
-            "options": {"color_tolerance": self.options.color_tolerance, "max_pixels": self.options.max_pixels},
+            "options": {"color_tolerance": self.options.color_tolerance, "max_pixels": self.options.max_pixels,
+                        "exif": self.options.exif.value},
             "pairs": self.splits,
             "total_pairs": sum(self.splits.values()),
             "bad": [b.to_json() for b in self.bad],
@@ -294,7 +296,7 @@ def _scan(spec: SourceSpec, options: ScanOptions, on_start: Callable[[int], None
         on_start(len(found.samples))
     mode = None if semantics is MaskSemantics.COLOUR else semantics.value
     summaries = run_scan_workers(found.samples, classes, spec.base, options.max_pixels, options.effective_workers,
-                                 on_progress, values=mode, storage_options=spec.storage_options)
+                                 on_progress, values=mode, storage_options=spec.storage_options, exif=options.exif)
     if census:  # colour masks without a class table: the colours present are the classes (one read of each mask)
         classes = census_classes(summaries, spec.base)
         summaries = counted_as_classes(summaries, classes)
@@ -475,6 +477,21 @@ def _evidence(r: ScanReport, total: int) -> dict[str, Any]:
             "unpaired_images": getattr(found, "unpaired_images", 0)}
 
 
+def exif_decision(r: ScanReport, problems: list[str], flags: list[str]) -> bool:
+    """`--exif` in the command when given; True (a problem added) where `--exif auto` met pairs whose
+    sizes cannot decide the orientation: only the user knows how their masks were drawn."""
+    if r.options.exif is not ExifMode.AUTO:
+        flags += ["--exif", r.options.exif.value]
+        return False
+    undecided = [b for b in r.bad if b.kind == "exif_ambiguous"]
+    if undecided:
+        problems.insert(0, f"{len(undecided)} pair(s) whose EXIF orientation the sizes cannot decide (a square image, "
+                           "or a flip/180-degree tag), e.g. " + ", ".join(b.path for b in undecided[:EXAMPLES])
+                        + ": scan again with --exif apply (the masks were drawn on the pictures as viewers show them) "
+                          "or --exif ignore (drawn on the stored pixels); it prints the command then")
+    return bool(undecided)
+
+
 def _verdict(r: ScanReport) -> dict[str, Any]:
     problems: list[str] = []
     warnings: list[str] = []
@@ -500,7 +517,8 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         flags += ["--color-tolerance", str(tol)]
     if still_unknown or r.unknown_unlisted["pixels"]:
         flags += ["--unknown-color", "ignore"]
-    other_bad = [b for b in r.bad if b.kind not in ("unknown_color", "ambiguous_color")]
+    other_bad = [b for b in r.bad if b.kind not in ("unknown_color", "ambiguous_color", "exif_ambiguous")]
+    undecided = exif_decision(r, problems, flags)
     if other_bad:
         kinds = Counter(b.kind for b in other_bad)
         problems.append(f"{len(other_bad)} bad input(s): " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
@@ -523,7 +541,8 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
     command = ["imgshard", "convert", *source, "OUT", "--size", size_flag, *source_args(r.spec, r.found), *given_label_args(given), *label_flags,
                *flags, *image_flags]
     needs = bool(r.bad) or bool(label_flags) or bool(reading_problems(r.labels or {})) or image_bad
-    status = "no_data" if total == 0 or no_good else ("needs_flags" if needs else ("warnings" if warnings else "ok"))
+    status = "no_data" if total == 0 or no_good else ("needs_decision" if undecided else (
+        "needs_flags" if needs else ("warnings" if warnings else "ok")))
     hints = ([size_hint] if size_hint else []) + image_notes
     if "--color-tolerance" in flags:
         hints.append(f"--color-tolerance {tol} snaps the colours within {tol} per channel of exactly one class")
@@ -545,8 +564,8 @@ def _verdict(r: ScanReport) -> dict[str, Any]:
         "status": status,
         "convert_ok_without_flags": status in ("ok", "warnings"),
         "flags": label_flags + flags,
-        # nothing would convert: no command to follow (a script would get a failing convert)
-        "command": None if status == "no_data" else " ".join(shlex.quote(a) for a in command),
+        # nothing would convert, or only a choice of the user's makes it: no command to follow
+        "command": None if status in ("no_data", "needs_decision") else " ".join(shlex.quote(a) for a in command),
         "reason": problems[0] if problems else ("warnings" if warnings else "ok"),
         "evidence": _evidence(r, total),
         "problems": problems,

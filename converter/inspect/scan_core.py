@@ -20,7 +20,7 @@ import numpy as np
 
 from converter.discover.classfolders import detect_task
 from converter.discover.layout import BadInput, SourceSample
-from converter.options import DEFAULT_MAX_PIXELS, LabelOptions, SourceSpec, Task, check_val_fraction
+from converter.options import DEFAULT_MAX_PIXELS, ExifMode, LabelOptions, SourceSpec, Task, check_val_fraction
 from converter.run.execute import map_unordered
 from converter.transform.decode import DecodeError
 
@@ -44,6 +44,7 @@ class ScanOptions:
     val_fraction: float | None = None  # classification, flat layout
     labels: LabelOptions | None = None  # mask semantics, ignore values, label map: as for convert
     image_kind: Any = None  # `converter.imagekind.ImageKind`: --image-mode, --alpha, --accept-reduction as for convert
+    exif: ExifMode = ExifMode.AUTO  # segmentation: --exif as for convert (judges each pair's sizes)
 
     def __post_init__(self) -> None:
         if self.labels is not None and not isinstance(self.labels, LabelOptions):
@@ -51,6 +52,7 @@ class ScanOptions:
         if self.task is not None:
             object.__setattr__(self, "task", Task.parse(self.task, "--task"))
         object.__setattr__(self, "val_fraction", check_val_fraction(self.val_fraction, self.task))
+        object.__setattr__(self, "exif", ExifMode.parse(self.exif, "--exif"))
         if isinstance(self.color_tolerance, bool) or not isinstance(self.color_tolerance, int) \
                 or not 0 <= self.color_tolerance <= 255:
             raise ValueError(f"--color-tolerance must be an integer in 0..255. Received: {self.color_tolerance!r}")
@@ -206,6 +208,7 @@ def format_verdict(r: Any) -> list[str]:
         "warnings": "OK with warnings: convert will succeed, but look at the warnings.",
         "needs_flags": "convert would FAIL without the flags below; with them it succeeds.",
         "no_data": "Nothing to convert.",
+        "needs_decision": "convert would FAIL: a choice only you can make is needed (see the problem below).",
     }[v["status"]]
     out = [f"Verdict: {headline}"]
     out += [f"  problem: {p}" for p in v["problems"]]

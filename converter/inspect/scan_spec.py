@@ -98,6 +98,8 @@ def write_scan_spec(report: Any, path: str, classes_file: str | None = None) -> 
                         detected={"layout": report.found.layout, "why": report.found.why},
                         layout=report.found.layout)
     write_spec(path, doc)
+    if not (v["command"] or v.get("command_after_write")):
+        raise NothingToWrite(f"--write-spec {path}: {v['reason']}; no spec was written. Received: {report.source}")
     words = shlex.split(v["command"] or v["command_after_write"])
     size = words[words.index("--size") + 1]
     command = ["imgshard", "convert", "--spec", path, "OUT", "--size", size, *rest,

@@ -41,9 +41,10 @@ class MigrationError(ValueError):
     """An old manifest's inline samples disagree with its shards' records: nothing was migrated."""
 
 
-def check_inline_samples(out_dir: str, manifest: Manifest, shard: ShardEntry) -> None:
+def check_inline_samples(out_dir: str, manifest: Manifest, shard: ShardEntry, *, shown: str | None = None) -> None:
     """`MigrationError` unless the records of `shard` (a file in `out_dir`) carry exactly the keys
-    its inline samples list, in order."""
+    its inline samples list, in order. `shown`: the shard's name in the error (default: its path;
+    a bucket's object URL where the file is a downloaded copy)."""
     from readers.formats.registry import get_adapter
     from readers.formats.spec import RecordSpec, ShardRef
 
@@ -57,7 +58,7 @@ def check_inline_samples(out_dir: str, manifest: Manifest, shard: ShardEntry) ->
     what = (f"record {at} has key {stored[at]!r}, the manifest lists {listed[at]!r}" if at < min(len(stored), len(listed))
             else f"it holds {len(stored)} records, the manifest lists {len(listed)} samples")
     raise MigrationError(
-        f"{path}: {what}, so the version-{manifest.version} manifest cannot be migrated to version "
+        f"{shown or path}: {what}, so the version-{manifest.version} manifest cannot be migrated to version "
         f"{MANIFEST_VERSION} (its inline samples are damaged). Nothing was written. Restore imgshard.json from a "
         "backup, or re-convert with `imgshard convert SRC OUT --rebuild`."
     )
@@ -66,7 +67,8 @@ def check_inline_samples(out_dir: str, manifest: Manifest, shard: ShardEntry) ->
 def migrated(out_dir: str, manifest: Manifest, *, check_records: bool = True) -> Manifest:
     """The version-3 manifest of `manifest`, its index files written into `out_dir` (not published).
     `MigrationError` (nothing written) when an inline sample disagrees with its shard's records
-    (`check_records`: False where the shard files are not in `out_dir`, a bucket's staging folder)."""
+    (`check_records`: False where the shard files are not in `out_dir`, a bucket's staging folder:
+    `BucketOutput` checks them itself, one downloaded shard at a time)."""
     for _, shard in manifest.iter_shards():
         if shard.index is None and check_records:
             check_inline_samples(out_dir, manifest, shard)
