@@ -379,7 +379,17 @@ def read_head(path: str, size: int) -> bytes:
     """The first `size` bytes of a source file (a header to probe), without reading the rest."""
     if _MEMO.depth and path in _MEMO.reads:
         return _MEMO.reads[path][0][:size]
+    if _MEMO.depth and is_remote(path) and _listed_size(path) <= size:
+        return files_for(path).read(path)[0]  # the whole object in the one GET, kept for later questions
     return files_for(path).head(path, size)
+
+
+def _listed_size(path: str) -> int:
+    """An object's size from its bucket's listing; a huge size for one not listed."""
+    try:
+        return files_for(path).stat(path)[0]
+    except (OSError, ValueError):
+        return 1 << 62
 
 
 __all__ = ["BucketFiles", "LocalFiles", "SourceFiles", "WithStorage", "absolute", "exists", "file_names",
