@@ -781,3 +781,17 @@ def test_stray_json_files_are_passed_over_and_listed_by_scan(tmp_path, capsys):
     assert passed == ["passed over broken_notes.json", "passed over config.json", "passed over pipe.json",
                       "passed over train/notes.json", "passed over valid/notes.json"]
     assert_converts(exp, tmp_path / "out")
+
+
+def test_scan_of_mask_images_lists_the_json_files_it_passed_over(tmp_path, capsys):
+    from converter.testing import synth
+
+    ds = synth.make_camvid(tmp_path / "src", splits={"train": 2}, size=(16, 16))
+    root = tmp_path / "src"
+    (root / "config.json").write_text(json.dumps({"images": 2, "lr": 0.1}))
+    capsys.readouterr()
+    assert cli_main(["scan", str(root), "--workers", "1", "--json"]) == 0, ds
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed_over"] == ["config.json (JSON without COCO's 'images', 'annotations' and 'categories')"]
+    assert cli_main(["scan", str(root), "--workers", "1"]) == 0
+    assert "Passed over: config.json (JSON without COCO's" in capsys.readouterr().out

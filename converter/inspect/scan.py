@@ -45,6 +45,7 @@ from converter.inspect.scan_labels import (
     suggest_size,
     value_summary,
 )
+from converter.discover.annotations.coco import passed_over
 from converter.discover.content import ContentTie
 from converter.inspect.scan_images import (band_order, band_spec_from_tie, decode_for_scan, format_images,
                                            image_verdict, images_section)
@@ -221,6 +222,7 @@ class ScanReport:
     verdict: dict[str, Any]
     labels: dict[str, Any] = field(default_factory=dict)  # layout, mask semantics, values (`scan_labels`)
     found: Any = None  # the `Discovery`
+    passed_over: list[str] = field(default_factory=list)  # JSON files at SRC that detection passed over, with why
 
     def to_json(self) -> dict:
         return {
@@ -241,6 +243,7 @@ class ScanReport:
             "duplicates": self.duplicates,
             "images": self.images,
             "verdict": self.verdict,
+            "passed_over": self.passed_over,
         }
 
 
@@ -428,7 +431,7 @@ def build_report(spec: SourceSpec, options: ScanOptions, classes: tuple[ClassInf
         source=spec.root or spec.images or "", spec=spec, options=options, classes=classes, splits=pairs,
         summaries=summaries, bad=bad, classes_table=classes_table, unknown_colors=unknown, unknown_unlisted=unlisted,
         never_present=never, missing_per_split=missing, duplicates=duplicates, images=images, verdict={},
-        labels=labels or {}, found=found,
+        labels=labels or {}, found=found, passed_over=passed_over(spec.root) if spec.root is not None else [],
     )
     report.verdict = _verdict(report)
     return report
@@ -637,6 +640,7 @@ def format_report(r: ScanReport | ClassScanReport, *, limit: int = 20) -> str:
     else:
         out.append("Duplicate images: none")
     out += format_bad_inputs(r.bad, limit)
+    out += [f"Passed over: {p}" for p in r.passed_over[:limit]]
     out.append("")
     out += format_verdict(r)
     return "\n".join(out)

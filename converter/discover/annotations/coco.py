@@ -92,10 +92,18 @@ def coco_files(root: str) -> list[str]:
     return sorted(p for p in _json_entries(root) if is_coco(p))
 
 
+#: JSON files scan looks at to list what was passed over (LabelMe folders hold thousands).
+PASSED_OVER_LOOKS = 64
+
+
 def passed_over(root: str) -> list[str]:
-    """The JSON files detection passed over, each with why (what scan lists)."""
-    return [f"{os.path.relpath(p, root)} ({why})" for p in sorted(_json_entries(root)) for why in [coco_look(p)]
-            if why]
+    """The JSON files detection passed over, each with why (what scan lists; the first `PASSED_OVER_LOOKS`)."""
+    entries = sorted(_json_entries(root))
+    out = [f"{os.path.relpath(p, root)} ({why})" for p in entries[:PASSED_OVER_LOOKS] for why in [coco_look(p)]
+           if why]
+    if len(entries) > PASSED_OVER_LOOKS:
+        out.append(f"... {len(entries) - PASSED_OVER_LOOKS} more JSON file(s) not looked at here")
+    return out
 
 
 def pycocotools_mask():
