@@ -329,6 +329,18 @@ def key_ids(keys: Sequence[str]) -> np.ndarray:
                      for k in keys], np.uint64)
 
 
+def repeat_ids(ids: np.ndarray, occurrence: np.ndarray | None) -> np.ndarray:
+    """The draw ids of samples that may be repeated copies (`readers.order.occurrences`): a first
+    copy keeps its id, copy k > 0 gets its own (so its augmentation is drawn afresh)."""
+    if occurrence is None:
+        return ids
+    ids = np.asarray(ids, np.uint64)
+    occurrence = np.asarray(occurrence, np.uint64)
+    with np.errstate(over="ignore"):
+        again = _mix(ids ^ (occurrence * _GOLDEN))
+    return np.where(occurrence == 0, ids, again)
+
+
 def uniforms(seed: int, epoch: int, ids: np.ndarray, count: int = DRAWS) -> np.ndarray:
     """(len(ids), count) float64 uniforms in [0, 1): a hash of (seed, epoch, id, column)."""
     ids = np.asarray(ids, np.uint64).reshape(-1, 1)
@@ -582,5 +594,5 @@ def make_augment_tf(augment: Augment, *, ignore_index: int | None, segmentation:
     return run
 
 
-__all__ = ["Augment", "PARAMS", "augment_tf", "host_kernel_takes", "colour_stage", "geometry_stage", "check_augment", "check_start_step", "draw_params", "key_ids",
+__all__ = ["Augment", "PARAMS", "augment_tf", "host_kernel_takes", "colour_stage", "geometry_stage", "check_augment", "check_start_step", "draw_params", "key_ids", "repeat_ids",
            "make_augment_tf", "augment_sample", "parse_augment", "resume_point", "sample_ids", "uniforms"]

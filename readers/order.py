@@ -79,6 +79,32 @@ def replica_plan(starts: np.ndarray, seed: int, epoch: int, options: Any, window
     return replica_batches(order, options.batch_size, replicas, index, options.drop_remainder)
 
 
+def occurrences(order: np.ndarray) -> np.ndarray:
+    """int64 per position of `order`: how many times its record came earlier in `order`
+    (0 for a first copy). Repeated samples use it to draw their own augmentation."""
+    order = np.asarray(order)
+    idx = np.argsort(order, kind="stable")
+    ranked = order[idx]
+    first = np.ones(len(ranked), bool)
+    first[1:] = ranked[1:] != ranked[:-1]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(len(ranked)), 0)) if len(ranked) else idx
+    out = np.empty(len(order), np.int64)
+    out[idx] = np.arange(len(ranked)) - group_start
+    return out
+
+
+def replica_occurrences(starts: np.ndarray, seed: int, epoch: int, options: Any, window: int) -> list[np.ndarray]:
+    """`occurrences` of the global epoch order, cut like `replica_plan`'s batches (the same
+    for any replica count)."""
+    from readers.sampling import epoch_counts
+
+    replicas, index = options.replicas or (1, 0)
+    factors = options.repeat_factors
+    counts = epoch_counts(factors, seed, epoch) if factors is not None else None
+    order = epoch_order(starts, seed, epoch, options.shuffle, window, counts)
+    return replica_batches(occurrences(order), options.batch_size, replicas, index, options.drop_remainder)
+
+
 def replica_batch(order: np.ndarray, batch_size: int, replicas: int, index: int, b: int) -> np.ndarray:
     """Batch `b` of `replica_batches(order, ...)` without building the others."""
     step = batch_size * replicas
@@ -96,5 +122,5 @@ def replica_batch_count(total: int, batch_size: int, replicas: int, index: int, 
     return full + int(last)
 
 
-__all__ = ["SHARDING_MODES", "check_sharding_mode", "epoch_order", "replica_batch", "replica_batch_count",
+__all__ = ["SHARDING_MODES", "check_sharding_mode", "epoch_order", "occurrences", "replica_occurrences", "replica_batch", "replica_batch_count",
            "replica_batches", "replica_plan"]

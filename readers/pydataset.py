@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from readers._lazy import LazyClass
-from readers.augment import host_kernel_takes
+from readers.augment import host_kernel_takes, repeat_ids
 from readers.augment_host import augment_expand
 from readers.formats.base import RandomAccessShard
 from readers.formats.encoding import parallel_for
@@ -97,7 +97,7 @@ def _build_class() -> type:
             if self.options.augment is None:
                 return _standardized(self, *plain_batch(self, picked))
             images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
-            return _standardized(self, *augmented_batch(self, picked, images, targets))
+            return _standardized(self, *augmented_batch(self, picked, images, targets, index + self._skip))
 
         def __getstate__(self) -> dict:
             state = dict(self.__dict__)
@@ -133,6 +133,16 @@ def _picked(order: np.ndarray, options: PipelineOptions, index: int) -> np.ndarr
     if options.replicas is not None:
         return replica_batch(order, bs, *options.replicas, index)
     return order[index * bs:(index + 1) * bs]
+
+
+def _occurrences(seq: Any) -> np.ndarray:
+    """`readers.order.occurrences` of `seq`'s current order (kept until the order changes)."""
+    from readers.order import occurrences
+
+    if getattr(seq, "_occurrences_of", None) is not seq._order:
+        seq._occurrences = occurrences(seq._order)
+        seq._occurrences_of = seq._order
+    return seq._occurrences
 
 
 def _on_epoch_begin(seq: Any) -> None:
@@ -214,11 +224,15 @@ def epoch_order(seed: int, epoch: int, n: int, shuffle: bool, factors: np.ndarra
     return np.random.default_rng([seed, epoch]).permutation(n)
 
 
-def augmented_batch(seq: Any, picked: np.ndarray, images: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def augmented_batch(seq: Any, picked: np.ndarray, images: np.ndarray, targets: np.ndarray,
+                    batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A `ShardPyDataset` batch augmented with the draws of (seed, epoch, sample ids), then
     expanded: in C (`readers.augment_host`) when built, else through `tf_dataset`'s
     TensorFlow function (cached on `seq`)."""
-    ids = seq._ids[picked] if seq._ids is not None else picked.astype(np.uint64)
+    repeats = None  # `batch` of a repeat-factor order: a repeated sample's copies get their own draws
+    if batch is not None and seq.options.repeat_factors is not None:
+        repeats = _picked(_occurrences(seq), seq.options, batch)
+    ids = repeat_ids(seq._ids[picked] if seq._ids is not None else picked.astype(np.uint64), repeats)
     opts = seq.options
     if host_kernel_takes(seq.spec.channels, seq.spec.image_dtype):
         from readers.augment import draw_params

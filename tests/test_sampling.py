@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 import readers
+from readers.augment import Augment
 from readers.index import ref_classes
 from readers.sampling import epoch_counts, repeat_factors
 
@@ -141,3 +142,32 @@ def test_datasets_without_stored_classes_get_a_named_error(tmp_path):
         ds.keras_dataset("train", 2, seed=0, sampling="repeat-factor")
     with pytest.raises(ValueError, match="sampling must be one of"):
         ds.tf_dataset("train", 2, sampling="balanced")
+
+
+@pytest.mark.parametrize("reader", ["tf", "keras"])
+def test_repeats_of_a_sample_in_an_epoch_get_their_own_augmentation(converted, reader):
+    """A sample drawn several times in one epoch (repeat-factor sampling, `readers.mix`) is
+    augmented with fresh draws per copy, not the same flip / crop every time (the first copy
+    keeps the draws uniform sampling gives it)."""
+    ds, truth, key_index = converted
+    kw = dict(seed=7, one_hot=False, normalize=False, sampling="repeat-factor", repeat_threshold=1.0,
+              augment=Augment(hflip=0.5))
+    if reader == "tf":
+        batches = [np.asarray(x) for x, _ in ds.tf_dataset("train", 8, **kw)]
+    else:
+        seq = ds.keras_dataset("train", 8, **kw)
+        batches = [np.asarray(seq[i][0]) for i in range(len(seq))]
+    plain = [np.asarray(x) for x, _ in ds.tf_dataset("train", 8, seed=0, one_hot=False, normalize=False)]
+    by_image = {}
+    for x in plain:
+        for img in x:
+            by_image[img.tobytes()] = (img.tobytes(), False)
+            by_image[img[:, ::-1].tobytes()] = (img.tobytes(), True)
+    flips: dict[bytes, list] = {}
+    for x in batches:
+        for img in x:
+            source, flipped = by_image[np.ascontiguousarray(img).tobytes()]
+            flips.setdefault(source, []).append(flipped)
+    repeated = [f for f in flips.values() if len(f) > 1]
+    assert len(repeated) >= 8
+    assert any(len(set(f)) == 2 for f in repeated)  # some copy flipped, another not

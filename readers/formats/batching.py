@@ -511,6 +511,8 @@ class BatchGenerator:
         epoch, start = self.options.epoch + self.calls, self.options.start_step if self.calls == 0 else 0
         self.calls += 1
         batches = self.plan_epoch(epoch)[start:]
+        repeats = self.occurrence_plan(epoch)
+        repeats = repeats[start:] if repeats is not None else [None] * len(batches)
         shard_of = [np.searchsorted(self.starts, b, side="right") - 1 for b in batches]
         first: dict[int, int] = {}
         last: dict[int, int] = {}
@@ -526,8 +528,8 @@ class BatchGenerator:
 
         def hand_over(keep: int) -> Iterator[tuple[np.ndarray, ...]]:
             while len(cutting) > keep:
-                future, done = cutting.popleft()
-                yield future.result() + self._extra(epoch, done)
+                future, done, occurrence = cutting.popleft()
+                yield future.result() + self._extra(epoch, done, occurrence)
 
         try:
             for n, (batch, owners) in enumerate(zip(batches, shard_of)):
@@ -540,14 +542,14 @@ class BatchGenerator:
                     yield from hand_over(0)  # a damaged shard: the batches before it first, in order
                     raise
                 held = {i: live[i] for i in used}  # a batch being cut keeps its shards alive
-                cutting.append((self._cut(pool, batch, owners, held), batch))
+                cutting.append((self._cut(pool, batch, owners, held), batch, repeats[n]))
                 for i in used:
                     if last[i] == n:
                         del live[i]
                 yield from hand_over(ahead - 1)
             yield from hand_over(0)
         finally:
-            for future, _ in cutting:
+            for future, *_ in cutting:
                 future.cancel()  # batches already being cut finish on their thread; dropped
             loads.close()
 
@@ -575,14 +577,23 @@ class BatchGenerator:
             return bs * (image + 8)
         return bs * (image + int(np.prod(spec.mask_shape)) * np.dtype(spec.mask_np_dtype).itemsize)
 
-    def _extra(self, epoch: int, batch: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _extra(self, epoch: int, batch: np.ndarray, occurrence: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         augment = self.options.augment
         if augment is None:
             return ()
-        from readers.augment import draw_params
+        from readers.augment import draw_params, repeat_ids
 
-        ids = self.ids[batch] if self.ids is not None else batch.astype(np.uint64)
+        ids = repeat_ids(self.ids[batch] if self.ids is not None else batch.astype(np.uint64), occurrence)
         return (draw_params(augment, self.spec.height, self.spec.width, self.seed, epoch, ids),)
+
+    def occurrence_plan(self, epoch: int) -> list[np.ndarray] | None:
+        """Per batch of `plan_epoch(epoch)`, each sample's earlier copies in the epoch
+        (repeat-factor sampling, augmenting); None when no sample repeats."""
+        if self.options.repeat_factors is None or self.options.augment is None:
+            return None
+        from readers.order import replica_occurrences
+
+        return replica_occurrences(self.starts, self.seed, epoch, self.options, self.window)
 
     def _emit(self, batch: np.ndarray, owners: np.ndarray, live: dict[int, ShardArrays], *,
               parallel: bool = True) -> tuple[np.ndarray, np.ndarray]:
