@@ -795,3 +795,17 @@ def test_scan_of_mask_images_lists_the_json_files_it_passed_over(tmp_path, capsy
     assert report["passed_over"] == ["config.json (JSON without COCO's 'images', 'annotations' and 'categories')"]
     assert cli_main(["scan", str(root), "--workers", "1"]) == 0
     assert "Passed over: config.json (JSON without COCO's" in capsys.readouterr().out
+
+
+def test_instance_mask_of_another_size_is_named_before_decoding(tmp_path):
+    """An instance mask (``<id>/masks/*.png``) whose header declares another size than its
+    image is a size_mismatch named from the header: never decoded whole first."""
+    from converter.discover.annotations.instances import InstanceMasks
+    from converter.transform.decode import DecodeError
+
+    (tmp_path / "s1" / "masks").mkdir(parents=True)
+    (tmp_path / "s1" / "masks" / "m0.png").write_bytes(_png_header(12_000, 12_000))
+    doc = {"shapes": [{"v": 1, "file": "m0.png"}]}
+    with pytest.raises(DecodeError) as e:
+        list(InstanceMasks().shapes(doc, 10, 12, str(tmp_path / "s1")))
+    assert e.value.kind == "size_mismatch" and "12000x12000" in str(e.value)

@@ -114,6 +114,53 @@ def test_jpeg_header_declaring_more_rows_than_its_data_holds_is_truncated(textur
     assert e.value.kind == "truncated"
 
 
+def _sos_offsets(data: bytes) -> list[int]:
+    """Offsets of the start-of-scan markers of a (progressive) JPEG, read segment by segment."""
+    pos, found = 2, []
+    while pos + 4 <= len(data) and data[pos + 1] != 0xD9:
+        length = int.from_bytes(data[pos + 2:pos + 4], "big")
+        if data[pos + 1] == 0xDA:
+            found.append(pos)
+            pos += 2 + length
+            while not (data[pos] == 0xFF and data[pos + 1] not in (0x00, *range(0xD0, 0xD8))):
+                pos += 1
+            continue
+        pos += 2 + length
+    return found
+
+
+def _pillow_loads(data: bytes) -> bool:
+    try:
+        Image.open(io.BytesIO(data)).load()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_progressive_jpeg_cut_before_its_last_scan_is_truncated(texture, mode):
+    """A Pillow-written progressive JPEG cut at every scan boundary and inside every scan but the
+    last, closed with an end-of-image marker (Pillow decodes most of these without an error, blurred
+    or grey) or not: `truncated`. A cut inside the last scan is not detected (docs/RELIABILITY.md)."""
+    data = _jpeg(texture, progressive=True) if mode == "RGB" else _grey_jpeg(texture, progressive=True)
+    scans = _sos_offsets(data)
+    assert len(scans) >= 6, scans  # libjpeg's default progressive script
+    cuts = [at for at in scans[1:]] + [(a + b) // 2 for a, b in zip(scans, scans[1:])]
+    silent = 0
+    for cut in cuts:
+        for closed in (True, False):
+            bad = data[:cut].rstrip(b"\xff") + (b"\xff\xd9" if closed else b"")
+            if closed:
+                silent += _pillow_loads(bad)
+            with pytest.raises(DecodeError) as e:
+                decode_image(_src(bad, "cut.jpg"), 10**8)
+            assert e.value.kind == "truncated" and "progressive JPEG" in e.value.reason, (cut, closed)
+            assert e.value.path == "cut.jpg"
+    assert silent > len(cuts) // 2  # what made them dangerous: most decode in Pillow without an error
+    inside_last = data[:(scans[-1] + len(data)) // 2].rstrip(b"\xff") + b"\xff\xd9"
+    assert decode_image(_src(inside_last), 10**8).shape[:2] == (H, W)  # the gap this check leaves
+
+
 def test_jpeg_claiming_9000x9000_in_a_few_kilobytes_is_refused_before_decoding(texture, tmp_path):
     """A 1-2 KB file that says 9000x9000: refused by the size bound, in a child whose peak memory
     stays far below the 240 MB libjpeg would allocate for it."""

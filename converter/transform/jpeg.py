@@ -16,9 +16,19 @@ With restart markers (most cameras write them), only the last interval is walked
 scan holds every marker it needs: a scan that ends early lacks the markers after the cut.
 
 Checked: baseline and extended sequential Huffman JPEGs (SOF0, SOF1), the kind cameras and
-phones write, interleaved or not, with or without restart markers. Progressive (SOF2),
-lossless and arithmetic-coded files get the size bound only. Without the C extension (no
-compiler at install) the scan walk is skipped.
+phones write, interleaved or not, with or without restart markers. Without the C extension
+(no compiler at install) the scan walk is skipped.
+
+Progressive JPEGs (SOF2, SOF10) get the size bound and a check of their scan script, not a
+walk of their codes: each scan's header says which coefficients (Ss..Se) of which
+components it carries and at which precision (Al), so a file whose data stops (an
+end-of-image marker, or the end of the file) before every coefficient of every component
+has had a scan at full precision (Al 0) is `truncated` (`_ScanScript`). A decoder would
+show it blurred, or grey where no scan reached. Not detected: a cut inside the last scan
+(libjpeg's default script ends with the luma AC refinement, so such a picture loses only its
+finest luma detail in the rows after the cut) or inside an earlier scan whose later scans
+survive (not possible for a plain cut). Lossless and hierarchical files get the size bound
+only.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ except ImportError:  # pragma: no cover - built at install when a C compiler is 
 
 _SOF_HUFFMAN = (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7)
 _SOF_SEQUENTIAL = (0xC0, 0xC1)
+_SOF_PROGRESSIVE = (0xC2, 0xCA)
 _SOF_ALL = _SOF_HUFFMAN + (0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)
 _DHT, _DRI, _SOS, _EOI, _SOI = 0xC4, 0xDD, 0xDA, 0xD9, 0xD8
 _STANDALONE = set(range(0xD0, 0xD8)) | {0x01, _SOI}
@@ -86,7 +97,7 @@ def check_jpeg(data: bytes) -> None:
     """Raise `JpegDataError` when the JPEG `data`'s header claims more blocks than its bytes can
     hold, or when a sequential scan's data ends before its last block. Files this cannot parse
     are left to Pillow (which names their damage)."""
-    frame, tables, restart, pos = None, [None] * 8, 0, 2
+    frame, tables, restart, pos, script = None, [None] * 8, 0, 2, None
     while pos + 4 <= len(data):
         if data[pos] != 0xFF:
             return  # not where a marker belongs: Pillow names the damage
@@ -95,7 +106,7 @@ def check_jpeg(data: bytes) -> None:
             pos += 1
             continue
         if marker == _EOI:
-            return
+            break
         if marker in _STANDALONE:
             pos += 2
             continue
@@ -107,16 +118,61 @@ def check_jpeg(data: bytes) -> None:
             if frame is None:
                 return
             _check_size(frame, len(data))
-            if marker not in _SOF_SEQUENTIAL or _jpegscan is None:
-                return  # progressive, lossless, arithmetic: the bound only
+            if marker in _SOF_PROGRESSIVE:
+                script = _ScanScript(frame)
+            elif marker not in _SOF_SEQUENTIAL or _jpegscan is None:
+                return  # lossless, hierarchical, arithmetic sequential: the bound only
         elif marker == _DHT:
             _tables(segment, tables)
         elif marker == _DRI and len(segment) >= 2:
             (restart,) = struct.unpack_from(">H", segment)
+        elif marker == _SOS and script is not None:
+            if not script.add(segment):
+                return  # a scan header this does not understand: Pillow names the damage
+            end = _SCAN_END.search(data, pos)
+            pos = end.start() if end else len(data)
         elif marker == _SOS:
             if frame is None or frame.height == 0:
                 return  # a height given later (DNL): not checked
             pos = _walk_scan(data, pos, segment, frame, tables, restart)
+    if script is not None:
+        script.check_complete()
+
+
+class _ScanScript:
+    """Which coefficients of which components a progressive JPEG's scans have carried at full
+    precision (a scan with Al 0: a first scan without successive approximation, or the last
+    refinement)."""
+
+    def __init__(self, frame: _Frame) -> None:
+        self.missing = {cid: set(range(64)) for cid in frame.components}
+        self.scans = 0
+
+    def add(self, segment: bytes) -> bool:
+        """Count one scan header (SOS segment); False when it is not a valid progressive one."""
+        n = segment[0] if segment else 0
+        if n == 0 or len(segment) < 1 + 2 * n + 3:
+            return False
+        ss, se, ahal = segment[1 + 2 * n:4 + 2 * n]
+        ids = [segment[1 + 2 * i] for i in range(n)]
+        if any(c not in self.missing for c in ids) or not ss <= se <= 63:
+            return False
+        self.scans += 1
+        if ahal & 15 == 0:
+            for c in ids:
+                self.missing[c].difference_update(range(ss, se + 1))
+        return True
+
+    def check_complete(self) -> None:
+        short = sum(len(m) for m in self.missing.values())
+        if short:
+            total = 64 * len(self.missing)
+            raise JpegDataError(
+                "truncated",
+                f"the progressive JPEG's data ends after {self.scans} scan(s), before {short} of the {total} "
+                "coefficients of its components reach full precision (cut short: a decoder would show it blurred, "
+                "or flat grey where no scan reached)",
+            )
 
 
 def _frame(sof: int, segment: bytes) -> _Frame | None:

@@ -108,12 +108,13 @@ class InstanceMasks(Reader):
             path = join(where, "masks", s["file"])
             try:
                 with Image.open(io.BytesIO(files_for(path).read(path)[0])) as im:  # a local file or an object
-                    values = np.asarray(im)
+                    size = im.size
+                    values = np.asarray(im) if size == (width, height) else None  # never decode a wrong size
             except (OSError, ValueError, Image.DecompressionBombError) as e:
                 raise DecodeError(path, "undecodable", f"cannot decode the instance mask: {e}",
                                   "re-export the mask") from e
-            if values.shape[:2] != (height, width):
-                raise DecodeError(path, "size_mismatch", f"mask is {values.shape[1]}x{values.shape[0]} but its "
+            if values is None:
+                raise DecodeError(path, "size_mismatch", f"mask is {size[0]}x{size[1]} but its "
                                   f"image is {width}x{height}", "masks must have the same size as their images")
             yield (values.any(axis=2) if values.ndim == 3 else values != 0), int(s["v"])
 
