@@ -11,6 +11,7 @@ computed with `xxhash` directly.
 from __future__ import annotations
 
 import io
+import json
 import os
 import threading
 import time
@@ -25,7 +26,7 @@ import readers
 from converter.discover.stable import SourceChangedError, read_stable
 from converter.testing import synth
 from readers.index import shard_samples
-from readers.manifest import Manifest
+from readers.manifest import MANIFEST_NAME, Manifest
 from tests._cron import convert_args, run_cli
 
 SIZE = 256  # square sources converted at their own size: the record is the decoded source
@@ -54,6 +55,7 @@ class InPlaceWriter(threading.Thread):
         self.stop = threading.Event()
         self.started_writing = threading.Event()
         self.current = {path: 0 for path in files}
+        self.stamps: dict[Path, list[tuple[int, int]]] = {path: [] for path in files}  # (mtime_ns, version) written
 
     def run(self) -> None:
         turn = 0
@@ -69,6 +71,7 @@ class InPlaceWriter(threading.Thread):
                     time.sleep(self.pause_s)
                     f.write(data[half:])
                 self.current[path] = turn % len(versions)
+                self.stamps[path].append((os.stat(path).st_mtime_ns, turn % len(versions)))
             self.stop.wait(self.rest_s)
 
 
@@ -146,3 +149,90 @@ def test_convert_while_sources_are_rewritten_in_place_publishes_no_torn_record(t
     final = _record_version(out, decoded, digests)
     assert sorted(final) == sorted(f"train/{p.name}" for p in files)
     assert all(final[f"train/{p.name}"] == writer.current[p] for p in files)
+
+
+def _mask_versions(mask: Path, h: int, w: int, seed: int) -> tuple[list[bytes], list[np.ndarray]]:
+    """Two PNGs of one instance (its own disc, then another), padded to one length; their `> 0` pixels."""
+    rng = np.random.default_rng(seed)
+    out, pixels = [mask.read_bytes()], [np.asarray(Image.open(mask)) > 0]
+    m = np.zeros((h, w), np.uint8)
+    yy, xx = np.mgrid[:h, :w]
+    m[np.hypot(yy - rng.uniform(0, h), xx - rng.uniform(0, w)) < rng.uniform(4, 9)] = 255
+    buf = io.BytesIO()
+    Image.fromarray(m).save(buf, "PNG")
+    out.append(buf.getvalue())
+    pixels.append(m > 0)
+    length = max(map(len, out))
+    return [v + bytes(length - len(v)) for v in out], pixels
+
+
+def _instance_records(out: Path, root: Path, churned: dict, stamps: dict) -> dict[str, int]:
+    """key -> the version of its churned mask its record holds; asserts pixels and fingerprint agree on one:
+    the fingerprint is the annotation with that mask's size and stamp as one whole write of that version left."""
+    from converter.discover.annotations.base import canonical
+    from converter.discover.annotations.instances import InstanceMasks
+    from converter.options import AnnotationOptions
+
+    listed = {s.key: s.annotation for s in InstanceMasks().read(str(root), AnnotationOptions()).samples}
+    digests = {s.key: s.mask.digest for _, sh in Manifest.load(out).iter_shards() for s in shard_samples(str(out), sh)}
+    found = {}
+    for r in readers.open(out).records("train"):
+        mask_path, refs, size = churned[r.key]
+        matches = [i for i, ref in enumerate(refs) if np.array_equal(r.mask, ref)]
+        assert matches, f"{r.key}: the record is no whole version of its instance masks (torn)"
+        doc = json.loads(listed[r.key].payload)
+        shape = next(s for s in doc["shapes"] if s["file"] == mask_path.name)
+        expected = set()
+        for stamp, version in [(0, 0)] + stamps.get(mask_path, []):  # (0, 0): never rewritten, as listed
+            if version == matches[0]:
+                shape["size"], shape["stamp"] = size, stamp or mask_path.stat().st_mtime_ns
+                expected.add(listed[r.key]._replace(payload=canonical(doc)).digest)
+        assert digests[r.key] in expected, f"{r.key}: fingerprint of another version of {mask_path.name}"
+        found[r.key] = matches[0]
+    return found
+
+
+def test_instance_masks_rewritten_in_place_are_never_published_torn_nor_fingerprinted_across_versions(tmp_path):
+    """DSB instance-mask folders: each sample's first mask PNG is rewritten in place (half at a time)
+    during a real convert. A record holds one whole version with the fingerprint of that very read (not
+    the stamp discovery listed); a mask still moving is a `changed_during_read` bad input; the writer
+    stopped, a clean re-run converts every sample, and the run after it has nothing to do."""
+    from converter.convert import BadInputError, convert
+    from converter.options import OnChange, OutputOptions, RunOptions, SourceSpec
+    from tests import _annotations as A
+
+    exp = A.make_instances(tmp_path / "dsb")
+    files, churned = {}, {}
+    for n, (key, image) in enumerate(sorted(exp.images.items())):
+        masks = sorted((image.parent.parent / "masks").glob("*.png"))
+        h, w = exp.expected[key].shape
+        versions, pixels = _mask_versions(masks[0], h, w, 50 + n)
+        masks[0].write_bytes(versions[0])
+        files[masks[0]] = versions
+        others = np.zeros((h, w), bool)
+        for m in masks[1:]:
+            others |= np.asarray(Image.open(m)) > 0
+        refs = [A.reference(image, (others | p).astype(np.int64), (SIZE // 8, SIZE // 8))[1] for p in pixels]
+        churned[key] = (masks[0], refs, len(versions[0]))
+    out, spec = tmp_path / "out", SourceSpec(root=str(exp.root))
+    options = OutputOptions(size=(SIZE // 8, SIZE // 8))
+    writer = InPlaceWriter(files, pause_s=0.05, rest_s=0.05)
+    writer.start()
+    writer.started_writing.wait(5)
+    try:
+        first = convert(spec, str(out), options, RunOptions(workers=1, max_bad=3))
+        bad = first.bad
+    except BadInputError as e:  # every sample changed during its reads: nothing published
+        bad = e.bad
+    finally:
+        writer.stop.set()
+        writer.join(10)
+    assert {b.kind for b in bad} <= {"changed_during_read"}, [(b.kind, b.path, b.reason) for b in bad]
+    if (out / MANIFEST_NAME).exists():
+        _instance_records(out, exp.root, churned, writer.stamps)
+    # the writer has stopped: the next run converts what is missing or moved, from whole files
+    again = convert(spec, str(out), options, RunOptions(workers=1, on_change=OnChange.REPLACE))
+    assert not again.bad
+    final = _instance_records(out, exp.root, churned, writer.stamps)
+    assert final == {key: writer.current[churned[key][0]] for key in churned}
+    assert convert(spec, str(out), options, RunOptions(workers=1)).plan.unchanged == 3

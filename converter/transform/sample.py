@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from converter.discover.annotations.registry import rasterize
+from converter.discover.annotations.registry import rasterize, rasterize_read
 from converter.discover.files import relative, use_storage_options
 from converter.discover.layout import SourceSample
 from converter.options import ExifMode, LabelOptions, MaskEncoding, MaskSemantics, OutputOptions, UnknownColor
@@ -29,6 +29,12 @@ def annotation_mask(annotation, height: int, width: int) -> MaskArray:
     """A sample's annotations rasterized at its image's size, as an index mask (`DecodeError` when unusable)."""
     values = rasterize(annotation, height, width)
     return MaskArray(height, width, indices=values, path=annotation.where)
+
+
+def annotation_mask_read(annotation, height: int, width: int):
+    """(`annotation_mask`, the annotation as its files were read: `registry.rasterize_read`)."""
+    canvas, as_read = rasterize_read(annotation, height, width)
+    return MaskArray(height, width, indices=canvas.values, path=annotation.where), as_read
 
 
 @dataclass(frozen=True)
@@ -134,17 +140,18 @@ class SampleTransformer:
             image = self._oriented(image, img_src, mask, sample)
         geom = plan_geometry(image.shape[:2], opts.size, opts.fit)
         out_image = self.images.resize(image, geom, opts.image_filter)
-        mask_fp = (mask_src.fingerprint if mask_src else None) if sample.annotation is None else \
-            sample.annotation.fingerprint(self.base)
+        annotation = sample.annotation
+        if self.segmentation and annotation is not None:  # annotation files: rasterized at the image's size
+            mask, annotation = annotation_mask_read(annotation, image.shape[0], image.shape[1])
+        mask_fp = (mask_src.fingerprint if mask_src else None) if annotation is None else \
+            annotation.fingerprint(self.base)  # as read: an instance mask's stamp is that of its painted bytes
         image_fp = combine_fingerprints([img_src.fingerprint] + [b.fingerprint for b in bands])  # every band file
         entry = SampleEntry(sample.key, image_fp, mask_fp, sample.label)
         if not self.segmentation:
             counts, _ = self.count_classes(None, sample.label)
             return Transformed(entry, out_image, None, sample.label, counts, 0)
 
-        if sample.annotation is not None:  # annotation files: rasterized at the image's size
-            mask = annotation_mask(sample.annotation, image.shape[0], image.shape[1])
-        elif mask_src is None:
+        if annotation is None and mask_src is None:
             raise DecodeError(sample.image, "missing_mask", "image without mask")
         if (mask.height, mask.width) != image.shape[:2]:
             raise DecodeError(

@@ -5,7 +5,8 @@ Found by content: sample folders (at the top, or in split folders such as
 ``stage1_train/``) each holding ``images/`` and ``masks/``. Masks straight in ``masks/``
 are class 1 (``foreground``); masks grouped by class (``masks/<class>/*.png``) get a
 class per folder name, sorted. Painted by class folder, then file name (later on top).
-A mask's fingerprint is its name, size and modification time.
+A mask's fingerprint is its name, size and modification time: listed by discovery, then replaced
+in the worker by those of the stable read whose bytes are painted (the same when it did not move).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from converter.discover.annotations.listing import AnnotationSet, Reader, make_s
 from converter.discover.files import files_for, is_dir, join, subfolders
 from converter.discover.layout import WELL_KNOWN_SPLITS, BadInput, list_images
 from converter.options import AnnotationOptions
-from converter.transform.decode import DecodeError
+from converter.transform.decode import DecodeError, read_source
 
 #: Sample folders looked at to decide that a folder holds instance masks.
 _PEEK = 5
@@ -102,12 +103,17 @@ class InstanceMasks(Reader):
         return sorted(out)
 
     def shapes(self, doc: dict, height: int, width: int, where: str):
+        """Each mask read once, stably (`converter.transform.decode.read_source`: a file still being
+        rewritten is a `changed_during_read` bad input); the shape's size and stamp become those of
+        that read, so the fingerprint recorded belongs to the bytes painted."""
         from PIL import Image
 
         for s in doc["shapes"]:
             path = join(where, "masks", s["file"])
+            src = read_source(path, s["file"], (int(s.get("size", 0)), int(s.get("stamp", 0))))  # objects: as listed
+            s["size"], s["stamp"] = src.fingerprint.size, src.fingerprint.mtime_ns
             try:
-                with Image.open(io.BytesIO(files_for(path).read(path)[0])) as im:  # a local file or an object
+                with Image.open(io.BytesIO(src.data)) as im:
                     size = im.size
                     values = np.asarray(im) if size == (width, height) else None  # never decode a wrong size
             except (OSError, ValueError, Image.DecompressionBombError) as e:
@@ -117,6 +123,5 @@ class InstanceMasks(Reader):
                 raise DecodeError(path, "size_mismatch", f"mask is {size[0]}x{size[1]} but its "
                                   f"image is {width}x{height}", "masks must have the same size as their images")
             yield (values.any(axis=2) if values.ndim == 3 else values != 0), int(s["v"])
-
 
 __all__ = ["InstanceMasks", "sample_parents"]
