@@ -341,6 +341,21 @@ def repeat_ids(ids: np.ndarray, occurrence: np.ndarray | None) -> np.ndarray:
     return np.where(occurrence == 0, ids, again)
 
 
+_DATASET = np.uint64(0xD1B54A32D192ED03)  # another odd constant than _GOLDEN: dataset salts differ from repeats
+
+
+def dataset_ids(ids: np.ndarray, index: int) -> np.ndarray:
+    """The draw ids of the samples of dataset `index` of a mix (`readers.mix`): dataset 0 keeps
+    its key ids (so it augments as when read alone); dataset d > 0 mixes d into them, so two
+    datasets sharing a key (``train/0001.png`` in both) draw independent augmentations."""
+    ids = np.asarray(ids, np.uint64)
+    if index == 0:
+        return ids
+    with np.errstate(over="ignore"):
+        salt = _mix(np.uint64(int(index)) * _DATASET)
+        return _mix(ids ^ salt)
+
+
 def uniforms(seed: int, epoch: int, ids: np.ndarray, count: int = DRAWS) -> np.ndarray:
     """(len(ids), count) float64 uniforms in [0, 1): a hash of (seed, epoch, id, column)."""
     ids = np.asarray(ids, np.uint64).reshape(-1, 1)
@@ -594,5 +609,5 @@ def make_augment_tf(augment: Augment, *, ignore_index: int | None, segmentation:
     return run
 
 
-__all__ = ["Augment", "PARAMS", "augment_tf", "host_kernel_takes", "colour_stage", "geometry_stage", "check_augment", "check_start_step", "draw_params", "key_ids", "repeat_ids",
+__all__ = ["Augment", "PARAMS", "augment_tf", "host_kernel_takes", "colour_stage", "geometry_stage", "check_augment", "check_start_step", "dataset_ids", "draw_params", "key_ids", "repeat_ids",
            "make_augment_tf", "augment_sample", "parse_augment", "resume_point", "sample_ids", "uniforms"]

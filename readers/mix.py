@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from readers.augment import check_augment, check_start_step, sample_ids
+from readers.augment import check_augment, check_start_step, dataset_ids, sample_ids
 from readers.formats.pipeline import PipelineOptions
 from readers.sampling import epoch_length
 
@@ -29,6 +29,15 @@ def mix(datasets: Sequence[Any], weights: Sequence[float]) -> "MixedDataset":
     """Mix `datasets` (`readers.Dataset`s of one format, task, record layout and class
     list) in proportions `weights` (positive; normalised to sum 1)."""
     return MixedDataset(datasets, weights)
+
+
+def _mixed_ids(groups: list, augment: Any) -> np.ndarray | None:
+    """The augmentation draw id of every record of the mix, or None without `augment`: each key's
+    id, with the dataset index mixed in for datasets after the first (`readers.augment.dataset_ids`),
+    so datasets sharing keys do not share flips, crops and colours."""
+    if augment is None:
+        return None
+    return np.concatenate([dataset_ids(sample_ids(refs), d) for d, refs in enumerate(groups)])
 
 
 class MixedDataset:
@@ -51,18 +60,15 @@ class MixedDataset:
         self.weights = np.asarray(weights, np.float64) / float(np.sum(weights))
 
     def _parts(self, split: str) -> tuple[Any, Any, list, np.ndarray]:
-        """(adapter, spec, the shards of every dataset in order, one draw weight per record)."""
+        """(adapter, spec, each dataset's shards in order, one draw weight per record)."""
         adapter, spec = self.datasets[0].pipeline_parts()
-        shards, sizes = [], []
-        for ds in self.datasets:
-            refs = ds.shards(split)
-            shards += refs
-            sizes.append(sum(r.records for r in refs))
+        groups = [ds.shards(split) for ds in self.datasets]
+        sizes = [sum(r.records for r in refs) for refs in groups]
         if not all(sizes):
             raise ValueError(f"every dataset must hold samples in split {split!r}. Received: sizes {sizes}")
         total = sum(sizes)
         factors = np.concatenate([np.full(n, w * total / n) for n, w in zip(sizes, self.weights)])
-        return adapter, spec, shards, factors
+        return adapter, spec, groups, factors
 
     def tf_dataset(self, split: str, batch_size: int, *, seed: int | None = None, one_hot: bool = True,
                    normalize: bool = True, drop_remainder: bool = False, shuffle_buffer: int | None = None,
@@ -71,7 +77,8 @@ class MixedDataset:
         """The mixed stream as `Dataset.tf_dataset` gives one dataset's (same arguments)."""
         from readers.dataset import finish_pipeline, resumed_options
 
-        adapter, spec, shards, factors = self._parts(split)
+        adapter, spec, groups, factors = self._parts(split)
+        shards = [ref for refs in groups for ref in refs]
         options = PipelineOptions(batch_size, seed=seed, one_hot=bool(one_hot), normalize=bool(normalize),
                                   drop_remainder=bool(drop_remainder), shuffle_buffer=shuffle_buffer,
                                   augment=check_augment(augment), epoch=epoch, start_step=start_step,
@@ -80,7 +87,7 @@ class MixedDataset:
         batches = draws // options.batch_size if options.drop_remainder else math.ceil(draws / options.batch_size)
         check_start_step(options.start_step, batches)
         options = resumed_options(resume, options, batches, shards)
-        ids = sample_ids(shards) if options.augment is not None else None
+        ids = _mixed_ids(groups, options.augment)
         ds = adapter.tf_dataset(shards, spec, options, ids)
         return finish_pipeline(ds, options, batches, repeat=repeat, distributed=False, resumed=resume is not None)
 
@@ -91,12 +98,13 @@ class MixedDataset:
         from readers.dataset import resumed_options
         from readers.pydataset import batches_per_epoch, make_pydataset
 
-        adapter, spec, shards, factors = self._parts(split)
+        adapter, spec, groups, factors = self._parts(split)
+        shards = [ref for refs in groups for ref in refs]
         options = PipelineOptions(batch_size, seed=seed, one_hot=bool(one_hot), normalize=bool(normalize),
                                   augment=check_augment(augment), epoch=epoch, repeat_factors=factors)
         options = resumed_options(resume, options, batches_per_epoch(epoch_length(factors), options),
                                   shards)
-        ids = sample_ids(shards) if options.augment is not None else None
+        ids = _mixed_ids(groups, options.augment)
         seq = make_pydataset([adapter.random_access(s, spec) for s in shards], [s.records for s in shards], spec,
                              options, workers=workers, use_multiprocessing=use_multiprocessing,
                              max_queue_size=max_queue_size, ids=ids)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import readers
-from readers.augment import Augment
+from readers.augment import Augment, augment_sample
 
 import _shards
 
@@ -71,3 +71,52 @@ def test_datasets_must_match_and_weights_be_positive(pair, tmp_path):
         readers.mix([a, b], [1, 0])
     with pytest.raises(ValueError, match="same length"):
         readers.mix([a, b], [1])
+
+
+def _dihedral(image):
+    """The 8 flips/quarter turns of a square image, numbered."""
+    return [np.rot90(np.flip(image, 1) if f else image, k) for f in (0, 1) for k in range(4)]
+
+
+@pytest.mark.parametrize("reader", ["tf", "keras"])
+def test_datasets_sharing_keys_draw_their_own_augmentation(tmp_path, reader):
+    """Keys alike (train/00000.png ... in both), pixels not: the flips and turns of a key's sample
+    differ between the datasets; dataset 0 augments as when read alone; the stream replays."""
+    _, a = _shards.write_dataset(tmp_path / "a", "tfrecord", splits={"train": 16}, height=8, width=8,
+                                 records_per_shard=5, num_classes=3, seed=4)
+    _, b = _shards.write_dataset(tmp_path / "b", "tfrecord", splits={"train": 16}, height=8, width=8,
+                                 records_per_shard=6, num_classes=3, seed=5)
+    assert [s.key for s in a["train"]] == [s.key for s in b["train"]]
+    seen = {}  # turned image bytes -> (dataset, key, turn)
+    for name, samples in (("a", a["train"]), ("b", b["train"])):
+        for s in samples:
+            for turn, img in enumerate(_dihedral(s.image)):
+                seen.setdefault(np.ascontiguousarray(img).tobytes(), (name, s.key, turn))
+    aug = Augment(hflip=0.5, vflip=0.5, rot90=True)
+    mixed = readers.mix([readers.open(tmp_path / "a"), readers.open(tmp_path / "b")], weights=[1, 1])
+
+    def stream(**kw):
+        if reader == "tf":
+            pipe = mixed.tf_dataset("train", 8, seed=7, augment=aug, epoch=1, one_hot=False, normalize=False, **kw)
+            return [np.asarray(x) for x, _ in pipe]
+        seq = mixed.keras_dataset("train", 8, seed=7, augment=aug, epoch=1, one_hot=False, normalize=False)
+        return [np.asarray(seq[i][0]) for i in range(len(seq))]
+
+    batches = stream()
+    turns = {}
+    for x in batches:
+        for img in x:
+            name, key, turn = seen[np.ascontiguousarray(np.round(img).astype(np.uint8)).tobytes()]
+            turns[name, key] = turn
+    assert len(turns) == 32  # weights 1:1 on 16 + 16: each sample once
+    keys = [s.key for s in a["train"]]
+    differ = sum(turns["a", k] != turns["b", k] for k in keys)
+    assert differ >= len(keys) // 2, f"only {differ} of {len(keys)} shared keys were augmented differently"
+    for s in a["train"]:  # dataset 0: the draws of its key alone, as before mixing
+        alone, _ = augment_sample(aug, s.image, s.mask, key=s.key, seed=7, epoch=1)
+        assert np.array_equal(alone, _dihedral(s.image)[turns["a", s.key]])
+    again = stream()
+    assert all(np.array_equal(p, q) for p, q in zip(batches, again)) and len(again) == len(batches)
+    if reader == "tf":
+        tail = stream(start_step=2)
+        assert len(tail) == 2 and all(np.array_equal(p, q) for p, q in zip(batches[2:], tail))
