@@ -24,7 +24,7 @@ import numpy as np
 from readers.augment import check_augment, check_start_step, sample_ids
 from readers.bandnorm import BandStats, normalize_mode
 from readers.order import check_sharding_mode, replica_batch_count
-from readers.resume import check_resume
+from readers.resume import check_resume, dataset_identity
 from readers.errors import FIX_HINT, ShardError, describe, shard_error
 from readers.files import NotRegularFileError, OutsideDatasetError, check_inside, open_regular
 from readers.formats import FileFormat, check_compression
@@ -369,7 +369,7 @@ class Dataset:
         options, total = self._sampled(split, shards, options, total, sampling, repeat_threshold)
         batches = _batch_count(total, options)
         check_start_step(options.start_step, batches)
-        options = resumed_options(resume, options, batches)
+        options = resumed_options(resume, options, batches, shards)
         ids = sample_ids(shards) if options.augment is not None else None
         ds = self._adapter.tf_dataset(shards, self._spec, options, ids)
         if stats is not None:
@@ -487,7 +487,7 @@ class Dataset:
         shards = self.shards(split, num_shards=num_shards, shard_index=shard_index)
         options, total = self._sampled(split, shards, options, sum(s.records for s in shards), sampling,
                                        repeat_threshold)
-        options = resumed_options(resume, options, batches_per_epoch(total, options))
+        options = resumed_options(resume, options, batches_per_epoch(total, options), shards)
         readers = [self._adapter.random_access(s, self._spec) for s in shards]
         ids = sample_ids(shards) if options.augment is not None else None
         seq = make_pydataset(readers, [s.records for s in shards], self._spec, options, workers=workers,
@@ -567,12 +567,14 @@ def _batch_count(total: int, options: PipelineOptions) -> int:
     return total // options.batch_size if options.drop_remainder else math.ceil(total / options.batch_size)
 
 
-def resumed_options(resume: Any, options: PipelineOptions, batches: int) -> PipelineOptions:
-    """`options` with the seed, epoch and start step that `resume` gives (`readers.resume`)."""
+def resumed_options(resume: Any, options: PipelineOptions, batches: int,
+                    shards: list[ShardRef]) -> PipelineOptions:
+    """`options` with the seed, epoch and start step that `resume` gives (`readers.resume`);
+    `shards`, what the input reads, in order, must be what the backup's input read."""
     if resume is None:
         return options
     seed, epoch, step = check_resume(resume).claim(options.seed, options.epoch, options.start_step, batches,
-                                     options.effective_seed())
+                                                   options.effective_seed(), dataset_identity(shards))
     return PipelineOptions(**{**_fields(options), "seed": seed, "epoch": epoch, "start_step": step})
 
 

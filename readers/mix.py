@@ -86,7 +86,7 @@ class MixedDataset:
         draws = epoch_length(factors)
         batches = draws // options.batch_size if options.drop_remainder else math.ceil(draws / options.batch_size)
         check_start_step(options.start_step, batches)
-        options = resumed_options(resume, options, batches)
+        options = resumed_options(resume, options, batches, shards)
         ids = _mixed_ids(groups, options.augment)
         ds = adapter.tf_dataset(shards, spec, options, ids)
         return finish_pipeline(ds, options, batches, repeat=repeat, distributed=False, resumed=resume is not None)
@@ -102,7 +102,8 @@ class MixedDataset:
         shards = [ref for refs in groups for ref in refs]
         options = PipelineOptions(batch_size, seed=seed, one_hot=bool(one_hot), normalize=bool(normalize),
                                   augment=check_augment(augment), epoch=epoch, repeat_factors=factors)
-        options = resumed_options(resume, options, batches_per_epoch(epoch_length(factors), options))
+        options = resumed_options(resume, options, batches_per_epoch(epoch_length(factors), options),
+                                  shards)
         ids = _mixed_ids(groups, options.augment)
         seq = make_pydataset([adapter.random_access(s, spec) for s in shards], [s.records for s in shards], spec,
                              options, workers=workers, use_multiprocessing=use_multiprocessing,

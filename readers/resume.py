@@ -25,6 +25,7 @@ between Keras' writes and ours cannot shift it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
@@ -52,6 +53,8 @@ class ResumeRecord:
     step: int
     iterations: int
     batches: int
+    #: What the epoch order was built from (`dataset_identity`); None in records written before.
+    dataset: dict | None = None
 
     def position(self, iterations: int) -> tuple[int, int]:
         """(epoch, step) of the batch after `iterations` optimizer steps."""
@@ -70,12 +73,26 @@ def read_record(backup_dir: str) -> ResumeRecord | None:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        return ResumeRecord(**{k: int(data[k]) for k in ("seed", "epoch", "step", "iterations", "batches")})
+        fields = {k: int(data[k]) for k in ("seed", "epoch", "step", "iterations", "batches")}
+        dataset = data.get("dataset")
+        if dataset is not None:
+            dataset = {"records": int(dataset["records"]), "shards": str(dataset["shards"])}
+        return ResumeRecord(**fields, dataset=dataset)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: expected imgshard's resume record {{seed, epoch, step, iterations, batches}}. "
                          f"Received an unreadable file ({e}). Delete the backup folder to start from scratch.") from e
+
+
+def dataset_identity(shards: Any) -> dict:
+    """What an input's epoch order is built from: the record count of `shards` (its
+    `ShardRef`s, in pipeline order) and a digest of their ordered (file, records, content
+    digest) from the manifest, so that appended, removed or replaced samples change it
+    (no read of the shards)."""
+    listed = [[s.entry.file, int(s.entry.records), s.entry.digest] for s in shards]
+    digest = hashlib.sha256(json.dumps(listed, separators=(",", ":")).encode("utf-8")).hexdigest()
+    return {"records": sum(row[1] for row in listed), "shards": f"sha256:{digest}"}
 
 
 def backup_iterations(path: str) -> int | None:
@@ -150,9 +167,11 @@ class _ResumableInput:
 
     # -- the input side ------------------------------------------------------------------
     def claim(self, seed: int | None, epoch: int, start_step: int, batches: int,
-              effective_seed: int) -> tuple[int, int, int]:
+              effective_seed: int, dataset: dict | None = None) -> tuple[int, int, int]:
         """(seed, epoch, step) for an input of `batches` batches per epoch built with
-        these arguments: the restored position, or the arguments on a fresh run."""
+        these arguments: the restored position, or the arguments on a fresh run.
+        `dataset`: the input's `dataset_identity`, recorded on a fresh run and checked on
+        a resumed one."""
         _check_int("epoch", epoch)
         _check_int("start_step", start_step)
         if self.resumed:
@@ -160,6 +179,7 @@ class _ResumableInput:
             if seed is not None and int(seed) % (1 << 64) != rec.seed:
                 raise ValueError(f"seed must be the one the backup in {self.backup_dir} was trained with "
                                  f"({rec.seed}). Received: seed={seed}")
+            self._check_dataset(dataset)
             if batches != rec.batches:
                 raise ValueError(f"The input has {batches} batches per epoch, the one the backup in "
                                  f"{self.backup_dir} was trained with had {rec.batches}: same split, batch "
@@ -167,9 +187,21 @@ class _ResumableInput:
             epoch_now, step_now = rec.position(self._iterations)
             self.position = (rec.seed, epoch_now, step_now)
         else:
-            self._fresh = {"seed": effective_seed, "epoch": epoch, "step": start_step, "batches": batches}
+            self._fresh = {"seed": effective_seed, "epoch": epoch, "step": start_step, "batches": batches,
+                           "dataset": dataset}
             self.position = (effective_seed, epoch, start_step)
         return self.position
+
+    def _check_dataset(self, dataset: dict | None) -> None:
+        """A resumed input must read the samples the backup's input read, in that order."""
+        known = self._record.dataset
+        if known is None or dataset is None or dataset == known:
+            return
+        raise ValueError(f"The dataset changed since the backup in {self.backup_dir} was written: its input read "
+                         f"{known['records']} records from shards {known['shards']}, so the restored step would "
+                         "continue another order of other samples. Open the dataset as it was at the backup, or "
+                         f"delete {self.backup_dir} to start the training over. Received: {dataset['records']} "
+                         f"records from shards {dataset['shards']}")
 
     def attach(self, pydataset: Any) -> None:
         """A `keras_dataset` whose first epoch is to be cut to the rest of the resumed one."""
@@ -261,4 +293,4 @@ def check_resume(resume: Any) -> Any:
 
 
 __all__ = ["METADATA_NAME", "RECORD_NAME", "WEIGHTS_NAME", "ResumeRecord", "backup_iterations", "check_resume",
-           "read_record"]
+           "dataset_identity", "read_record"]

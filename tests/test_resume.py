@@ -121,6 +121,41 @@ def test_seed_and_epoch_length_must_match_the_backup(train11, tmp_path):
     assert readers.ResumableInput(backup).claim(None, 0, 0, 6, 99) == (7, 0, 4)
 
 
+def test_a_changed_dataset_with_the_same_batch_count_is_a_named_error(train11, tmp_path):
+    # The record of a first run on train11; then a backup after 4 optimizer steps.
+    import keras
+
+    backup = tmp_path / "backup"
+    first = readers.ResumableInput(backup)
+    readers.open(train11).tf_dataset("train", 2, seed=7, resume=first)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(np.random.default_rng(0).random((8, 4)), np.zeros((8, 2)), batch_size=2, verbose=0,
+              callbacks=[first])  # 4 steps
+    model.save_weights(str(backup / "latest.weights.h5"))
+    record = json.loads((backup / RECORD_NAME).read_text())
+    assert record["dataset"]["records"] == 11 and record["dataset"]["shards"].startswith("sha256:")
+    # Re-converted between crash and restart: 11 other samples, still 6 batches of 2.
+    other = tmp_path / "other"
+    _shards.write_dataset(other, "tfrecord", splits={"train": 11}, height=20, width=18, records_per_shard=3,
+                          num_classes=4, seed=1)
+    for source in ("tf", "keras"):
+        resume = readers.ResumableInput(backup)
+        with pytest.raises(ValueError, match="dataset changed since the backup.*delete .* to start the training "
+                                             "over. Received: 11 records"):
+            if source == "tf":
+                readers.open(other).tf_dataset("train", 2, seed=7, resume=resume)
+            else:
+                readers.open(other).keras_dataset("train", 2, seed=7, resume=resume)
+    # The unchanged dataset still resumes, at the batch after the backup's 4 steps.
+    resume = readers.ResumableInput(backup)
+    readers.open(train11).tf_dataset("train", 2, seed=7, resume=resume)
+    assert resume.position == (7, 0, 4)
+    resume = readers.ResumableInput(backup)
+    readers.open(train11).keras_dataset("train", 2, seed=7, resume=resume)
+    assert resume.position == (7, 0, 4)
+
+
 def test_resume_must_be_a_resumable_input(train11):
     with pytest.raises(TypeError, match="resume must be a readers.ResumableInput"):
         readers.open(train11).tf_dataset("train", 2, resume="backup/")
