@@ -31,6 +31,7 @@ from readers.augment import host_kernel_takes, repeat_ids
 from readers.augment_host import augment_expand
 from readers.formats.base import RandomAccessShard
 from readers.formats.encoding import parallel_for
+from readers.formats.blocks import reusable_block
 from readers.formats.batching import expansion_is_identity
 from readers.formats.expand import RecordExpander, expand_numpy
 from readers.formats.pipeline import PipelineOptions
@@ -180,7 +181,9 @@ def plain_batch(seq: Any, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if expander is None:
         expander = seq._expander = RecordExpander(spec, one_hot=opts.one_hot, normalize=opts.normalize)
     (x_shape, x_dtype), (y_shape, y_dtype) = expander.layout(len(picked))
-    x, y = np.empty(x_shape, x_dtype), np.empty(y_shape, y_dtype)
+    # Pooled blocks, reused once nobody holds them (refcount-checked, `readers.formats.blocks`):
+    # fresh 70 MB float batches cost more in page faults than the expansion that fills them.
+    (x, _), (y, _) = reusable_block(x_shape, x_dtype, zeroed=False), reusable_block(y_shape, y_dtype, zeroed=False)
     for j in range(len(picked)):
         image, target = readers[int(shards[j])].read(int(records[j]))
         expander.fill(x, y, j, image, target)
