@@ -472,6 +472,8 @@ class Dataset:
         reads all files and takes slice `shard_index` of each global step of the order
         fixed by (seed, epoch) (`readers.order`). `sampling`, `repeat_threshold`: as in `tf_dataset`.
         `normalize`: True, False or "stats" (per-band mean/std of the train split), as in `tf_dataset`.
+        `workers`, `use_multiprocessing`, `max_queue_size`: the dataset's own pool of threads or
+        processes computing batches ahead (`readers.batchfeed`; Keras' enqueuer is not used).
         """
         from readers.pydataset import batches_per_epoch, make_pydataset
 

@@ -12,6 +12,10 @@ Example (runnable with any converted dataset)::
     x, y = train[0]          # NumPy: float32 (8, H, W, 3), float32 (8, H, W, C)
     model.fit(train, epochs=3)
 
+Workers: Keras' own enqueuer is not used; the dataset computes batches ahead on its own
+pool, threads or (``use_multiprocessing=True``) processes writing into shared memory
+(`readers.batchfeed`), and Keras calls `__getitem__` in order on one thread.
+
 Reading: each batch reads its records one by one through per-shard random-access
 readers (`RandomAccessShard`): uncompressed TFRecord shards via an offset index built
 from the record headers, stored NPZ shards via a memory map. Gzip TFRecord and deflated
@@ -40,10 +44,56 @@ from readers.order import replica_batch, replica_batch_count
 
 
 
+class BatchReader:
+    """What computes a `ShardPyDataset` batch: a pure function of (epoch, index). Without
+    Keras, so a worker process of `readers.batchfeed.ProcessFeed` builds one from the
+    dataset's pickled state (`worker_state`) without importing Keras or TensorFlow."""
+
+    def batch_at(self, epoch: int, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Batch `index` of `epoch`'s whole order (a pure function of the two)."""
+        order = self._order_of(epoch)
+        picked = _picked(order, self.options, index)
+        if self.options.augment is None:
+            return _standardized(self, *plain_batch(self, picked))
+        images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
+        return _standardized(self, *augmented_batch(self, picked, images, targets, index, epoch, order))
+
+    def _order_of(self, epoch: int) -> np.ndarray:
+        """The order of `epoch` (the current one, or one computed ahead for it; two kept)."""
+        if epoch == self.epoch:
+            return self._order
+        cache = self.__dict__.setdefault("_orders", {})
+        order = cache.get(epoch)
+        if order is None:
+            order = epoch_order(self._seed, epoch, len(self._shard_of), self.options.shuffle,
+                                self.options.repeat_factors)
+            cache.clear()  # only the epoch being fed matters
+            cache[epoch] = order
+        return order
+
+    def runs_tensorflow(self) -> bool:
+        """Whether a batch runs TensorFlow ops (the augmentation's fallback, `augmented_batch`)."""
+        return self.options.augment is not None and not host_kernel_takes(self.spec.channels, self.spec.image_dtype)
+
+    def worker_state(self) -> bytes:
+        """The pickled state a worker process rebuilds this reader from (`from_state`)."""
+        import pickle
+
+        return pickle.dumps(self.__getstate__() if hasattr(self, "__getstate__") else self.__dict__)
+
+    @classmethod
+    def from_state(cls, state: bytes) -> "BatchReader":
+        import pickle
+
+        reader = cls.__new__(cls)
+        reader.__dict__.update(pickle.loads(state))
+        return reader
+
+
 def _build_class() -> type:
     import keras
 
-    class ShardPyDataset(keras.utils.PyDataset):
+    class ShardPyDataset(keras.utils.PyDataset, BatchReader):
         """Batches of (x, y) NumPy arrays read by index from shards.
 
         Args: readers (one random-access reader per shard), counts (records per shard),
@@ -54,8 +104,12 @@ def _build_class() -> type:
         def __init__(self, readers: Sequence[RandomAccessShard], counts: Sequence[int], spec: RecordSpec,
                      options: PipelineOptions, *, workers: int = 1, use_multiprocessing: bool = False,
                      max_queue_size: int = 10, ids: np.ndarray | None = None):
-            super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
-                             max_queue_size=max_queue_size)
+            # Keras' enqueuer is not used: the dataset computes batches ahead on its own pool
+            # (`readers.batchfeed`), and Keras calls `__getitem__` in order on one thread.
+            super().__init__(workers=1, use_multiprocessing=False, max_queue_size=max_queue_size)
+            self.feed_workers = max(1, int(workers))
+            self.feed_processes = bool(use_multiprocessing)
+            self._feed = None
             if len(readers) != len(counts):
                 raise ValueError(f"readers and counts must have the same length. Received: {len(readers)} "
                                  f"readers and {len(counts)} counts")
@@ -94,16 +148,16 @@ def _build_class() -> type:
                 index += n
             if not 0 <= index < n:
                 raise IndexError(f"batch index must be in [0, {n}). Received: {index}")
-            picked = _picked(self._order, self.options, index + self._skip)
-            if self.options.augment is None:
-                return _standardized(self, *plain_batch(self, picked))
-            images, targets = read_batch(self.readers, self._shard_of[picked], self._record_of[picked], self.spec)
-            return _standardized(self, *augmented_batch(self, picked, images, targets, index + self._skip))
+            if self.feed_workers > 1 or self.feed_processes:
+                return _fed(self).get(self.epoch, index + self._skip, n + self._skip)
+            return self.batch_at(self.epoch, index + self._skip)
 
         def __getstate__(self) -> dict:
             state = dict(self.__dict__)
             state["_augment"] = None  # a tf.function; rebuilt on first use in a worker
-            state.pop("_expander", None)
+            state["_feed"] = None  # its pool belongs to this process
+            for key in ("_expander", "_orders", "_occurrences", "_occurrences_of"):
+                state.pop(key, None)
             return state
 
         def on_epoch_end(self) -> None:
@@ -136,14 +190,34 @@ def _picked(order: np.ndarray, options: PipelineOptions, index: int) -> np.ndarr
     return order[index * bs:(index + 1) * bs]
 
 
-def _occurrences(seq: Any) -> np.ndarray:
-    """`readers.order.occurrences` of `seq`'s current order (kept until the order changes)."""
+def _occurrences(seq: Any, order: np.ndarray) -> np.ndarray:
+    """`readers.order.occurrences` of `order` (the last one kept on `seq`)."""
     from readers.order import occurrences
 
-    if getattr(seq, "_occurrences_of", None) is not seq._order:
-        seq._occurrences = occurrences(seq._order)
-        seq._occurrences_of = seq._order
-    return seq._occurrences
+    kept = getattr(seq, "_occurrences_of", None)
+    if kept is None or kept[0] is not order:
+        kept = seq._occurrences_of = (order, occurrences(order))
+    return kept[1]
+
+
+def _fed(seq: Any) -> Any:
+    """`seq`'s feed (`readers.batchfeed`), started on first use in this process."""
+    if seq._feed is None:
+        from readers import batchfeed
+
+        ahead = min(int(seq.max_queue_size), 2 * seq.feed_workers)
+        if seq.feed_processes and seq.runs_tensorflow():
+            import warnings
+
+            warnings.warn("keras_dataset(use_multiprocessing=True): this augmentation runs as TensorFlow ops (the C "
+                          "kernel is not built, or does not take these images), which are not fork-safe; the batches "
+                          "are computed on threads instead (TensorFlow's ops release the GIL)", stacklevel=3)
+            seq.feed_processes = False
+        if seq.feed_processes:
+            seq._feed = batchfeed.ProcessFeed(seq, seq.feed_workers, ahead)
+        else:
+            seq._feed = batchfeed.ThreadFeed(seq.batch_at, seq.feed_workers, ahead)
+    return seq._feed
 
 
 def _on_epoch_begin(seq: Any) -> None:
@@ -228,24 +302,27 @@ def epoch_order(seed: int, epoch: int, n: int, shuffle: bool, factors: np.ndarra
 
 
 def augmented_batch(seq: Any, picked: np.ndarray, images: np.ndarray, targets: np.ndarray,
-                    batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    batch: int | None = None, epoch: int | None = None,
+                    order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A `ShardPyDataset` batch augmented with the draws of (seed, epoch, sample ids), then
     expanded: in C (`readers.augment_host`) when built, else through `tf_dataset`'s
-    TensorFlow function (cached on `seq`)."""
+    TensorFlow function (cached on `seq`). `epoch`, `order`: of the batch (default: `seq`'s
+    current ones)."""
+    epoch = seq.epoch if epoch is None else epoch
     repeats = None  # `batch` of a repeat-factor order: a repeated sample's copies get their own draws
     if batch is not None and seq.options.repeat_factors is not None:
-        repeats = _picked(_occurrences(seq), seq.options, batch)
+        repeats = _picked(_occurrences(seq, seq._order if order is None else order), seq.options, batch)
     ids = repeat_ids(seq._ids[picked] if seq._ids is not None else picked.astype(np.uint64), repeats)
     opts = seq.options
     if host_kernel_takes(seq.spec.channels, seq.spec.image_dtype):
         from readers.augment import draw_params
 
-        params = draw_params(opts.augment, seq.spec.height, seq.spec.width, seq._seed, seq.epoch, ids)
+        params = draw_params(opts.augment, seq.spec.height, seq.spec.width, seq._seed, epoch, ids)
         return augment_expand(opts.augment, seq.spec, images, targets, params, normalize=opts.normalize,
                               one_hot=opts.one_hot)
     if seq._augment is None:
         seq._augment = augment_fn(seq.spec, opts)
-    images, targets = augment_numpy(seq._augment, seq.spec, opts, seq._seed, seq.epoch, ids, images, targets)
+    images, targets = augment_numpy(seq._augment, seq.spec, opts, seq._seed, epoch, ids, images, targets)
     return expand_numpy(images, targets, seq.spec, one_hot=opts.one_hot, normalize=False)
 
 

@@ -1,7 +1,7 @@
 """A `model.fit` run for tests/test_resume.py: logs a digest of every batch it trains on
 (before the step) and kills itself with SIGKILL before global step `--kill-at`.
 
-    python tests/_resume_child.py DATASET BACKUP LOG --source tf|keras [--augment] [--kill-at K]
+    python tests/_resume_child.py DATASET BACKUP LOG --source tf|keras|keras-mp [--augment] [--kill-at K]
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def build_input(ds, source: str, augment: bool, resume=None):
     aug = AUGMENT if augment else None
     if source == "tf":
         return ds.tf_dataset("train", BATCH, seed=SEED, augment=aug, resume=resume)
-    return ds.keras_dataset("train", BATCH, seed=SEED, augment=aug, workers=2, resume=resume)
+    return ds.keras_dataset("train", BATCH, seed=SEED, augment=aug, workers=2, resume=resume,
+                            use_multiprocessing=source == "keras-mp")
 
 
 def main() -> None:
@@ -41,7 +42,7 @@ def main() -> None:
     parser.add_argument("dataset")
     parser.add_argument("backup")
     parser.add_argument("log")
-    parser.add_argument("--source", choices=["tf", "keras"], required=True)
+    parser.add_argument("--source", choices=["tf", "keras", "keras-mp"], required=True)
     parser.add_argument("--augment", action="store_true")
     parser.add_argument("--kill-at", type=int, default=-1)
     args = parser.parse_args()

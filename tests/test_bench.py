@@ -26,7 +26,7 @@ READER_ROWS = {
     "p6_np_load_deflate",
     "p6_imgshard_npz_none", "p6_np_load_none", "p8_plain_big", "p8_augment_float32", "p8_augment_compact",
     "p8_augment_device_feed", "p9_bands_float32", "p9_bands_augment", "p10_keras_compact", "p10_keras_float32",
-    "p10_pydataset_ceiling", "p11_rotate_float32", "p11_rotate_compact", "p11_albumentations_float32",
+    "p10_pydataset_ceiling", "p10_keras_compact_mp", "p10_keras_float32_mp", "p10_pydataset_ceiling_mp", "p11_rotate_float32", "p11_rotate_compact", "p11_albumentations_float32",
     "p11_albumentations_compact", "p11_keras_layers_float32",
 }
 CONVERT_ROWS = {"decode_floor", "bare_transform", "naive_pillow", "convert_w1", "convert_w2"}

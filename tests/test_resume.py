@@ -59,7 +59,8 @@ def _uninterrupted(dataset, source, augment):
     return out
 
 
-@pytest.mark.parametrize("source,augment", [("tf", False), ("tf", True), ("keras", False), ("keras", True)])
+@pytest.mark.parametrize("source,augment", [("tf", False), ("tf", True), ("keras", False), ("keras", True),
+                                            ("keras-mp", True)])
 def test_fit_killed_mid_epoch_resumes_with_the_unseen_batches(train11, tmp_path, source, augment):
     # 11 samples in batches of 2: 6 batches per epoch, 18 in 3 epochs; backups after
     # steps 5, 10, 15; killed before step 13 (epoch 2, its batch 2), restored at step 10.

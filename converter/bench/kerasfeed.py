@@ -1,18 +1,23 @@
-"""Pipeline 10: `keras_dataset` fed the way Keras feeds a `PyDataset` (issue 30).
+"""Pipeline 10: `keras_dataset` fed by Keras' own `PyDataset` adapter (issue 30).
 
-`PyDatasetThreads` iterates a `keras.utils.PyDataset` as Keras' ordered enqueuer does
-with ``use_multiprocessing=False``: `workers` threads call `__getitem__`, batches come
-back in order with at most `max_queue_size` in flight, `on_epoch_end` after each epoch
-(public API only; Keras' enqueuer is private). Rows: `keras_dataset` compact and
-float32 + one-hot, and an in-memory `PyDataset` that returns one ready batch (the
-ceiling of this feeder on this machine: all of its time is the feeding itself).
+`keras_epochs` iterates a `keras.utils.PyDataset` through the adapter `model.fit` builds
+for it (`PyDatasetAdapter`: `on_epoch_begin`, the batches of `get_numpy_iterator`,
+`on_epoch_end`), so the rows include Keras' own machinery: with workers, its
+`OrderedEnqueuer`, a new thread or process pool every epoch and a 0.1 s wait when the
+epoch ends. (The adapter is Keras-internal; where it moved, `PyDatasetThreads` stands in:
+threads calling `__getitem__` in order, as the enqueuer does.)
+
+Rows: `keras_dataset` compact and float32 + one-hot with 2 threads, and with 2 processes
+(``use_multiprocessing=True``); the ceiling of Keras' machinery on this machine: an
+in-memory `PyDataset` returning one ready float32 batch, with 2 threads and with 2
+processes (all of its time is the feeding itself).
 """
 
 from __future__ import annotations
 
 import os
 from multiprocessing.pool import ThreadPool
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -42,8 +47,27 @@ class PyDatasetThreads:
         ds.on_epoch_end()
 
 
-def ready_batches(x: np.ndarray, y: np.ndarray, batches: int) -> Any:
-    """A `keras.utils.PyDataset` returning (x, y) for each of `batches` indices."""
+def keras_epochs(py_dataset: Any) -> Callable[[], Iterator[Any]]:
+    """A maker of one epoch's batches through Keras' `PyDatasetAdapter` (see the module doc)."""
+    try:
+        from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+    except ImportError:  # pragma: no cover - Keras moved its adapter
+        return PyDatasetThreads(py_dataset, py_dataset.workers).epoch
+    adapter = PyDatasetAdapter(py_dataset)
+
+    def epoch() -> Iterator[Any]:
+        adapter.on_epoch_begin()
+        try:
+            yield from adapter.get_numpy_iterator()
+        finally:
+            adapter.on_epoch_end()
+
+    return epoch
+
+
+def ready_batches(x: np.ndarray, y: np.ndarray, batches: int, **kwargs: Any) -> Any:
+    """A `keras.utils.PyDataset` returning (x, y) for each of `batches` indices (`kwargs`:
+    workers, use_multiprocessing, max_queue_size)."""
     import keras
 
     class Ready(keras.utils.PyDataset):
@@ -53,26 +77,33 @@ def ready_batches(x: np.ndarray, y: np.ndarray, batches: int) -> Any:
         def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
             return x, y
 
-    return Ready()
+    return Ready(**kwargs)
 
 
 def keras_pipelines(opts: Any, ds: Any, split: str, shape: Any, io_of: Any) -> list:
-    """Rows 10: keras_dataset compact / float32 through `PyDatasetThreads`, and its ceiling."""
+    """Rows 10 (see the module doc)."""
     workers = os.cpu_count() or 1
     bs = opts.batch_size
-    compact = ds.keras_dataset(split, bs, seed=opts.seed, one_hot=False, normalize=False)
-    floats = ds.keras_dataset(split, bs, seed=opts.seed)
-    x, y = floats[0]
-    ceiling = ready_batches(x.copy(), y.copy(), len(floats))
-    feed = f"{workers} threads, in order"
-    return [
-        (io_of("p10_keras_compact", f"10. keras_dataset, compact ({feed})", "compact"),
-         forever(PyDatasetThreads(compact, workers).epoch)),
-        (io_of("p10_keras_float32", f"10. keras_dataset, float32 + one-hot ({feed})", "float32"),
-         forever(PyDatasetThreads(floats, workers).epoch)),
-        (io_of("p10_pydataset_ceiling", "10. in-memory PyDataset, ready float32 batches (ceiling)",
-               "float32"), forever(PyDatasetThreads(ceiling, workers).epoch)),
-    ]
+    out = []
+    for processes in (False, True):
+        how = f"{workers} {'processes' if processes else 'threads'}"
+        suffix = "_mp" if processes else ""
+        note = "per CPU-s: parent only, not its workers" if processes else ""
+        kw = dict(seed=opts.seed, workers=workers, use_multiprocessing=processes)
+        compact = ds.keras_dataset(split, bs, one_hot=False, normalize=False, **kw)
+        floats = ds.keras_dataset(split, bs, **kw)
+        x, y = floats[0]
+        ceiling = ready_batches(x.copy(), y.copy(), len(floats), workers=workers, use_multiprocessing=processes)
+        out += [
+            (io_of(f"p10_keras_compact{suffix}", f"10. keras_dataset, compact ({how})", "compact", note),
+             forever(keras_epochs(compact))),
+            (io_of(f"p10_keras_float32{suffix}", f"10. keras_dataset, float32 + one-hot ({how})", "float32", note),
+             forever(keras_epochs(floats))),
+            (io_of(f"p10_pydataset_ceiling{suffix}",
+                   f"10. in-memory PyDataset, ready float32 batches ({how}; Keras' ceiling)", "float32", note),
+             forever(keras_epochs(ceiling))),
+        ]
+    return out
 
 
-__all__ = ["PyDatasetThreads", "keras_pipelines", "ready_batches"]
+__all__ = ["PyDatasetThreads", "keras_epochs", "keras_pipelines", "ready_batches"]

@@ -245,7 +245,8 @@ def _keras_rows(opts: BenchOptions, ds: Any, split: str, shape: Shape) -> Pipeli
     from converter.bench.kerasfeed import keras_pipelines
 
     read = stored_bytes_per_sample([s.path for s in ds.shards(split)], ds.splits[split])
-    return keras_pipelines(opts, ds, split, shape, lambda key, label, mode: _row(key, label, shape.io(mode, read)))
+    return keras_pipelines(opts, ds, split, shape,
+                           lambda key, label, mode, note="": _row(key, label, shape.io(mode, read), note))
 
 
 __all__ = ["AUGMENT_RECIPE", "Io", "Shape", "reader_pipelines", "stored_bytes_per_sample"]

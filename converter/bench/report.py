@@ -59,15 +59,20 @@ def rotate_targets(result: "BenchResult") -> list[Target]:
 
 
 def keras_targets(result: "BenchResult") -> list[Target]:
-    """Issue 30: keras_dataset against tf_dataset and against its feeder's ceiling."""
-    return [
-        Target("keras_dataset compact vs tf_dataset compact", _ratio(result, "p10_keras_compact", "p5_imgshard_compact"),
-               0.5, True),
-        Target("keras_dataset float32 vs tf_dataset float32", _ratio(result, "p10_keras_float32", "p4_imgshard_float32"),
-               0.5, True),
-        Target("keras_dataset float32 vs in-memory PyDataset (ceiling)",
-               100 * _ratio(result, "p10_keras_float32", "p10_pydataset_ceiling"), 80, True, "%"),
-    ]
+    """Issue 30: keras_dataset (through Keras' own adapter) against tf_dataset and against the
+    ceiling of Keras' machinery (ready batches), with threads and with processes."""
+    out = []
+    for suffix, how in (("", "threads"), ("_mp", "processes")):
+        out += [
+            Target(f"keras_dataset compact vs tf_dataset compact ({how})",
+                   _ratio(result, f"p10_keras_compact{suffix}", "p5_imgshard_compact"), 0.5, True),
+            Target(f"keras_dataset float32 vs tf_dataset float32 ({how})",
+                   _ratio(result, f"p10_keras_float32{suffix}", "p4_imgshard_float32"), 0.5, True),
+            Target(f"keras_dataset float32 vs in-memory PyDataset, Keras' ceiling ({how})",
+                   100 * _ratio(result, f"p10_keras_float32{suffix}", f"p10_pydataset_ceiling{suffix}"), 80, True,
+                   "%"),
+        ]
+    return out
 
 
 def targets(result: "BenchResult") -> list[Target]:

@@ -15,6 +15,7 @@ Used by the generator pipeline (`readers.formats.batching`) and the host augment
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any
@@ -38,6 +39,11 @@ def reusable_block(shape: tuple[int, ...], dtype: Any, alignment: int = 64, *,
     recycled heap memory)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape)) * dtype.itemsize + alignment
+    arena = getattr(_arena, "current", None)
+    if arena is not None:
+        carved = arena.carve(shape, dtype, alignment, zeroed)
+        if carved is not None:
+            return carved, zeroed
     with _pool_lock:
         blocks = _pool.setdefault(nbytes, [])
         raw = next((r for r in blocks if sys.getrefcount(r) <= 3), None)  # the list, r, the call
@@ -51,4 +57,59 @@ def reusable_block(shape: tuple[int, ...], dtype: Any, alignment: int = 64, *,
     return view, fresh and zeroed
 
 
-__all__ = ["POOL_BLOCKS", "reusable_block"]
+class Arena:
+    """Consecutive aligned blocks carved from one buffer (a shared-memory slot of
+    `readers.batchfeed.ProcessFeed`); `used` bytes so far. `carve` gives None when the
+    rest of the buffer is too small (the caller then allocates as usual)."""
+
+    def __init__(self, buffer: Any):
+        self.raw = np.frombuffer(buffer, np.uint8)
+        self.used = 0
+
+    def carve(self, shape: tuple[int, ...], dtype: np.dtype, alignment: int, zeroed: bool) -> np.ndarray | None:
+        start = self.used + (-(self.raw.ctypes.data + self.used)) % alignment
+        size = int(np.prod(shape)) * dtype.itemsize
+        if start + size > len(self.raw):
+            return None
+        self.used = start + size
+        view = self.raw[start:start + size]
+        if zeroed:
+            view[:] = 0
+        return view.view(dtype).reshape(shape)
+
+    def offset_of(self, array: np.ndarray) -> int | None:
+        """Where `array` lies in the buffer (None: elsewhere or not contiguous)."""
+        if not array.flags.c_contiguous:
+            return None
+        offset = array.ctypes.data - self.raw.ctypes.data
+        return offset if 0 <= offset and offset + array.nbytes <= len(self.raw) else None
+
+
+_arena = threading.local()
+
+
+class output_arena:
+    """``with output_arena(buffer) as arena:`` makes `reusable_block` on this thread carve
+    its blocks from `buffer` (see `Arena`)."""
+
+    def __init__(self, buffer: Any):
+        self.arena = Arena(buffer)
+
+    def __enter__(self) -> Arena:
+        self._outer = getattr(_arena, "current", None)
+        _arena.current = self.arena
+        return self.arena
+
+    def __exit__(self, *exc: Any) -> None:
+        _arena.current = self._outer
+
+
+def _new_locks() -> None:  # a forked child (keras_dataset workers) must not inherit a lock a thread held
+    global _pool_lock
+    _pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_locks)
+
+
+__all__ = ["POOL_BLOCKS", "Arena", "output_arena", "reusable_block"]

@@ -20,6 +20,7 @@ above `num_classes` (the ignore index, usually) take a second look.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Callable
 
@@ -141,6 +142,14 @@ def tf_checked_targets(targets: Any, paths: Any, indices: Any, spec: Any) -> Any
         tf.strings.join([where, problem, f". {FIX_HINT}"])])
     with tf.control_dependencies([check]):
         return tf.identity(targets)
+
+
+def _new_locks() -> None:  # a forked child (keras_dataset workers) must not inherit a lock a thread held
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_locks)
 
 
 __all__ = ["check_record", "check_targets", "checked_load", "out_of_range", "problem", "tf_checked_targets"]

@@ -188,5 +188,13 @@ def offsets_of(views: list[np.ndarray], base: np.ndarray) -> np.ndarray:
     return np.fromiter((v.ctypes.data - start for v in views), np.int64, len(views))
 
 
+def _new_locks() -> None:  # a forked child (keras_dataset workers) must not inherit a lock a thread held
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_locks)
+
+
 __all__ = ["LAYOUT_CACHE_FILES", "Layout", "MappedColumn", "OpenShard", "ReadColumn", "columns", "read_rows", "forget_all",
            "offsets_of", "recall", "remember"]

@@ -778,5 +778,16 @@ class RangedMembers:
 
 ADAPTER = NpzAdapter()
 
+
+def _new_locks() -> None:  # a forked child (keras_dataset workers) must not inherit a lock a thread held
+    global _AST_LOCK
+    _AST_LOCK = threading.Lock()
+    _POOL._lock = threading.Lock()
+    NpzRandomAccess._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_locks)
+
+
 __all__ = ["ADAPTER", "CACHE_BYTES", "NpzAdapter", "NpzRandomAccess", "NpzShard", "ShardError",
            "check_member_sizes", "load_shard", "member_limits", "read_npz"]

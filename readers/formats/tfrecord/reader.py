@@ -846,5 +846,13 @@ class TFRecordRandomAccess(RandomAccessShard):
 
 ADAPTER = TFRecordAdapter()
 
+
+def _new_locks() -> None:  # a forked child (keras_dataset workers) must not inherit a lock a thread held
+    TFRecordRandomAccess._gzip_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_locks)
+
+
 __all__ = ["ADAPTER", "GZIP_CACHE_BYTES", "TFRecordAdapter", "TFRecordRandomAccess", "make_batch_parser",
            "record_from_features"]

@@ -1,0 +1,225 @@
+"""`keras_dataset` with workers: batches computed ahead on the dataset's own pool
+(`readers.batchfeed`, threads or processes writing into shared memory) are the batches a
+synchronous read gives, in every order of access, through Keras' own adapter and
+`model.fit`; batches the caller holds are never overwritten; a dead worker process is a
+named error; worker processes do not outlive a killed parent; no shared memory leaks."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import readers
+from readers.augment import Augment
+from readers.batchfeed import FeedWorkerError
+
+import _shards
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AUGMENT = Augment(hflip=0.5, scale=(0.6, 1.6), rotate=10, crop=(18, 14), brightness=0.2)
+
+
+@pytest.fixture(scope="module", params=["tfrecord", "npz"])
+def dataset(request, tmp_path_factory):
+    """21 samples (batches of 4: a partial last batch) in shards of 3, odd sizes, 5 classes."""
+    root = tmp_path_factory.mktemp("feed") / request.param
+    _shards.write_dataset(root, request.param, splits={"train": 21}, height=22, width=17, records_per_shard=3,
+                          num_classes=5, compression="none", seed=4)
+    return readers.open(root)
+
+
+def _copy(batch):
+    return tuple(np.array(a, copy=True) for a in batch)
+
+
+def _synchronous(ds, epochs, **kw):
+    seq = ds.keras_dataset("train", 4, seed=5, **kw)
+    out = []
+    for _ in range(epochs):
+        out.append([_copy(seq[i]) for i in range(len(seq))])
+        seq.on_epoch_end()
+    return out
+
+
+def _through_keras(seq, epochs):
+    """Epochs as `model.fit` reads them: Keras' `PyDatasetAdapter` (its first `on_epoch_end`
+    before any `on_epoch_begin` included, as `fit`'s `EpochIterator.reset` does)."""
+    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+
+    adapter = PyDatasetAdapter(seq)
+    assert adapter.enqueuer is None  # the dataset feeds itself: Keras calls it in order on one thread
+    seq.on_epoch_end()
+    out = []
+    for _ in range(epochs):
+        adapter.on_epoch_begin()
+        out.append([_copy(b) for b in adapter.get_numpy_iterator()])
+        adapter.on_epoch_end()
+    return out
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for ea, eb in zip(a, b):
+        assert len(ea) == len(eb)
+        for (xa, ya), (xb, yb) in zip(ea, eb):
+            assert xa.dtype == xb.dtype and ya.dtype == yb.dtype
+            np.testing.assert_array_equal(xa, xb)
+            np.testing.assert_array_equal(ya, yb)
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+@pytest.mark.parametrize("mode", ["float", "compact", "augment"])
+def test_fed_batches_are_the_synchronous_batches(dataset, processes, mode):
+    kw = {"float": {}, "compact": dict(one_hot=False, normalize=False), "augment": dict(augment=AUGMENT)}[mode]
+    expected = _synchronous(dataset, 2, **kw)
+    assert len({e[0][0].tobytes() for e in expected}) == 2  # the epochs differ
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=processes, **kw)
+    assert (seq.feed_workers, seq.feed_processes) == (2, processes)
+    _same(_through_keras(seq, 2), expected)
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_random_access_in_any_order_gives_the_same_batches(dataset, processes):
+    expected = _synchronous(dataset, 2)
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=processes)
+    rng = np.random.default_rng(0)
+    for _ in range(2):  # each epoch twice over: once shuffled, once backwards
+        for i in list(rng.permutation(len(seq))) + list(range(len(seq)))[::-1]:
+            np.testing.assert_array_equal(seq[int(i)][0], expected[0][int(i)][0])
+    seq.on_epoch_end()
+    np.testing.assert_array_equal(seq[3][1], expected[1][3][1])
+    np.testing.assert_array_equal(seq[-1][0], expected[1][-1][0])
+    with pytest.raises(IndexError, match=r"batch index must be in \[0, 6\)"):
+        seq[6]
+
+
+def test_batches_held_by_the_caller_are_never_overwritten(dataset):
+    """Shared-memory slots are reused only once nothing holds their arrays: hold every
+    batch of three epochs (more than the slots there are), then compare them all."""
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    held, copies = [], []
+    for _ in range(3):
+        for i in range(len(seq)):
+            batch = seq[i]
+            held.append(batch)
+            copies.append(_copy(batch))
+        seq.on_epoch_end()
+    feed = seq._feed
+    assert 0 < len(feed._slots) <= feed._max_slots
+    for (x, y), (cx, cy) in zip(held, copies):
+        np.testing.assert_array_equal(x, cx)
+        np.testing.assert_array_equal(y, cy)
+    # released: the slots are reused (no new ones), and the batches stay right
+    del held, x, y, batch
+    gc.collect()
+    count = len(feed._slots)
+    _same([[_copy(seq[i]) for i in range(len(seq))]], _synchronous(dataset, 4)[3:])
+    assert len(feed._slots) == count
+
+
+def test_a_dead_worker_process_is_a_named_error(dataset):
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    seq[0]
+    for pid in list(seq._feed._pool._processes):
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    with pytest.raises(FeedWorkerError, match="worker process died.*use_multiprocessing=False"):
+        for i in (4, 2, 5):  # out of order: new work for the dead pool
+            seq[i]
+
+
+def _shm_names() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX shared memory listed in /dev/shm")
+def test_shared_memory_is_released_with_the_dataset(dataset):
+    before = _shm_names()
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    for i in range(len(seq)):
+        seq[i]
+    assert _shm_names() - before  # the slots exist while the dataset does
+    del seq
+    gc.collect()
+    assert not _shm_names() - before
+
+
+def test_worker_processes_exit_when_the_parent_is_killed(dataset, tmp_path):
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {ROOT!r})
+        import readers
+        seq = readers.open({dataset.path!r}).keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+        seq[0]; seq[1]
+        print(" ".join(str(p) for p in seq._feed._pool._processes), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == -9, run.stderr[-2000:]
+    pids = [int(p) for p in run.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_model_fit_trains_on_every_batch_in_order(dataset, processes):
+    import hashlib
+
+    import keras
+
+    seen = []
+
+    class Logged(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.conv = keras.layers.Conv2D(dataset.num_classes, 1, activation="softmax")
+
+        def call(self, x):
+            return self.conv(x)
+
+        def train_step(self, data):
+            seen.append(hashlib.sha256(np.asarray(data[0]).tobytes()).hexdigest())
+            return super().train_step(data)
+
+    model = Logged()
+    model(np.zeros((1, *dataset.image_shape), np.float32))
+    model.compile(optimizer="sgd", loss="categorical_crossentropy", run_eagerly=True)
+    train = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=processes)
+    history = model.fit(train, epochs=2, shuffle=False, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    expected = [hashlib.sha256(x.tobytes()).hexdigest() for epoch in _synchronous(dataset, 2) for x, _ in epoch]
+    assert seen == expected
+
+
+def test_tensorflow_augmentation_is_fed_on_threads_with_a_warning(dataset, monkeypatch):
+    """The TensorFlow fallback of the augmentation (no C kernel for these images) is not
+    fork-safe: use_multiprocessing=True computes those batches on threads, and says so."""
+    import readers.pydataset as pydataset
+
+    monkeypatch.setattr(pydataset, "host_kernel_takes", lambda *a: False)
+    expected = _synchronous(dataset, 1, augment=AUGMENT)
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True, augment=AUGMENT)
+    with pytest.warns(UserWarning, match="not fork-safe; the batches are computed on threads"):
+        first = _copy(seq[0])
+    assert not seq.feed_processes
+    _same([[first] + [_copy(seq[i]) for i in range(1, len(seq))]], expected)
