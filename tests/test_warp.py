@@ -31,25 +31,39 @@ def _textured(rng, b, h, w):
     return np.clip(0.5 * base + 0.5 * smooth, 0, 255).astype(np.uint8)
 
 
+def _sample(image, mask, p, out_size, mask_fill):
+    """One sample under the parameter row `p` (float64), before any colour step: the bilinear
+    image (taps clamped to the edge), which output pixels fall inside the source, and the mask
+    by the nearest rule with `mask_fill` outside (None without a mask)."""
+    h, w = image.shape[:2]
+    yy, xx = np.mgrid[0:out_size[0], 0:out_size[1]].astype(np.float64)
+    sx, sy = p[0] * xx + (p[1] * yy + p[2]), p[3] * xx + (p[4] * yy + p[5])
+    inside = (sx > -0.5) & (sx < w - 0.5) & (sy > -0.5) & (sy < h - 0.5)
+    x0, y0 = np.floor(sx), np.floor(sy)
+    fx, fy = (sx - x0)[..., None], (sy - y0)[..., None]
+    xa, xb = np.clip(x0, 0, w - 1).astype(int), np.clip(x0 + 1, 0, w - 1).astype(int)
+    ya, yb = np.clip(y0, 0, h - 1).astype(int), np.clip(y0 + 1, 0, h - 1).astype(int)
+    img = image.astype(np.float64)
+    left = img[ya, xa] + (img[yb, xa] - img[ya, xa]) * fy
+    right = img[ya, xb] + (img[yb, xb] - img[ya, xb]) * fy
+    v = left + (right - left) * fx
+    if mask is None:
+        return v, inside, None
+    nx = np.clip(np.floor(sx + 0.5), 0, w - 1).astype(int)
+    ny = np.clip(np.floor(sy + 0.5), 0, h - 1).astype(int)
+    mk = mask[ny, nx].copy()
+    mk[~inside] = mask_fill
+    return v, inside, mk
+
+
 def _reference(augment, images, masks, params, *, mask_fill, normalize):
     """NumPy float64 implementation of the documented host augmentation (uint8 or float out)."""
     b, h, w = images.shape[:3]
-    oh, ow = augment.output_size(h, w)
-    yy, xx = np.mgrid[0:oh, 0:ow].astype(np.float64)
+    out_size = augment.output_size(h, w)
     out_x, out_m = [], []
     for n in range(b):
         p = params[n].astype(np.float64)
-        sx = p[0] * xx + (p[1] * yy + p[2])
-        sy = p[3] * xx + (p[4] * yy + p[5])
-        inside = (sx > -0.5) & (sx < w - 0.5) & (sy > -0.5) & (sy < h - 0.5)
-        x0, y0 = np.floor(sx), np.floor(sy)
-        fx, fy = (sx - x0)[..., None], (sy - y0)[..., None]
-        xa, xb = np.clip(x0, 0, w - 1).astype(int), np.clip(x0 + 1, 0, w - 1).astype(int)
-        ya, yb = np.clip(y0, 0, h - 1).astype(int), np.clip(y0 + 1, 0, h - 1).astype(int)
-        img = images[n].astype(np.float64)
-        left = img[ya, xa] + (img[yb, xa] - img[ya, xa]) * fy
-        right = img[ya, xb] + (img[yb, xb] - img[ya, xb]) * fy
-        v = left + (right - left) * fx
+        v, inside, mk = _sample(images[n], None if masks is None else masks[n], p, out_size, mask_fill)
         if augment.photometric:
             m, c, delta = p[8:17].reshape(3, 3), p[18], p[17]
             mean = v[inside].mean(0) if augment.contrast and inside.any() else np.zeros(3)
@@ -57,12 +71,7 @@ def _reference(augment, images, masks, params, *, mask_fill, normalize):
             v = np.clip(v @ (c * m).T + m @ (np.ones(3) * offset), 0, 255)
         v[~inside] = augment.fill_rgb()
         out_x.append(v / 255.0 if normalize else np.clip(np.round(v), 0, 255))
-        if masks is not None:
-            nx = np.clip(np.floor(sx + 0.5), 0, w - 1).astype(int)
-            ny = np.clip(np.floor(sy + 0.5), 0, h - 1).astype(int)
-            mk = masks[n][ny, nx].copy()
-            mk[~inside] = mask_fill
-            out_m.append(mk)
+        out_m.append(mk)
     return np.stack(out_x), (np.stack(out_m) if masks is not None else None)
 
 
@@ -267,29 +276,14 @@ def _reference_n(images, masks, params, out_size, *, fill, mask_fill, normalize,
     """Float64 reference of the documented kernel for any channel count and dtype (no colour
     jitter except a brightness delta, in 0-255 units scaled to the dtype's range)."""
     top = float(np.iinfo(images.dtype).max)
-    b, h, w, c = images.shape
-    yy, xx = np.mgrid[0:out_size[0], 0:out_size[1]].astype(np.float64)
     xs, ms = [], []
-    for n in range(b):
+    for n in range(images.shape[0]):
         p = params[n].astype(np.float64)
-        sx, sy = p[0] * xx + (p[1] * yy + p[2]), p[3] * xx + (p[4] * yy + p[5])
-        inside = (sx > -0.5) & (sx < w - 0.5) & (sy > -0.5) & (sy < h - 0.5)
-        x0, y0 = np.floor(sx), np.floor(sy)
-        fx, fy = (sx - x0)[..., None], (sy - y0)[..., None]
-        xa, xb = np.clip(x0, 0, w - 1).astype(int), np.clip(x0 + 1, 0, w - 1).astype(int)
-        ya, yb = np.clip(y0, 0, h - 1).astype(int), np.clip(y0 + 1, 0, h - 1).astype(int)
-        img = images[n].astype(np.float64)
-        left = img[ya, xa] + (img[yb, xa] - img[ya, xa]) * fy
-        right = img[ya, xb] + (img[yb, xb] - img[ya, xb]) * fy
-        v = left + (right - left) * fx
+        v, inside, mk = _sample(images[n], masks[n], p, out_size, mask_fill)
         if brightness:
             v = np.clip(v + p[17] * top / 255.0, 0, top)
         v[~inside] = fill
         xs.append(v / top if normalize else np.clip(np.round(v), 0, top))
-        nx = np.clip(np.floor(sx + 0.5), 0, w - 1).astype(int)
-        ny = np.clip(np.floor(sy + 0.5), 0, h - 1).astype(int)
-        mk = masks[n][ny, nx].copy()
-        mk[~inside] = mask_fill
         ms.append(mk)
     return np.stack(xs), np.stack(ms)
 
