@@ -172,32 +172,15 @@ def test_a_corrupt_record_is_a_named_error(tmp_path):
 def test_keras_dataset_under_fit_trains_epoch_0_first_like_tf_dataset(train11, workers):
     """Keras' fit ends an epoch of its input before the first begins; keras_dataset undoes
     that end, so fit sees epochs 0, 1, ... of (seed, epoch), as manual iteration does."""
-    import hashlib
-
-    import keras
+    from _logged_fit import digest_x, logged_model
 
     ds = readers.open(train11)
     seen = []
-
-    class Logged(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.conv = keras.layers.Conv2D(ds.num_classes, 1, activation="softmax")
-
-        def call(self, x):
-            return self.conv(x)
-
-        def train_step(self, data):
-            seen.append(hashlib.sha256(np.asarray(data[0]).tobytes()).hexdigest())
-            return super().train_step(data)
-
-    model = Logged()
-    model(np.zeros((1, *ds.image_shape), np.float32))
-    model.compile(optimizer="sgd", loss="categorical_crossentropy", run_eagerly=True)
+    model = logged_model(ds, seen)
     model.fit(ds.keras_dataset("train", 4, seed=3, workers=workers), epochs=2, shuffle=False, verbose=0)
     seq = ds.keras_dataset("train", 4, seed=3)
     expected = []
     for _ in range(2):
-        expected += [hashlib.sha256(seq[i][0].tobytes()).hexdigest() for i in range(len(seq))]
+        expected += [digest_x(seq[i][0]) for i in range(len(seq))]
         seq.on_epoch_end()
     assert seen == expected
