@@ -14,9 +14,13 @@ already being computed, with the next ones, on the dataset's own pool:
   pickling of the arrays. A slot is reused once nobody holds its arrays any more
   (reference-counted, as `readers.formats.blocks` does).
 
-A batch is a pure function of (epoch, index) (`ShardPyDataset.batch_at`), so batches
-computed ahead are the batches a synchronous read gives, whatever the pool. Any access
-out of order (random access, a new epoch) drops what was computed ahead.
+A batch is a pure function of (epoch, index) (`BatchReader.batch_at`), so batches
+computed ahead are the batches a synchronous read gives, whatever the pool. Batches are
+computed ahead only while they are asked for in order; what a jump skips over is dropped,
+and out-of-order requests (``model.fit(shuffle=True)``, Keras' default, permutes them)
+get one batch each and a warning. A pool idle for `IDLE_SECONDS` is shut down with its
+slots (TensorFlow keeps a dataset given to `fit` alive after it returns) and started
+again on the next request; `close()` does it at once.
 """
 
 from __future__ import annotations
@@ -36,41 +40,119 @@ import numpy as np
 Batch = tuple[np.ndarray, np.ndarray]
 
 
+#: A feed's pool (threads or processes, and shared-memory slots) is shut down after this
+#: many seconds without a request, and started again on the next one.
+IDLE_SECONDS = 20.0
+
+#: Out-of-order requests in one epoch before `_Feed` warns (once per feed).
+MISSES_BEFORE_WARNING = 3
+
+
 class _Feed:
-    """Computes (epoch, index) batches ahead of an in-order reader (see the module doc)."""
+    """Computes (epoch, index) batches ahead of an in-order reader (see the module doc).
+    Subclasses make the pool (`_start`), submit to it (`_submit`) and stop it (`_stop`)."""
 
     def __init__(self, workers: int, ahead: int):
         self.workers = max(1, int(workers))
         self.ahead = max(1, int(ahead))
         self._pending: dict[tuple[int, int], Future] = {}
         self._lock = threading.Lock()
+        self._last: tuple[int, int] | None = None  # the last request
+        self._misses = 0  # out-of-order requests this epoch
+        self._warned = False
+        self._waiting = 0  # requests waiting on their batch (never suspended under them)
+        self.used = time.monotonic()
+        _watch_idle(self)
 
     def _submit(self, epoch: int, index: int) -> Future:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _stop(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _result(self, future: Future) -> Batch:
         return future.result()
 
     def get(self, epoch: int, index: int, end: int) -> Batch:
-        """Batch `index` of `epoch` (indices below `end` exist); starts the next ones."""
+        """Batch `index` of `epoch` (indices below `end` exist); starts the next ones while
+        the requests come in order."""
         with self._lock:
+            self.used = time.monotonic()
             future = self._pending.pop((epoch, index), None)
-            if future is None:  # out of order: what was computed ahead is not needed
-                self._drop()
+            self._drop(lambda key: key[0] != epoch or key[1] < index)  # another epoch, or skipped over
+            in_order = future is not None or index == 0 or self._last == (epoch, index - 1)
+            if self._last is None or self._last[0] != epoch:
+                self._misses = 0
+            self._last = (epoch, index)
+            if future is None:
                 future = self._submit(epoch, index)
-            last = max((i for e, i in self._pending if e == epoch), default=index)
-            for i in range(last + 1, min(end, index + 1 + self.ahead)):
-                self._pending[(epoch, i)] = self._submit(epoch, i)
-        return self._result(future)
+            if in_order:
+                last = max((i for _, i in self._pending), default=index)
+                for i in range(last + 1, min(end, index + 1 + self.ahead)):
+                    self._pending[(epoch, i)] = self._submit(epoch, i)
+            else:
+                self._missed()
+            self._waiting += 1
+        try:
+            return self._result(future)
+        finally:
+            with self._lock:
+                self._waiting -= 1
 
-    def _drop(self) -> None:
-        for future in self._pending.values():
-            future.cancel()
-        self._pending.clear()
+    def _missed(self) -> None:
+        self._misses += 1
+        if self._misses >= MISSES_BEFORE_WARNING and not self._warned:
+            import warnings
+
+            self._warned = True
+            warnings.warn("keras_dataset: batches are asked for out of order (model.fit(shuffle=True), Keras' "
+                          "default, permutes them), so none can be computed ahead. The dataset already shuffles "
+                          "itself per (seed, epoch): pass shuffle=False to model.fit", stacklevel=4)
+
+    def _drop(self, which: Callable[[tuple[int, int]], bool] = lambda key: True) -> None:
+        for key in [k for k in self._pending if which(k)]:
+            self._dropped(self._pending.pop(key))
+
+    def _dropped(self, future: Future) -> None:
+        future.cancel()
+
+    def suspend_if_idle(self, now: float) -> None:
+        """Stop the pool (and free the slots) after `IDLE_SECONDS` without a request."""
+        if now - self.used < IDLE_SECONDS or not self._lock.acquire(blocking=False):
+            return
+        try:
+            if now - self.used >= IDLE_SECONDS and not self._waiting:
+                self._drop()
+                self._stop()
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
+        """Stop the pool and free the slots now (a later request starts them again)."""
         with self._lock:
             self._drop()
+            self._stop()
+
+
+_feeds: "weakref.WeakSet[_Feed]" = weakref.WeakSet()
+_reaper: list[threading.Thread] = []
+
+
+def _watch_idle(feed: _Feed) -> None:
+    """Register `feed` with the one thread that suspends idle feeds (started on first use)."""
+    _feeds.add(feed)
+    if not _reaper or not _reaper[0].is_alive():
+        thread = threading.Thread(target=_reap, name="imgshard-feed-idle", daemon=True)
+        _reaper[:] = [thread]
+        thread.start()
+
+
+def _reap() -> None:
+    while True:
+        time.sleep(min(2.0, IDLE_SECONDS / 4))
+        now = time.monotonic()
+        for feed in list(_feeds):
+            feed.suspend_if_idle(now)
 
 
 class ThreadFeed(_Feed):
@@ -79,28 +161,48 @@ class ThreadFeed(_Feed):
     def __init__(self, compute: Callable[[int, int], Batch], workers: int, ahead: int):
         super().__init__(workers, ahead)
         self._compute = compute
-        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="imgshard-feed")
-        weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
+        self._pools: list[ThreadPoolExecutor] = []  # the running pool, if any
+        weakref.finalize(self, _shut_threads, self._pools)
 
     def _submit(self, epoch: int, index: int) -> Future:
-        return self._pool.submit(self._compute, epoch, index)
+        if not self._pools:
+            self._pools.append(ThreadPoolExecutor(self.workers, thread_name_prefix="imgshard-feed"))
+        return self._pools[0].submit(self._compute, epoch, index)
 
-    def close(self) -> None:
-        super().close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def _stop(self) -> None:
+        _shut_threads(self._pools)
+
+
+def _shut_threads(pools: list) -> None:
+    for pool in pools:
+        pool.shutdown(wait=False, cancel_futures=True)
+    pools.clear()
 
 
 class FeedWorkerError(RuntimeError):
     """A `keras_dataset` worker process died (killed, out of memory) while computing a batch."""
 
 
+class _NoRoom(OSError):
+    """The shared-memory file system cannot hold another slot."""
+
+
 class _Slot:
-    """One shared-memory block the workers write batches into (see the module doc)."""
+    """One shared-memory block the workers write batches into (see the module doc). Its
+    pages are reserved at once (`posix_fallocate`): a full /dev/shm is `_NoRoom` here, not
+    a SIGBUS in the worker that writes the batch."""
 
     def __init__(self, size: int):
         from multiprocessing import shared_memory
 
         self.shm = shared_memory.SharedMemory(create=True, size=size)
+        if hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(self.shm._fd, 0, size)  # type: ignore[attr-defined]
+            except OSError as e:
+                self.shm.close()
+                self.shm.unlink()
+                raise _NoRoom(e.errno, f"{e.strerror} (a {size / 1e6:.0f} MB batch slot)") from e
         self.raw = np.frombuffer(self.shm.buf, np.uint8)  # the arrays handed out are views of it
         self.size = size
         self.busy = False  # a worker writes into it, or its batch is not handed out yet
@@ -110,14 +212,18 @@ class _Slot:
         return sys.getrefcount(self.raw) > 2  # the attribute, the call
 
     def release(self) -> None:
-        raw, self.raw = self.raw, None
-        del raw
+        """Unlink the slot; its mapping goes when the last array handed out from it dies."""
+        self.raw = None
+        shm = self.shm
         try:
-            self.shm.close()
-        except BufferError:  # arrays still alive: the mapping stays until they die
-            pass
+            shm.close()
+        except BufferError:  # arrays still alive own the mapping now; SharedMemory must not close it again
+            shm._buf = shm._mmap = None  # type: ignore[attr-defined]
+            if getattr(shm, "_fd", -1) >= 0:
+                os.close(shm._fd)  # type: ignore[attr-defined]
+                shm._fd = -1  # type: ignore[attr-defined]
         try:
-            self.shm.unlink()
+            shm.unlink()
         except FileNotFoundError:
             pass
 
@@ -133,63 +239,101 @@ def _context() -> Any:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
+class _Processes:
+    """A `ProcessFeed`'s pool and slots (what its finalizer frees)."""
+
+    def __init__(self) -> None:
+        self.pool: Any = None
+        self.slots: list[_Slot] = []
+
+    def shut(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
+        for slot in self.slots:
+            slot.release()
+        self.slots.clear()
+
+
 class ProcessFeed(_Feed):
-    """`workers` processes running `seq.batch_at(epoch, index)` into shared-memory slots;
-    at most `ahead` + 4 slots (a batch beyond that comes back pickled)."""
+    """`workers` processes running `BatchReader.batch_at(epoch, index)` into shared-memory
+    slots; at most `ahead` + 4 slots (a batch beyond that comes back pickled)."""
 
     def __init__(self, seq: Any, workers: int, ahead: int):
-        from concurrent.futures import ProcessPoolExecutor
-
-        from multiprocessing import resource_tracker
-
         super().__init__(workers, ahead)
-        resource_tracker.ensure_running()  # before the workers start: they share it (`_attach`)
-        self._pool = ProcessPoolExecutor(self.workers, mp_context=_context(), initializer=_start_worker,
-                                         initargs=(seq.worker_state(), os.getpid()))
-        self._slots: list[_Slot] = []
+        self._state = seq.worker_state()
+        self._own = _Processes()
         self._slot_size = 0  # learnt from the first batch
         self._max_slots = self.ahead + 4
-        weakref.finalize(self, _shut, self._pool, self._slots)
+        weakref.finalize(self, self._own.shut)
+
+    def _start(self) -> Any:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import resource_tracker
+
+        if self._own.pool is None:
+            resource_tracker.ensure_running()  # before the workers start: they share it
+            self._own.pool = ProcessPoolExecutor(self.workers, mp_context=_context(), initializer=_start_worker,
+                                                 initargs=(self._state, os.getpid()))
+        return self._own.pool
+
+    def _stop(self) -> None:
+        self._own.shut()
 
     def _free_slot(self) -> _Slot | None:
         if not self._slot_size:
             return None
-        for slot in list(self._slots):
+        slots = self._own.slots
+        for slot in list(slots):
             if not slot.busy and not slot.held():
                 if slot.size >= self._slot_size:
                     return slot
-                self._slots.remove(slot)  # too small for these batches
+                slots.remove(slot)  # too small for these batches
                 slot.release()
-        if len(self._slots) >= self._max_slots:
+        if len(slots) >= self._max_slots:
             return None
-        slot = _Slot(self._slot_size)
-        self._slots.append(slot)
+        try:
+            slot = _Slot(self._slot_size)
+        except _NoRoom as e:
+            self._max_slots = len(slots)  # no more: the rest come back pickled
+            import warnings
+
+            warnings.warn(f"keras_dataset(use_multiprocessing=True): the shared-memory file system (/dev/shm) has no "
+                          f"room for another batch slot: {e.strerror}. Batches come back pickled (slower). Fix: a "
+                          "larger /dev/shm (docker run --shm-size=2g), or use_multiprocessing=False", stacklevel=5)
+            return None
+        slots.append(slot)
         return slot
 
     def _submit(self, epoch: int, index: int) -> Future:
+        pool = self._start()
         slot = self._free_slot()
         name = None
         if slot is not None:
             slot.busy, name = True, slot.shm.name
         try:
-            future = self._pool.submit(_worker_batch, epoch, index, name)
+            future = pool.submit(_worker_batch, epoch, index, name)
         except BrokenProcessPool as e:
             if slot is not None:
                 slot.busy = False
-            raise _died() from e
+            raise self._died() from e
         future.slot = slot  # type: ignore[attr-defined]
         return future
 
-    def _drop(self) -> None:
-        for future in self._pending.values():
-            slot = future.slot
-            if slot is not None:  # free once the worker is done with it (now, if it never started)
-                future.add_done_callback(lambda _f, slot=slot: setattr(slot, "busy", False))
-        super()._drop()
+    def _dropped(self, future: Future) -> None:
+        slot = future.slot  # type: ignore[attr-defined]
+        if slot is not None:  # free once the worker is done with it (now, if it never started)
+            future.add_done_callback(lambda _f, slot=slot: setattr(slot, "busy", False))
+        future.cancel()
 
     def _result(self, future: Future) -> Batch:
-        parts, need = self._wait(future)
-        slot = future.slot
+        slot = future.slot  # type: ignore[attr-defined]
+        try:
+            parts, need = self._wait(future)
+        except BaseException:
+            if slot is not None:
+                slot.busy = False
+            raise
         arrays = []
         for part in parts:
             if part[0] == "array":
@@ -214,29 +358,22 @@ class ProcessFeed(_Feed):
             try:
                 return future.result(timeout=0.5)
             except BrokenProcessPool as e:
-                raise _died() from e
+                raise self._died() from e
             except Pending:
-                processes = list((getattr(self._pool, "_processes", None) or {}).values())
+                pool = self._own.pool
+                processes = list((getattr(pool, "_processes", None) or {}).values())
                 if any(p.exitcode is not None for p in processes):
-                    raise _died() from None
+                    raise self._died() from None
 
-    def close(self) -> None:
-        super().close()
-        _shut(self._pool, self._slots)
-
-
-def _died() -> FeedWorkerError:
-    return FeedWorkerError(
-        "keras_dataset: a worker process died while computing a batch (killed, or out of memory). Fix: give the "
-        "processes more memory, or use use_multiprocessing=False (threads read as fast: the reading releases the "
-        "GIL)")
-
-
-def _shut(pool: Any, slots: list) -> None:
-    pool.shutdown(wait=False, cancel_futures=True)
-    for slot in slots:
-        slot.release()
-    slots.clear()
+    def _died(self) -> FeedWorkerError:
+        """The error for a dead worker; the broken pool is dropped (the next request starts a new one)."""
+        pool, self._own.pool = self._own.pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        return FeedWorkerError(
+            "keras_dataset: a worker process died while computing a batch (killed, or out of memory). Fix: give the "
+            "processes more memory, or use use_multiprocessing=False (threads read as fast: the reading releases the "
+            "GIL)")
 
 
 _worker: dict[str, Any] = {}
@@ -246,41 +383,49 @@ def _start_worker(state: bytes, parent: int) -> None:
     from readers.pydataset import BatchReader
 
     _worker["seq"], _worker["slots"] = BatchReader.from_state(state), {}
+    threading.Thread(target=_exit_with, args=(parent,), name="imgshard-feed-parent-watch", daemon=True).start()
 
-    def watch() -> None:  # a parent killed with SIGKILL leaves no one to stop this process
-        while _alive(parent):
+
+def _exit_with(parent: int) -> None:
+    """End this worker when process `parent` ends, even by SIGKILL (no one else would)."""
+    if os.path.exists(f"/proc/{parent}/stat"):  # Linux: a zombie (dead, not yet reaped) counts as gone
+        while _running(parent):
             time.sleep(0.5)
-        os._exit(0)
+    else:  # elsewhere: the end of the parent's sentinel pipe
+        from multiprocessing.connection import wait
 
-    threading.Thread(target=watch, name="imgshard-feed-parent-watch", daemon=True).start()
+        process = multiprocessing.parent_process()
+        if process is None:
+            return
+        wait([process.sentinel])
+    os._exit(0)
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not). Not
-    `os.getppid()`: a forkserver child's parent is the server, which lives on with it."""
+def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    except OSError:  # no /proc: a signal 0 finds the process (a zombie counts as alive)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
 
 def _attach(name: str) -> Any:
-    """The parent's slot `name`, mapped once per worker. The workers share the parent's
-    resource tracker (fork and spawn both pass it on): the parent's unlink is the only one."""
-    from multiprocessing import shared_memory
+    """The parent's slot `name`, mapped once per worker, not registered with the resource
+    tracker: the parent owns it and its unlink is the only one."""
+    from multiprocessing import resource_tracker, shared_memory
 
     shm = _worker["slots"].get(name)
     if shm is None:
-        shm = _worker["slots"][name] = shared_memory.SharedMemory(name=name)
+        try:
+            shm = shared_memory.SharedMemory(name=name, track=False)  # type: ignore[call-arg]  # Python >= 3.13
+        except TypeError:
+            register = resource_tracker.register
+            resource_tracker.register = lambda *args, **kwargs: None  # this process runs one task at a time
+            try:
+                shm = shared_memory.SharedMemory(name=name)
+            finally:
+                resource_tracker.register = register
+        _worker["slots"][name] = shm
     return shm
 
 
@@ -313,4 +458,4 @@ def _need(arrays: list) -> int:
     return sum(a.nbytes + 64 for a in arrays) + 64
 
 
-__all__ = ["FeedWorkerError", "ProcessFeed", "ThreadFeed"]
+__all__ = ["IDLE_SECONDS", "FeedWorkerError", "ProcessFeed", "ThreadFeed"]

@@ -59,16 +59,14 @@ class BatchReader:
         return _standardized(self, *augmented_batch(self, picked, images, targets, index, epoch, order))
 
     def _order_of(self, epoch: int) -> np.ndarray:
-        """The order of `epoch` (the current one, or one computed ahead for it; two kept)."""
-        if epoch == self.epoch:
-            return self._order
-        cache = self.__dict__.setdefault("_orders", {})
-        order = cache.get(epoch)
+        """The order of `epoch` (the last two kept). Not `self._order`: that and `self.epoch`
+        change one after the other while a feed thread may be computing a batch."""
+        kept = self.__dict__.get("_orders") or {}
+        order = kept.get(epoch)
         if order is None:
             order = epoch_order(self._seed, epoch, len(self._shard_of), self.options.shuffle,
                                 self.options.repeat_factors)
-            cache.clear()  # only the epoch being fed matters
-            cache[epoch] = order
+            self._orders = {**dict(list(kept.items())[-1:]), epoch: order}  # one assignment: thread-safe
         return order
 
     def runs_tensorflow(self) -> bool:
@@ -159,6 +157,12 @@ def _build_class() -> type:
             for key in ("_expander", "_orders", "_occurrences", "_occurrences_of"):
                 state.pop(key, None)
             return state
+
+        def close(self) -> None:
+            """Stop the pool computing batches ahead and free its shared memory now (it also
+            stops after `readers.batchfeed.IDLE_SECONDS` idle; a later read starts it again)."""
+            if self._feed is not None:
+                self._feed.close()
 
         def on_epoch_end(self) -> None:
             self.epoch += 1

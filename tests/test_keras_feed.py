@@ -91,9 +91,10 @@ def test_random_access_in_any_order_gives_the_same_batches(dataset, processes):
     expected = _synchronous(dataset, 2)
     seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=processes)
     rng = np.random.default_rng(0)
-    for _ in range(2):  # each epoch twice over: once shuffled, once backwards
-        for i in list(rng.permutation(len(seq))) + list(range(len(seq)))[::-1]:
-            np.testing.assert_array_equal(seq[int(i)][0], expected[0][int(i)][0])
+    with pytest.warns(UserWarning, match="asked for out of order.*pass shuffle=False to model.fit"):
+        for _ in range(2):  # each epoch twice over: once shuffled, once backwards
+            for i in list(rng.permutation(len(seq))) + list(range(len(seq)))[::-1]:
+                np.testing.assert_array_equal(seq[int(i)][0], expected[0][int(i)][0])
     seq.on_epoch_end()
     np.testing.assert_array_equal(seq[3][1], expected[1][3][1])
     np.testing.assert_array_equal(seq[-1][0], expected[1][-1][0])
@@ -113,27 +114,31 @@ def test_batches_held_by_the_caller_are_never_overwritten(dataset):
             copies.append(_copy(batch))
         seq.on_epoch_end()
     feed = seq._feed
-    assert 0 < len(feed._slots) <= feed._max_slots
+    assert 0 < len(feed._own.slots) <= feed._max_slots
     for (x, y), (cx, cy) in zip(held, copies):
         np.testing.assert_array_equal(x, cx)
         np.testing.assert_array_equal(y, cy)
     # released: the slots are reused (no new ones), and the batches stay right
     del held, x, y, batch
     gc.collect()
-    count = len(feed._slots)
+    count = len(feed._own.slots)
     _same([[_copy(seq[i]) for i in range(len(seq))]], _synchronous(dataset, 4)[3:])
-    assert len(feed._slots) == count
+    assert len(feed._own.slots) == count
 
 
 def test_a_dead_worker_process_is_a_named_error(dataset):
     seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
     seq[0]
-    for pid in list(seq._feed._pool._processes):
+    for pid in list(seq._feed._own.pool._processes):
         os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)
     with pytest.raises(FeedWorkerError, match="worker process died.*use_multiprocessing=False"):
         for i in (4, 2, 5):  # out of order: new work for the dead pool
             seq[i]
+    # the broken pool is dropped: the next read starts a new one, and the batches are right
+    expected = _synchronous(dataset, 1)[0]
+    for i in range(len(seq)):
+        np.testing.assert_array_equal(seq[i][1], expected[i][1])
 
 
 def _shm_names() -> set[str]:
@@ -159,7 +164,7 @@ def test_worker_processes_exit_when_the_parent_is_killed(dataset, tmp_path):
         import readers
         seq = readers.open({dataset.path!r}).keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
         seq[0]; seq[1]
-        print(" ".join(str(p) for p in seq._feed._pool._processes), flush=True)
+        print(" ".join(str(p) for p in seq._feed._own.pool._processes), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
@@ -206,3 +211,129 @@ def test_tensorflow_augmentation_is_fed_on_threads_with_a_warning(dataset, monke
         first = _copy(seq[0])
     assert not seq.feed_processes
     _same([[first] + [_copy(seq[i]) for i in range(1, len(seq))]], expected)
+
+
+def _counting(seq):
+    """`seq` with a list that `batch_at` appends each computed batch index to (before the
+    feed starts: threads call it, forked workers inherit it)."""
+    calls, compute = [], seq.batch_at
+
+    def batch_at(epoch, index):
+        calls.append(index)
+        return compute(epoch, index)
+
+    seq.batch_at = batch_at
+    return calls
+
+
+def test_shuffled_requests_compute_each_batch_once_and_warn(dataset):
+    """model.fit(shuffle=True) (Keras' default) permutes the batch indices: nothing can be
+    computed ahead, so nothing is, and a warning names shuffle=False."""
+    import random
+
+    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2)
+    calls = _counting(seq)
+    random.seed(3)
+    adapter = PyDatasetAdapter(seq, shuffle=True)
+    seq.on_epoch_end()  # as fit does before the first epoch
+    got = []
+    with pytest.warns(UserWarning, match="out of order"):
+        for _ in range(2):
+            adapter.on_epoch_begin()
+            got.append(sorted(_copy(b)[0].tobytes() for b in adapter.get_numpy_iterator()))
+            adapter.on_epoch_end()
+    expected = [sorted(x.tobytes() for x, _ in epoch) for epoch in _synchronous(dataset, 2)]
+    assert got == expected
+    assert len(calls) <= 2 * len(seq) + 2 * 4  # each batch once, plus at most one look-ahead per in-order start
+
+
+def test_a_jump_drops_the_batches_it_skips(dataset):
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    for i in (0, 2, 4):
+        seq[i]
+        assert all(index > i for _, index in seq._feed._pending)
+    expected = _synchronous(dataset, 1)[0]
+    np.testing.assert_array_equal(seq[5][0], expected[5][0])
+
+
+def test_an_idle_pool_is_stopped_with_its_slots_and_starts_again(dataset, monkeypatch):
+    """TensorFlow keeps a dataset given to model.fit alive after fit returns: the feed stops
+    its pool and frees its shared memory once idle, and a later read starts them again."""
+    import readers.batchfeed as batchfeed
+
+    monkeypatch.setattr(batchfeed, "IDLE_SECONDS", 0.4)
+    before = _shm_names()
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    first = [_copy(seq[i]) for i in range(len(seq))]
+    pids = list(seq._feed._own.pool._processes)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (seq._feed._own.pool is not None or _shm_names() - before):
+        time.sleep(0.2)
+    assert seq._feed._own.pool is None and not seq._feed._own.slots
+    assert not _shm_names() - before
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in pids)
+    _same([[_copy(seq[i]) for i in range(len(seq))]], [first])
+    seq.close()
+    assert seq._feed._own.pool is None
+
+
+def test_a_batch_that_fails_in_a_worker_frees_its_slot(dataset, monkeypatch):
+    from readers.pydataset import BatchReader
+
+    expected = _synchronous(dataset, 1)[0][3][0]
+    compute = BatchReader.batch_at
+
+    def failing(self, epoch, index):
+        if index == 2:
+            raise OSError("disk read failed")
+        return compute(self, epoch, index)
+
+    monkeypatch.setattr(BatchReader, "batch_at", failing)  # before the fork: the workers inherit it
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    seq[0]
+    seq[1]
+    for _ in range(3):
+        with pytest.raises(OSError, match="disk read failed"):
+            seq[2]
+    owned = {id(f.slot) for f in seq._feed._pending.values() if f.slot is not None}  # batches computed ahead
+    assert all(id(slot) in owned for slot in seq._feed._own.slots if slot.busy)
+    np.testing.assert_array_equal(seq[3][0], expected)
+
+
+def test_no_room_for_shared_memory_falls_back_to_pickled_batches(dataset, monkeypatch):
+    import errno
+
+    def full(fd, offset, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    with pytest.warns(UserWarning, match=r"/dev/shm\) has no room.*--shm-size"):
+        got = [_copy(seq[i]) for i in range(len(seq))]
+    assert not seq._feed._own.slots
+    _same([got], _synchronous(dataset, 1))
+
+
+def test_dropping_a_dataset_while_holding_a_batch_is_quiet(dataset):
+    """A batch still held when its dataset goes (and at exit): no BufferError, no leaked
+    shared memory reported by the resource tracker."""
+    code = textwrap.dedent(f"""
+        import gc, sys
+        sys.path.insert(0, {ROOT!r})
+        import readers
+        seq = readers.open({dataset.path!r}).keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+        held = [seq[i] for i in range(len(seq))]
+        del seq
+        gc.collect()
+        print(int(held[-1][1].sum()))
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert int(run.stdout.split()[-1]) > 0
+    for noise in ("BufferError", "leaked shared_memory", "Exception ignored", "resource_tracker"):
+        assert noise not in run.stderr, run.stderr[-2000:]
