@@ -380,9 +380,13 @@ _worker: dict[str, Any] = {}
 
 
 def _start_worker(state: bytes, parent: int) -> None:
-    from readers.pydataset import BatchReader
+    """`state`: pickled (class, attributes) of the dataset's batch reader (`worker_state`)."""
+    import pickle
 
-    _worker["seq"], _worker["slots"] = BatchReader.from_state(state), {}
+    cls, attributes = pickle.loads(state)
+    reader = cls.__new__(cls)
+    reader.__dict__.update(attributes)
+    _worker["seq"], _worker["slots"] = reader, {}
     threading.Thread(target=_exit_with, args=(parent,), name="imgshard-feed-parent-watch", daemon=True).start()
 
 

@@ -47,7 +47,8 @@ from readers.order import replica_batch, replica_batch_count
 class BatchReader:
     """What computes a `ShardPyDataset` batch: a pure function of (epoch, index). Without
     Keras, so a worker process of `readers.batchfeed.ProcessFeed` builds one from the
-    dataset's pickled state (`worker_state`) without importing Keras or TensorFlow."""
+    dataset's pickled state (`worker_state`) without importing Keras or TensorFlow; the
+    Keras class (`ShardPyDataset`) adds the `PyDataset` protocol on top."""
 
     def batch_at(self, epoch: int, index: int) -> tuple[np.ndarray, np.ndarray]:
         """Batch `index` of `epoch`'s whole order (a pure function of the two)."""
@@ -74,18 +75,22 @@ class BatchReader:
         return self.options.augment is not None and not host_kernel_takes(self.spec.channels, self.spec.image_dtype)
 
     def worker_state(self) -> bytes:
-        """The pickled state a worker process rebuilds this reader from (`from_state`)."""
+        """What a worker process rebuilds this reader from (`readers.batchfeed._start_worker`):
+        the pickled (class, attributes); the class goes by reference, so the worker imports
+        this module only when it unpickles it (no import cycle with `readers.batchfeed`)."""
         import pickle
 
-        return pickle.dumps(self.__getstate__() if hasattr(self, "__getstate__") else self.__dict__)
+        return pickle.dumps((BatchReader, self.__getstate__()))
 
-    @classmethod
-    def from_state(cls, state: bytes) -> "BatchReader":
-        import pickle
+    def close(self) -> None:
+        """Stop the pool computing batches ahead and free its shared memory now (it also
+        stops after `readers.batchfeed.IDLE_SECONDS` idle; a later read starts it again)."""
+        if getattr(self, "_feed", None) is not None:
+            self._feed.close()
 
-        reader = cls.__new__(cls)
-        reader.__dict__.update(pickle.loads(state))
-        return reader
+    def keys_order(self) -> np.ndarray:
+        """(shard position in this dataset, record index) of every sample in the current order."""
+        return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
 
 
 def _build_class() -> type:
@@ -158,12 +163,6 @@ def _build_class() -> type:
                 state.pop(key, None)
             return state
 
-        def close(self) -> None:
-            """Stop the pool computing batches ahead and free its shared memory now (it also
-            stops after `readers.batchfeed.IDLE_SECONDS` idle; a later read starts it again)."""
-            if self._feed is not None:
-                self._feed.close()
-
         def on_epoch_end(self) -> None:
             self.epoch += 1
             self._skip = 0
@@ -171,10 +170,6 @@ def _build_class() -> type:
             self._ends = getattr(self, "_ends", 0) + 1
 
         on_epoch_begin = _on_epoch_begin
-
-        def keys_order(self) -> np.ndarray:
-            """(shard position in this dataset, record index) of every sample in the current order."""
-            return np.stack([self._shard_of[self._order], self._record_of[self._order]], axis=1)
 
     return ShardPyDataset
 

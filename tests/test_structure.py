@@ -141,13 +141,20 @@ def test_conversion_path_never_imports_the_test_data_generator():
     assert users == []
 
 
+#: The one measured exception: the bench times a PyDataset through the adapter `model.fit`
+#: builds (issue 30), which Keras does not export; it falls back to a public stand-in
+#: when the adapter moves (`converter/bench/kerasfeed.py`). Nothing a user runs imports it.
+PRIVATE_KERAS_ALLOWED = {("converter.bench.kerasfeed", "keras.src.trainers.data_adapters.py_dataset_adapter")}
+
+
 def test_no_module_imports_private_keras_modules():
     offenders = []
     for name, path in _modules().items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            offenders += [f"{name}: {n}" for n in names if n.startswith("keras.src")]
+            offenders += [f"{name}: {n}" for n in names
+                          if n.startswith("keras.src") and (name, n) not in PRIVATE_KERAS_ALLOWED]
     assert offenders == []
 
 
