@@ -149,6 +149,20 @@ def as_version_2(out: Path) -> dict:
     return doc
 
 
+def as_version_2_with_a_flipped_key(out: Path, shard: int) -> tuple[dict, str, str]:
+    """`as_version_2`, then one bit of one character of sample 1's inline key in `shard` of
+    "train" flipped (the manifest written back). Returns (that shard's entry, the key, the
+    flipped key)."""
+    doc = as_version_2(out)
+    entry = doc["splits"]["train"]["shards"][shard]
+    good = entry["samples"][1]["key"]
+    flipped = good[:-5] + chr(ord(good[-5]) ^ 1) + good[-4:]
+    assert flipped != good
+    entry["samples"][1]["key"] = flipped
+    (out / MANIFEST_NAME).write_text(json.dumps(doc))
+    return entry, good, flipped
+
+
 def startup_seconds() -> float:
     """How long starting the CLI takes right now (the machine is shared: timings are relative)."""
     import time

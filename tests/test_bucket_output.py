@@ -328,18 +328,12 @@ def test_a_version_2_dataset_in_a_bucket_with_a_flipped_inline_key_is_not_migrat
     their keys compared with the v2 manifest's inline samples before any index file is written; a
     flipped bit in one key stops the run naming the shard object, the record and both keys, and
     the bucket keeps exactly the objects it had."""
-    from _cron import as_version_2
+    from _cron import as_version_2_with_a_flipped_key
 
     src = first_samples(full, tmp_path / "src", 12)
     local = tmp_path / "local"
     assert run_cli(_args(src, local)) == 0
-    doc = as_version_2(local)
-    shard = doc["splits"]["train"]["shards"][0]
-    good = shard["samples"][1]["key"]
-    flipped = good[:-5] + chr(ord(good[-5]) ^ 1) + good[-4:]  # one bit of one character
-    assert flipped != good
-    shard["samples"][1]["key"] = flipped
-    (local / MANIFEST_NAME).write_text(json.dumps(doc))
+    shard, good, flipped = as_version_2_with_a_flipped_key(local, 0)
     url = f"{s3_bucket}/ds"
     store = open_store(url)
     for p in sorted(local.iterdir()):

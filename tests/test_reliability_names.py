@@ -105,16 +105,10 @@ def test_new_shard_name_taken_by_a_listed_or_present_file_is_refused(grown):
 def test_version_2_dataset_with_a_flipped_inline_key_is_not_migrated(grown, capsys):
     """Issue 25, item 6: a v2 manifest whose inline key disagrees with its record (one flipped bit)
     is refused by the migration, naming the shard, the record and both keys; nothing is written."""
-    from tests._cron import as_version_2
+    from tests._cron import as_version_2_with_a_flipped_key
 
     full, src, out = grown
-    doc = as_version_2(out)
-    shard = doc["splits"]["train"]["shards"][1]
-    good = shard["samples"][1]["key"]
-    flipped = good[:-5] + chr(ord(good[-5]) ^ 1) + good[-4:]  # one bit of one character
-    assert flipped != good
-    shard["samples"][1]["key"] = flipped
-    (out / MANIFEST_NAME).write_text(json.dumps(doc))
+    shard, good, flipped = as_version_2_with_a_flipped_key(out, 1)
     before = _digests(out)
     manifest_before = (out / MANIFEST_NAME).read_bytes()
     capsys.readouterr()
