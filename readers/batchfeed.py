@@ -246,9 +246,12 @@ class _Processes:
         self.pool: Any = None
         self.slots: list[_Slot] = []
 
-    def shut(self) -> None:
+    def shut(self, wait: bool = False) -> None:
+        """Stop the pool (`wait`: until its manager thread is gone, so a pool started next
+        cannot get its pipes' descriptor numbers while that thread still reads them) and
+        release the slots."""
         if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool.shutdown(wait=wait, cancel_futures=True)
             self.pool = None
         for slot in self.slots:
             slot.release()
@@ -265,6 +268,7 @@ class ProcessFeed(_Feed):
         self._own = _Processes()
         self._slot_size = 0  # learnt from the first batch
         self._max_slots = self.ahead + 4
+        self._broken: FeedWorkerError | None = None  # a worker died: this feed is done
         weakref.finalize(self, self._own.shut)
 
     def _start(self) -> Any:
@@ -278,7 +282,7 @@ class ProcessFeed(_Feed):
         return self._own.pool
 
     def _stop(self) -> None:
-        self._own.shut()
+        self._own.shut(wait=self._broken is None)
 
     def _free_slot(self) -> _Slot | None:
         if not self._slot_size:
@@ -306,6 +310,8 @@ class ProcessFeed(_Feed):
         return slot
 
     def _submit(self, epoch: int, index: int) -> Future:
+        if self._broken is not None:
+            raise FeedWorkerError(*self._broken.args)
         pool = self._start()
         slot = self._free_slot()
         name = None
@@ -366,14 +372,14 @@ class ProcessFeed(_Feed):
                     raise self._died() from None
 
     def _died(self) -> FeedWorkerError:
-        """The error for a dead worker; the broken pool is dropped (the next request starts a new one)."""
-        pool, self._own.pool = self._own.pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-        return FeedWorkerError(
-            "keras_dataset: a worker process died while computing a batch (killed, or out of memory). Fix: give the "
-            "processes more memory, or use use_multiprocessing=False (threads read as fast: the reading releases the "
-            "GIL)")
+        """The error for a dead worker, raised again by every later request: the pool is
+        not restarted (a broken executor's threads may still hold its pipes)."""
+        if self._broken is None:
+            self._broken = FeedWorkerError(
+                "keras_dataset: a worker process died while computing a batch (killed, or out of memory). Fix: give "
+                "the processes more memory, or use use_multiprocessing=False (threads read as fast: the reading "
+                "releases the GIL); then make a new keras_dataset")
+        return self._broken
 
 
 _worker: dict[str, Any] = {}

@@ -27,13 +27,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AUGMENT = Augment(hflip=0.5, scale=(0.6, 1.6), rotate=10, crop=(18, 14), brightness=0.2)
 
 
-@pytest.fixture(scope="module", params=["tfrecord", "npz"])
+@pytest.fixture(scope="module", params=["tfrecord", "npz", "npz-uint16"])
 def dataset(request, tmp_path_factory):
-    """21 samples (batches of 4: a partial last batch) in shards of 3, odd sizes, 5 classes."""
+    """21 samples (batches of 4: a partial last batch) in shards of 3, odd sizes, 5 classes;
+    and 200 classes in uint16 class maps (255: ignore), under a split not named "train", beside a decoy split."""
     root = tmp_path_factory.mktemp("feed") / request.param
-    _shards.write_dataset(root, request.param, splits={"train": 21}, height=22, width=17, records_per_shard=3,
-                          num_classes=5, compression="none", seed=4)
-    return readers.open(root)
+    fmt = request.param.split("-")[0]
+    if request.param.endswith("uint16"):
+        _, written = _shards.write_dataset(root, fmt, splits={"trn": 21, "train_old": 3}, height=22, width=17,
+                                           records_per_shard=3, num_classes=200, mask_dtype="uint16",
+                                           compression="none", seed=9)
+    else:
+        _, written = _shards.write_dataset(root, fmt, splits={"train": 21}, height=22, width=17,
+                                           records_per_shard=3, num_classes=5, compression="none", seed=4)
+    ds = readers.open(root)
+    ds.written = written  # the arrays the test wrote: the independent reference
+    return ds
+
+
+def _split(ds) -> str:
+    return max(ds.splits, key=ds.splits.get)  # the 21-sample split
 
 
 def _copy(batch):
@@ -41,7 +54,7 @@ def _copy(batch):
 
 
 def _synchronous(ds, epochs, **kw):
-    seq = ds.keras_dataset("train", 4, seed=5, **kw)
+    seq = ds.keras_dataset(_split(ds), 4, seed=5, **kw)
     out = []
     for _ in range(epochs):
         out.append([_copy(seq[i]) for i in range(len(seq))])
@@ -81,15 +94,28 @@ def test_fed_batches_are_the_synchronous_batches(dataset, processes, mode):
     kw = {"float": {}, "compact": dict(one_hot=False, normalize=False), "augment": dict(augment=AUGMENT)}[mode]
     expected = _synchronous(dataset, 2, **kw)
     assert len({e[0][0].tobytes() for e in expected}) == 2  # the epochs differ
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=processes, **kw)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=processes, **kw)
     assert (seq.feed_workers, seq.feed_processes) == (2, processes)
     _same(_through_keras(seq, 2), expected)
 
 
 @pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_fed_compact_batches_hold_the_arrays_written(dataset, processes):
+    """Unshuffled compact batches from the pool, against the arrays the test wrote (not imgshard code)."""
+    split = _split(dataset)
+    seq = dataset.keras_dataset(split, 4, shuffle=False, one_hot=False, normalize=False, workers=2,
+                                use_multiprocessing=processes)
+    x = np.concatenate([seq[i][0] for i in range(len(seq))])
+    y = np.concatenate([seq[i][1] for i in range(len(seq))])
+    np.testing.assert_array_equal(x, np.stack([s.image for s in dataset.written[split]]))
+    np.testing.assert_array_equal(y, np.stack([s.mask for s in dataset.written[split]]))
+    assert y.dtype == dataset.written[split][0].mask.dtype and y.max() > 4
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
 def test_random_access_in_any_order_gives_the_same_batches(dataset, processes):
     expected = _synchronous(dataset, 2)
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=processes)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=processes)
     rng = np.random.default_rng(0)
     with pytest.warns(UserWarning, match="asked for out of order.*pass shuffle=False to model.fit"):
         for _ in range(2):  # each epoch twice over: once shuffled, once backwards
@@ -105,7 +131,7 @@ def test_random_access_in_any_order_gives_the_same_batches(dataset, processes):
 def test_batches_held_by_the_caller_are_never_overwritten(dataset):
     """Shared-memory slots are reused only once nothing holds their arrays: hold every
     batch of three epochs (more than the slots there are), then compare them all."""
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=True)
     held, copies = [], []
     for _ in range(3):
         for i in range(len(seq)):
@@ -127,7 +153,7 @@ def test_batches_held_by_the_caller_are_never_overwritten(dataset):
 
 
 def test_a_dead_worker_process_is_a_named_error(dataset):
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=True)
     seq[0]
     for pid in list(seq._feed._own.pool._processes):
         os.kill(pid, signal.SIGKILL)
@@ -135,10 +161,10 @@ def test_a_dead_worker_process_is_a_named_error(dataset):
     with pytest.raises(FeedWorkerError, match="worker process died.*use_multiprocessing=False"):
         for i in (4, 2, 5):  # out of order: new work for the dead pool
             seq[i]
-    # the broken pool is dropped: the next read starts a new one, and the batches are right
-    expected = _synchronous(dataset, 1)[0]
-    for i in range(len(seq)):
-        np.testing.assert_array_equal(seq[i][1], expected[i][1])
+    # the feed is done: every later read says so at once (no hang on the broken pool)
+    for i in (0, 3):
+        with pytest.raises(FeedWorkerError, match="make a new keras_dataset"):
+            seq[i]
 
 
 def _shm_names() -> set[str]:
@@ -148,7 +174,7 @@ def _shm_names() -> set[str]:
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX shared memory listed in /dev/shm")
 def test_shared_memory_is_released_with_the_dataset(dataset):
     before = _shm_names()
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=True)
     for i in range(len(seq)):
         seq[i]
     assert _shm_names() - before  # the slots exist while the dataset does
@@ -162,7 +188,7 @@ def test_worker_processes_exit_when_the_parent_is_killed(dataset, tmp_path):
         import os, signal, sys
         sys.path.insert(0, {ROOT!r})
         import readers
-        seq = readers.open({dataset.path!r}).keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+        seq = readers.open({dataset.path!r}).keras_dataset({_split(dataset)!r}, 4, seed=5, workers=2, use_multiprocessing=True)
         seq[0]; seq[1]
         print(" ".join(str(p) for p in seq._feed._own.pool._processes), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -192,7 +218,7 @@ def test_model_fit_trains_on_every_batch_in_order(dataset, processes):
 
     seen = []
     model = logged_model(dataset, seen)
-    train = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=processes)
+    train = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=processes)
     history = model.fit(train, epochs=2, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     expected = [digest_x(x) for epoch in _synchronous(dataset, 2) for x, _ in epoch]
@@ -206,7 +232,7 @@ def test_tensorflow_augmentation_is_fed_on_threads_with_a_warning(dataset, monke
 
     monkeypatch.setattr(pydataset, "host_kernel_takes", lambda *a: False)
     expected = _synchronous(dataset, 1, augment=AUGMENT)
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True, augment=AUGMENT)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=True, augment=AUGMENT)
     with pytest.warns(UserWarning, match="not fork-safe; the batches are computed on threads"):
         first = _copy(seq[0])
     assert not seq.feed_processes
@@ -233,7 +259,7 @@ def test_shuffled_requests_compute_each_batch_once_and_warn(dataset):
 
     from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2)
     calls = _counting(seq)
     random.seed(3)
     adapter = PyDatasetAdapter(seq, shuffle=True)
@@ -250,7 +276,7 @@ def test_shuffled_requests_compute_each_batch_once_and_warn(dataset):
 
 
 def test_a_jump_drops_the_batches_it_skips(dataset):
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=True)
     for i in (0, 2, 4):
         seq[i]
         assert all(index > i for _, index in seq._feed._pending)
@@ -265,7 +291,7 @@ def test_an_idle_pool_is_stopped_with_its_slots_and_starts_again(dataset, monkey
 
     monkeypatch.setattr(batchfeed, "IDLE_SECONDS", 0.4)
     before = _shm_names()
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=True)
     first = [_copy(seq[i]) for i in range(len(seq))]
     pids = list(seq._feed._own.pool._processes)
     deadline = time.monotonic() + 10
@@ -293,7 +319,7 @@ def test_a_batch_that_fails_in_a_worker_frees_its_slot(dataset, monkeypatch):
         return compute(self, epoch, index)
 
     monkeypatch.setattr(BatchReader, "batch_at", failing)  # before the fork: the workers inherit it
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=True)
     seq[0]
     seq[1]
     for _ in range(3):
@@ -311,7 +337,7 @@ def test_no_room_for_shared_memory_falls_back_to_pickled_batches(dataset, monkey
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
-    seq = dataset.keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+    seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=True)
     with pytest.warns(UserWarning, match=r"/dev/shm\) has no room.*--shm-size"):
         got = [_copy(seq[i]) for i in range(len(seq))]
     assert not seq._feed._own.slots
@@ -325,7 +351,7 @@ def test_dropping_a_dataset_while_holding_a_batch_is_quiet(dataset):
         import gc, sys
         sys.path.insert(0, {ROOT!r})
         import readers
-        seq = readers.open({dataset.path!r}).keras_dataset("train", 4, seed=5, workers=2, use_multiprocessing=True)
+        seq = readers.open({dataset.path!r}).keras_dataset({_split(dataset)!r}, 4, seed=5, workers=2, use_multiprocessing=True)
         held = [seq[i] for i in range(len(seq))]
         del seq
         gc.collect()
