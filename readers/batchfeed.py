@@ -32,7 +32,6 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
 import numpy as np
@@ -246,12 +245,10 @@ class _Processes:
         self.pool: Any = None
         self.slots: list[_Slot] = []
 
-    def shut(self, wait: bool = False) -> None:
-        """Stop the pool (`wait`: until its manager thread is gone, so a pool started next
-        cannot get its pipes' descriptor numbers while that thread still reads them) and
-        release the slots."""
+    def shut(self) -> None:
+        """Stop the pool (its workers end after the batch they compute) and release the slots."""
         if self.pool is not None:
-            self.pool.shutdown(wait=wait, cancel_futures=True)
+            self.pool.shutdown()
             self.pool = None
         for slot in self.slots:
             slot.release()
@@ -272,17 +269,18 @@ class ProcessFeed(_Feed):
         weakref.finalize(self, self._own.shut)
 
     def _start(self) -> Any:
-        from concurrent.futures import ProcessPoolExecutor
         from multiprocessing import resource_tracker
+
+        from readers.procpool import ProcessPool
 
         if self._own.pool is None:
             resource_tracker.ensure_running()  # before the workers start: they share it
-            self._own.pool = ProcessPoolExecutor(self.workers, mp_context=_context(), initializer=_start_worker,
-                                                 initargs=(self._state, os.getpid()))
+            self._own.pool = ProcessPool(self.workers, _context(), _worker_batch, _start_worker,
+                                         (self._state, os.getpid()))
         return self._own.pool
 
     def _stop(self) -> None:
-        self._own.shut(wait=self._broken is None)
+        self._own.shut()
 
     def _free_slot(self) -> _Slot | None:
         if not self._slot_size:
@@ -317,9 +315,11 @@ class ProcessFeed(_Feed):
         name = None
         if slot is not None:
             slot.busy, name = True, slot.shm.name
+        from readers.procpool import WorkerDied
+
         try:
-            future = pool.submit(_worker_batch, epoch, index, name)
-        except BrokenProcessPool as e:
+            future = pool.submit(epoch, index, name)
+        except WorkerDied as e:
             if slot is not None:
                 slot.busy = False
             raise self._died() from e
@@ -356,24 +356,18 @@ class ProcessFeed(_Feed):
         return arrays[0], arrays[1]
 
     def _wait(self, future: Future) -> Any:
-        """The future's result; a named error as soon as any worker has died (the executor's
-        own check misses deaths whose pipes another forked process keeps open)."""
-        from concurrent.futures import TimeoutError as Pending
+        """The future's result; a dead worker (`readers.procpool.WorkerDied`) is `FeedWorkerError`."""
+        from readers.procpool import WorkerDied
 
-        while True:
-            try:
-                return future.result(timeout=0.5)
-            except BrokenProcessPool as e:
-                raise self._died() from e
-            except Pending:
-                pool = self._own.pool
-                processes = list((getattr(pool, "_processes", None) or {}).values())
-                if any(p.exitcode is not None for p in processes):
-                    raise self._died() from None
+        try:
+            return future.result()
+        except WorkerDied as e:
+            raise self._died() from e
 
     def _died(self) -> FeedWorkerError:
         """The error for a dead worker, raised again by every later request: the pool is
-        not restarted (a broken executor's threads may still hold its pipes)."""
+        not restarted (whatever killed one worker would likely kill the next; the user
+        chooses: more memory, or threads)."""
         if self._broken is None:
             self._broken = FeedWorkerError(
                 "keras_dataset: a worker process died while computing a batch (killed, or out of memory). Fix: give "

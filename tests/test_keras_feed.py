@@ -155,7 +155,7 @@ def test_batches_held_by_the_caller_are_never_overwritten(dataset):
 def test_a_dead_worker_process_is_a_named_error(dataset):
     seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=True)
     seq[0]
-    for pid in list(seq._feed._own.pool._processes):
+    for pid in list(seq._feed._own.pool.pids):
         os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)
     with pytest.raises(FeedWorkerError, match="worker process died.*use_multiprocessing=False"):
@@ -190,7 +190,7 @@ def test_worker_processes_exit_when_the_parent_is_killed(dataset, tmp_path):
         import readers
         seq = readers.open({dataset.path!r}).keras_dataset({_split(dataset)!r}, 4, seed=5, workers=2, use_multiprocessing=True)
         seq[0]; seq[1]
-        print(" ".join(str(p) for p in seq._feed._own.pool._processes), flush=True)
+        print(" ".join(str(p) for p in seq._feed._own.pool.pids), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
@@ -293,7 +293,7 @@ def test_an_idle_pool_is_stopped_with_its_slots_and_starts_again(dataset, monkey
     before = _shm_names()
     seq = dataset.keras_dataset(_split(dataset), 4, seed=5, workers=2, use_multiprocessing=True)
     first = [_copy(seq[i]) for i in range(len(seq))]
-    pids = list(seq._feed._own.pool._processes)
+    pids = list(seq._feed._own.pool.pids)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (seq._feed._own.pool is not None or _shm_names() - before):
         time.sleep(0.2)
