@@ -247,12 +247,14 @@ class _Processes:
 
     def shut(self) -> None:
         """Stop the pool (its workers end after the batch they compute) and release the slots."""
-        if self.pool is not None:
-            self.pool.shutdown()
-            self.pool = None
-        for slot in self.slots:
-            slot.release()
-        self.slots.clear()
+        try:
+            if self.pool is not None:
+                self.pool, pool = None, self.pool
+                pool.shutdown()
+        finally:
+            for slot in self.slots:
+                slot.release()
+            self.slots.clear()
 
 
 class ProcessFeed(_Feed):
@@ -319,10 +321,12 @@ class ProcessFeed(_Feed):
 
         try:
             future = pool.submit(epoch, index, name)
-        except WorkerDied as e:
+        except BaseException as e:
             if slot is not None:
                 slot.busy = False
-            raise self._died() from e
+            if isinstance(e, WorkerDied):
+                raise self._died() from e
+            raise
         future.slot = slot  # type: ignore[attr-defined]
         return future
 
@@ -356,13 +360,21 @@ class ProcessFeed(_Feed):
         return arrays[0], arrays[1]
 
     def _wait(self, future: Future) -> Any:
-        """The future's result; a dead worker (`readers.procpool.WorkerDied`) is `FeedWorkerError`."""
+        """The future's result; a dead worker (`readers.procpool.WorkerDied`) is `FeedWorkerError`,
+        and so is a pool that can no longer answer (checked twice a second: never a hang)."""
+        from concurrent.futures import TimeoutError as Pending
+
         from readers.procpool import WorkerDied
 
-        try:
-            return future.result()
-        except WorkerDied as e:
-            raise self._died() from e
+        pool = self._own.pool
+        while True:
+            try:
+                return future.result(timeout=0.5)
+            except WorkerDied as e:
+                raise self._died() from e
+            except Pending:
+                if pool is not None and not pool.alive() and not future.done():
+                    raise self._died() from pool.broken
 
     def _died(self) -> FeedWorkerError:
         """The error for a dead worker, raised again by every later request: the pool is

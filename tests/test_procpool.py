@@ -36,6 +36,7 @@ def _work(kind: str, n: int):
     if kind == "fail":
         raise ValueError(f"bad task {n}")
     if kind == "die":
+        time.sleep(n / 1000)  # after the test has queued its other tasks
         os._exit(3)
     if kind == "die-sending":  # killed half-way through writing its (large) answer
         answer = np.ones(n, np.uint8)
@@ -49,16 +50,17 @@ def _work(kind: str, n: int):
     raise AssertionError(kind)
 
 
-WRITE = {"x86_64": 1, "aarch64": 64}.get(platform.machine())  # the write system call's number
+# write, sendto and sendmsg: the system calls a worker may be in while it sends its answer
+SENDING = {"x86_64": {"1", "44", "46"}, "aarch64": {"64", "206", "211"}}.get(platform.machine(), set())
 
 
 def _kill_when_written() -> None:
-    """SIGKILL this process once its main thread has been in write(2) for a while: half-way
+    """SIGKILL this process once its main thread has been sending for a while: half-way
     through sending a large answer (the parent reads as it comes)."""
     main = f"/proc/self/task/{os.getpid()}/syscall"
     while True:
         with open(main) as f:
-            if f.read().split()[0] == str(WRITE):
+            if f.read().split()[0] in SENDING:
                 break
         time.sleep(0.0005)
     time.sleep(0.01)
@@ -92,7 +94,8 @@ def test_errors_reach_the_caller_and_the_pool_goes_on(pool):
     np.testing.assert_array_equal(pool.submit("array", 8).result(timeout=60), _expected(8, 11))
 
 
-@pytest.mark.parametrize("kind, n", [("die", 0), ("die-sending", 200_000_000)], ids=["exit", "killed-mid-answer"])
+@pytest.mark.skipif(not SENDING, reason="system call numbers known for x86_64 and aarch64")
+@pytest.mark.parametrize("kind, n", [("die", 300), ("die-sending", 200_000_000)], ids=["exit", "killed-mid-answer"])
 def test_a_dead_worker_fails_pending_and_later_tasks(pool, kind, n):
     started = time.monotonic()
     dying = pool.submit(kind, n)
@@ -159,3 +162,137 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+class _TwoArgError(Exception):
+    """Pickles in the worker, does not unpickle (a common pattern: __init__ with two args)."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"{path}: {why}")
+
+
+def _raise_two_arg(kind: str, n: int):
+    if kind == "two-arg":
+        raise _TwoArgError("a.jpg", "truncated")
+    return _work(kind, n)
+
+
+def test_an_answer_that_does_not_unpickle_is_that_tasks_error():
+    pool = ProcessPool(2, FORK, _raise_two_arg, _init, (5,))
+    try:
+        with pytest.raises(RuntimeError, match="answer could not be read: TypeError"):
+            pool.submit("two-arg", 0).result(timeout=60)
+        np.testing.assert_array_equal(pool.submit("array", 3).result(timeout=60), _expected(3, 5))
+        with pytest.raises(Exception, match="pickle|lock"):  # arguments that do not pickle: the caller's error
+            pool.submit("array", threading.Lock())
+        np.testing.assert_array_equal(pool.submit("array", 6).result(timeout=60), _expected(6, 5))
+    finally:
+        pool.shutdown()
+
+
+class _ForkBesideEachStart:
+    """The fork context, where another process is forked right after each worker starts (as
+    another thread's fork could): it inherits the worker's end of its socket."""
+
+    def __init__(self):
+        self.bystanders: list = []
+
+    def get_start_method(self) -> str:
+        return "fork"
+
+    def Process(self, *args, **kwargs):
+        process = FORK.Process(*args, **kwargs)
+        start = process.start
+
+        def start_and_fork():
+            start()
+            bystander = FORK.Process(target=time.sleep, args=(120,), daemon=True)
+            bystander.start()
+            self.bystanders.append(bystander)
+
+        process.start = start_and_fork
+        return process
+
+
+@pytest.mark.skipif(not SENDING, reason="system call numbers known for x86_64 and aarch64")
+def test_a_death_mid_answer_is_named_when_another_process_holds_the_socket():
+    context = _ForkBesideEachStart()
+    pool = ProcessPool(2, context, _work, _init, (0,))
+    try:
+        with pytest.raises(WorkerDied):
+            pool.submit("die-sending", 200_000_000).result(timeout=60)
+    finally:
+        pool.shutdown()
+        for bystander in context.bystanders:
+            bystander.kill()
+            bystander.join()
+
+
+class _FailingSecondStart:
+    def __init__(self):
+        self.started: list = []
+
+    def get_start_method(self) -> str:
+        return "fork"
+
+    def Process(self, *args, **kwargs):
+        if len(self.started) == 1:
+            raise OSError(11, "Resource temporarily unavailable (fork)")
+        process = FORK.Process(*args, **kwargs)
+        start = process.start
+
+        def start_and_note():
+            start()
+            self.started.append(process.pid)
+
+        process.start = start_and_note
+        return process
+
+
+def _open_fds_once_other_pools_are_done() -> int:
+    deadline = time.monotonic() + 20  # earlier tests' pools close their sockets as their workers end
+    while time.monotonic() < deadline and any(t.name == "imgshard-feed-results" for t in threading.enumerate()):
+        time.sleep(0.05)
+    return _descriptors()
+
+
+def _descriptors() -> set[str]:
+    """What this process's descriptors point at (socket:[inode], pipe:[inode], paths)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return out
+
+
+def test_a_pool_that_cannot_start_all_its_workers_leaves_none_behind():
+    fds = _open_fds_once_other_pools_are_done()
+    context = _FailingSecondStart()
+    with pytest.raises(OSError, match="fork"):
+        ProcessPool(2, context, _work, _init, (0,))
+    assert context.started and not any(_alive(p) for p in context.started)
+    assert not _descriptors() - fds  # no socket or pipe of the started worker left open
+
+
+def test_workers_end_with_a_killed_parent_and_ignore_ctrl_c(pool):
+    os.kill(pool.pids[0], signal.SIGINT)  # Ctrl-C reaches the whole process group: the parent decides
+    time.sleep(0.3)
+    assert all(pool.submit("sleep", 1).result(timeout=60) == 1 for _ in range(4))
+    code = textwrap.dedent(f"""
+        import multiprocessing, os, signal, sys
+        sys.path.insert(0, {ROOT!r}); sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_procpool import _init, _work
+        from readers.procpool import ProcessPool
+        pools = [ProcessPool(2, multiprocessing.get_context("fork"), _work, _init, (0,)) for _ in range(2)]
+        print(" ".join(str(p) for pool in pools for p in pool.pids), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    run = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, timeout=120)
+    pids = [int(p) for p in run.stdout.split()]
+    assert run.returncode == -9 and len(pids) == 4
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)  # no other worker holds a parent's socket end
