@@ -36,6 +36,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from readers.procpool import ProcessPool, WorkerDied
+
 Batch = tuple[np.ndarray, np.ndarray]
 
 
@@ -273,8 +275,6 @@ class ProcessFeed(_Feed):
     def _start(self) -> Any:
         from multiprocessing import resource_tracker
 
-        from readers.procpool import ProcessPool
-
         if self._own.pool is None:
             resource_tracker.ensure_running()  # before the workers start: they share it
             self._own.pool = ProcessPool(self.workers, _context(), _worker_batch, _start_worker,
@@ -317,8 +317,6 @@ class ProcessFeed(_Feed):
         name = None
         if slot is not None:
             slot.busy, name = True, slot.shm.name
-        from readers.procpool import WorkerDied
-
         try:
             future = pool.submit(epoch, index, name)
         except BaseException as e:
@@ -363,8 +361,6 @@ class ProcessFeed(_Feed):
         """The future's result; a dead worker (`readers.procpool.WorkerDied`) is `FeedWorkerError`,
         and so is a pool that can no longer answer (checked twice a second: never a hang)."""
         from concurrent.futures import TimeoutError as Pending
-
-        from readers.procpool import WorkerDied
 
         pool = self._own.pool
         while True:

@@ -24,6 +24,7 @@ import signal
 import socket
 import struct
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable
@@ -143,10 +144,14 @@ class ProcessPool:
         from multiprocessing.connection import wait
 
         live = {w.sock: w for w in self._workers}
+        polled = time.monotonic()
         while live and self.broken is None:
             sentinels = {w.process.sentinel: w for w in live.values()}
-            ready = wait(list(live) + list(sentinels), timeout=POLL_SECONDS)
-            for worker in {live.get(r) or sentinels[r] for r in ready} | _exited(live.values()):
+            ready = {live.get(r) or sentinels[r] for r in wait(list(live) + list(sentinels), timeout=POLL_SECONDS)}
+            if time.monotonic() - polled >= POLL_SECONDS:  # exit codes: not on every answer
+                ready |= _exited(live.values())
+                polled = time.monotonic()
+            for worker in ready:
                 if not self._read(worker):
                     del live[worker.sock]
                     self._ended(worker)
