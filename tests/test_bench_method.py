@@ -8,9 +8,12 @@ from) and that the baselines deliver exactly the tensors imgshard's readers deli
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -20,7 +23,8 @@ from converter.bench.bandwidth import limit_samples_per_s
 from converter.bench.options import BenchOptions
 from converter.bench.pipelines import Shape
 from converter.bench.result import BenchResult, Row
-from converter.bench.rounds import MIN_TIMED_BATCHES, SETTLE_BATCHES, forever, run_rounds, timed_round
+from converter.bench.measure import cpu_seconds, tree_cpu_seconds
+from converter.bench.rounds import MIN_TIMED_BATCHES, SETTLE_BATCHES, forever, run_rounds, timed_round, wait_quiet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,6 +69,94 @@ def test_timed_round_counts_only_the_batches_after_the_settling_ones():
     got = timed_round(_Counting("a", log, batch=5).make, 0.0)
     assert got.batches == MIN_TIMED_BATCHES and got.samples == 5 * MIN_TIMED_BATCHES
     assert got.seconds > 0
+
+
+def _burn(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_a_rounds_timing_starts_after_the_work_the_last_round_left_behind():
+    """A pipeline closed mid-stream whose threads and processes go on working (Keras' process
+    pool sending its queued batches): the next row's round waits for them to end, so their
+    CPU is not charged to it."""
+    log: list = []
+    ended: dict = {}
+
+    class Leaving(_Counting):
+        def make(self):
+            inner = super().make()
+
+            def gen():
+                try:
+                    yield from inner
+                finally:
+                    ctx = multiprocessing.get_context("fork")
+                    child = ctx.Process(target=_burn, args=(0.6,), daemon=True)
+                    child.start()  # a worker process still busy after the iterator closed
+
+                    def tail():
+                        _burn(0.4)  # and a thread of this process
+                        child.join()
+                        ended.setdefault(len(log), time.perf_counter())
+
+                    threading.Thread(target=tail, daemon=True).start()
+
+            return gen()
+
+    starts: list = []
+
+    class Timed(_Counting):
+        def make(self):
+            starts.append(time.perf_counter())
+            return super().make()
+
+    fakes = [Leaving("a", log), Timed("b", log)]
+    rows = [Row(f.name, f.name, "reader", 1, bytes_read=1) for f in fakes]
+    run_rounds([(r, f.make) for r, f in zip(rows, fakes)], 2, 0.0, lambda m: None)
+    assert len(ended) == 2 and len(starts) == 2
+    for end, start in zip(sorted(ended.values()), starts):
+        assert start >= end  # b's round began only once a's leftover thread and process had finished
+
+
+def test_wait_quiet_waits_for_a_busy_worker_process_and_gives_up_at_its_limit():
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_burn, args=(0.8,), daemon=True)
+    t0 = time.perf_counter()
+    child.start()
+    waited, quiet = wait_quiet()
+    child.join()
+    assert quiet and waited >= 0.5 and time.perf_counter() - t0 >= 0.8 - 0.15
+    child = ctx.Process(target=_burn, args=(3.0,), daemon=True)
+    child.start()
+    try:
+        waited, quiet = wait_quiet(max_seconds=0.5)
+        assert not quiet and 0.5 <= waited < 2.0
+    finally:
+        child.kill()
+        child.join()
+
+
+def test_tree_cpu_seconds_counts_live_worker_processes():
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+
+    def work(ev):
+        _burn(0.5)
+        ev.set()
+        time.sleep(30)
+
+    child = ctx.Process(target=work, args=(ready,), daemon=True)
+    before_tree, before_self = tree_cpu_seconds(), cpu_seconds()
+    child.start()
+    try:
+        assert ready.wait(20)
+        assert tree_cpu_seconds() - before_tree >= 0.4  # the child's CPU, which RUSAGE_SELF leaves out
+        assert cpu_seconds() - before_self < 0.4
+    finally:
+        child.kill()
+        child.join()
 
 
 def test_run_rounds_refuses_a_single_round():

@@ -164,16 +164,22 @@ def _alive(pid: int) -> bool:
         return False
 
 
-class _TwoArgError(Exception):
-    """Pickles in the worker, does not unpickle (a common pattern: __init__ with two args)."""
+def _refuse_to_load(path: str, why: str):
+    raise TypeError(f"cannot rebuild {path}: {why}")
 
-    def __init__(self, path: str, why: str):
-        super().__init__(f"{path}: {why}")
+
+class _Unloadable:
+    """Pickles in the worker, does not unpickle in the parent (as an exception class with a
+    two-argument __init__ does, unless a library such as tblib has taught pickle otherwise:
+    a test that imports dask installs tblib's reducers for every exception class then known)."""
+
+    def __reduce__(self):
+        return _refuse_to_load, ("a.jpg", "truncated")
 
 
 def _raise_two_arg(kind: str, n: int):
     if kind == "two-arg":
-        raise _TwoArgError("a.jpg", "truncated")
+        return _Unloadable()
     return _work(kind, n)
 
 

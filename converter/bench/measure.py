@@ -81,6 +81,34 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu(pid: int | str) -> float:
+    """User + system CPU seconds of one live process from ``/proc/PID/stat`` (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def tree_cpu_seconds() -> float:
+    """CPU seconds of this process and its live descendants (worker pools included; they are
+    not in `cpu_seconds`); without ``/proc``, this process alone."""
+    if not os.path.isdir("/proc"):
+        return cpu_seconds()
+    kids, total = _children(), cpu_seconds()
+    todo = list(kids.get(os.getpid(), ()))
+    while todo:
+        p = todo.pop()
+        total += process_cpu(p)
+        todo.extend(kids.get(p, ()))
+    return total
+
+
 def _status_kb(pid: int | str, field_name: bytes) -> int:
     try:
         with open(f"/proc/{pid}/status", "rb") as f:

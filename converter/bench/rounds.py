@@ -13,6 +13,14 @@ the shuffle buffer's fill, the first shard); then batches are taken until at lea
 `min_seconds` have passed (and at least `MIN_TIMED_BATCHES`). Pipelines that repeat
 (`.repeat()` / `repeat=True`, as the `Dataset.save`/`load` baseline of issue 19 is
 written) simply go on across epoch boundaries; a round is never cut to whole epochs.
+
+Between rounds the process waits until it and its worker processes are quiet
+(`wait_quiet`): a pipeline closed mid-stream can leave work behind (Keras' process
+pool finishing and sending its queued 67 MB batches, which this process unpickles;
+tasks a thread pool had already started), and that CPU was charged to whichever row
+came next. In the eleventh session's run, the rotate=10 float32 row, right after Keras'
+process-pool ceiling, measured 4.35 CPU-ms per sample (248-486 samples/s) against
+2.4 alone. A row is charged for its own start-up, never for its predecessor's tail.
 """
 
 from __future__ import annotations
@@ -21,12 +29,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from converter.bench.measure import cpu_seconds
+from converter.bench.measure import cpu_seconds, tree_cpu_seconds
 
 #: Batches taken untimed at the start of every round (start-up, shuffle buffer fill).
 SETTLE_BATCHES = 1
 #: Batches every timed round takes at least, however short `min_seconds` is.
 MIN_TIMED_BATCHES = 2
+#: `wait_quiet`: quiet means at most QUIET_CORES cores of CPU (this process and its
+#: descendants) over a QUIET_WINDOW-second window; give up after QUIET_MAX_SECONDS.
+QUIET_CORES = 0.15
+QUIET_WINDOW = 0.1
+QUIET_MAX_SECONDS = 15.0
 
 Batch = Any  # (x, y): NumPy arrays or tf.Tensors; x has the batch dimension first
 Transform = Callable[[Any, Any], tuple[Any, Any]]
@@ -81,6 +94,21 @@ def timed_round(make_iter: Callable[[], Iterator[Batch]], min_seconds: float) ->
         del it  # a tf.data iterator: deleted now, its background work cancelled
 
 
+def wait_quiet(max_seconds: float = QUIET_MAX_SECONDS) -> tuple[float, bool]:
+    """Wait until this process and its worker processes use at most `QUIET_CORES` cores
+    over a `QUIET_WINDOW` (see the module docstring); returns (seconds waited, quiet)."""
+    t0 = time.perf_counter()
+    before = tree_cpu_seconds()
+    while True:
+        time.sleep(QUIET_WINDOW)
+        now, after = time.perf_counter(), tree_cpu_seconds()
+        if after - before <= QUIET_CORES * QUIET_WINDOW:  # a process that ended makes the sum drop: quiet too
+            return now - t0, True
+        if now - t0 >= max_seconds:
+            return now - t0, False
+        before = after
+
+
 def run_rounds(pipelines: list[tuple[Any, Callable[[], Iterator[Batch]]]], rounds: int, min_seconds: float,
                say: Callable[[str], None]) -> None:
     """`rounds` interleaved rounds over (row, make_iter) pipelines; round 1 is each row's warm-up.
@@ -93,9 +121,14 @@ def run_rounds(pipelines: list[tuple[Any, Callable[[], Iterator[Batch]]]], round
         warmup = r == 0
         say(f"readers, round {r + 1}/{rounds}" + (" (warm-up, dropped)" if warmup else ""))
         for row, make_iter in pipelines:
+            waited, quiet = wait_quiet()
+            if not quiet:
+                say(f"  {row.key}: still busy after {waited:.0f} s of waiting for the last round's work to end; "
+                    "timing anyway")
             got = timed_round(make_iter, min_seconds)
             row.record(got.samples, got.seconds, got.cpu_seconds, warmup=warmup)
             say(f"  {row.key}: {got.samples / got.seconds:.1f} samples/s ({got.batches} batches)")
 
 
-__all__ = ["MIN_TIMED_BATCHES", "SETTLE_BATCHES", "Round", "forever", "run_rounds", "tf_iterator", "timed_round"]
+__all__ = ["MIN_TIMED_BATCHES", "QUIET_CORES", "QUIET_MAX_SECONDS", "QUIET_WINDOW", "SETTLE_BATCHES", "Round",
+           "forever", "run_rounds", "tf_iterator", "timed_round", "wait_quiet"]
