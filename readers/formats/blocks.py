@@ -40,7 +40,7 @@ from readers.formats.encoding import DECODE_THREADS
 #: compact batches came fresh once batches were cut ahead; with 6, under 1%).
 POOL_BLOCKS = 2 * DECODE_THREADS + 2
 _pool: dict[int, list[np.ndarray]] = {}
-_pool_lock = threading.Lock()
+_pool_lock = threading.RLock()  # re-entrant: a signal handler that forks while this thread holds it
 
 
 def reusable_block(shape: tuple[int, ...], dtype: Any, alignment: int = 64, *,
@@ -160,7 +160,7 @@ def _after_fork_parent() -> None:
 def _after_fork_child() -> None:  # a forked child (keras_dataset workers) gets a fresh lock
     global _pool_lock
     _wiped.clear()
-    _pool_lock = threading.Lock()
+    _pool_lock = threading.RLock()
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
