@@ -173,6 +173,8 @@ def measure_readers(opts: BenchOptions, sources: Sources, tfr: str, work: str, r
     pipelines = reader_pipelines(opts, sources, tfr, work, say)
     for row, _ in pipelines:
         result.add(row)
+    if hasattr(os, "sync"):
+        os.sync()  # the conversions' gigabytes written back now, not by the kernel during the rounds
     probes = [measure_bandwidth(opts, say)]
     run_rounds(pipelines, opts.repeats + 1, opts.min_seconds, say)
     pipelines.clear()  # every iterator and dataset released before the second probe
