@@ -177,14 +177,14 @@ class _Unloadable:
         return _refuse_to_load, ("a.jpg", "truncated")
 
 
-def _raise_two_arg(kind: str, n: int):
+def _answer_or_unloadable(kind: str, n: int):
     if kind == "two-arg":
         return _Unloadable()
     return _work(kind, n)
 
 
 def test_an_answer_that_does_not_unpickle_is_that_tasks_error():
-    pool = ProcessPool(2, FORK, _raise_two_arg, _init, (5,))
+    pool = ProcessPool(2, FORK, _answer_or_unloadable, _init, (5,))
     try:
         with pytest.raises(RuntimeError, match="answer could not be read: TypeError"):
             pool.submit("two-arg", 0).result(timeout=60)

@@ -95,18 +95,18 @@ def process_cpu(pid: int | str) -> float:
         return 0.0
 
 
-def tree_cpu_seconds() -> float:
-    """CPU seconds of this process and its live descendants (worker pools included; they are
-    not in `cpu_seconds`); without ``/proc``, this process alone."""
+def descendant_cpu() -> dict[int, float]:
+    """CPU seconds of each live descendant of this process (worker pools; not in
+    `cpu_seconds`), by pid; empty without ``/proc``."""
     if not os.path.isdir("/proc"):
-        return cpu_seconds()
-    kids, total = _children(), cpu_seconds()
+        return {}
+    kids, out = _children(), {}
     todo = list(kids.get(os.getpid(), ()))
     while todo:
         p = todo.pop()
-        total += process_cpu(p)
+        out[p] = process_cpu(p)
         todo.extend(kids.get(p, ()))
-    return total
+    return out
 
 
 def _status_kb(pid: int | str, field_name: bytes) -> int:

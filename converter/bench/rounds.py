@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from converter.bench.measure import cpu_seconds, tree_cpu_seconds
+from converter.bench.measure import cpu_seconds, descendant_cpu
 
 #: Batches taken untimed at the start of every round (start-up, shuffle buffer fill).
 SETTLE_BATCHES = 1
@@ -38,7 +38,7 @@ MIN_TIMED_BATCHES = 2
 #: `wait_quiet`: quiet means at most QUIET_CORES cores of CPU (this process and its
 #: descendants) over a QUIET_WINDOW-second window; give up after QUIET_MAX_SECONDS.
 QUIET_CORES = 0.15
-QUIET_WINDOW = 0.1
+QUIET_WINDOW = 0.2
 QUIET_MAX_SECONDS = 15.0
 
 Batch = Any  # (x, y): NumPy arrays or tf.Tensors; x has the batch dimension first
@@ -96,17 +96,25 @@ def timed_round(make_iter: Callable[[], Iterator[Batch]], min_seconds: float) ->
 
 def wait_quiet(max_seconds: float = QUIET_MAX_SECONDS) -> tuple[float, bool]:
     """Wait until this process and its worker processes use at most `QUIET_CORES` cores
-    over a `QUIET_WINDOW` (see the module docstring); returns (seconds waited, quiet)."""
+    over a `QUIET_WINDOW` (see the module docstring); returns (seconds waited, quiet).
+
+    Busy is this process' CPU between two looks at ``/proc`` (the looks themselves left
+    out) plus, per descendant, what it used since the last look (all of it for one that
+    appeared; nothing for one that ended, so an ending worker hides no busy one)."""
     t0 = time.perf_counter()
-    before = tree_cpu_seconds()
+    kids = descendant_cpu()
+    mine = cpu_seconds()
     while True:
         time.sleep(QUIET_WINDOW)
-        now, after = time.perf_counter(), tree_cpu_seconds()
-        if after - before <= QUIET_CORES * QUIET_WINDOW:  # a process that ended makes the sum drop: quiet too
+        busy = cpu_seconds() - mine
+        now_kids = descendant_cpu()
+        mine = cpu_seconds()
+        busy += sum(max(0.0, cpu - kids.get(pid, 0.0)) for pid, cpu in now_kids.items())
+        kids, now = now_kids, time.perf_counter()
+        if busy <= QUIET_CORES * QUIET_WINDOW:
             return now - t0, True
         if now - t0 >= max_seconds:
             return now - t0, False
-        before = after
 
 
 def run_rounds(pipelines: list[tuple[Any, Callable[[], Iterator[Batch]]]], rounds: int, min_seconds: float,

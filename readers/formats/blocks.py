@@ -43,6 +43,21 @@ _pool: dict[int, list[np.ndarray]] = {}
 _pool_lock = threading.RLock()  # re-entrant: a signal handler that forks while this thread holds it
 
 
+def _refcounts(blocks: list[np.ndarray]) -> list[int]:
+    """`sys.getrefcount` of each block as this function sees it (see `_FREE_REFS`)."""
+    return [sys.getrefcount(raw) for raw in blocks]
+
+
+#: What `_refcounts` reads for a block only its pool list holds, measured once on a probe
+#: (the count of references a loop and a call add differs between Python versions).
+_FREE_REFS = _refcounts([np.empty(1, np.uint8)])[0]
+
+
+def _free(blocks: list[np.ndarray]) -> list[bool]:
+    """Whether nobody but the pool holds each block (under the pool lock)."""
+    return [n <= _FREE_REFS for n in _refcounts(blocks)]
+
+
 def reusable_block(shape: tuple[int, ...], dtype: Any, alignment: int = 64, *,
                    zeroed: bool = True) -> tuple[np.ndarray, bool]:
     """(array on an `alignment`-byte boundary, whether it is all zeros) for one output batch:
@@ -58,7 +73,7 @@ def reusable_block(shape: tuple[int, ...], dtype: Any, alignment: int = 64, *,
             return carved, zeroed
     with _pool_lock:
         blocks = _pool.setdefault(nbytes, [])
-        raw = next((r for r in blocks if sys.getrefcount(r) <= 3), None)  # the list, r, the call
+        raw = next((r for r, free in zip(blocks, _free(blocks)) if free), None)
         fresh = raw is None
         if fresh:
             raw = np.zeros(nbytes, np.uint8) if zeroed else np.empty(nbytes, np.uint8)
@@ -73,8 +88,8 @@ def reusable_block(shape: tuple[int, ...], dtype: Any, alignment: int = 64, *,
 def _trim(blocks: list[np.ndarray]) -> None:
     """Keep every held block and at most `POOL_BLOCKS` free ones (under the pool lock)."""
     kept, free = [], 0
-    for raw in blocks:
-        if sys.getrefcount(raw) <= 3:  # the list, raw, the call: free
+    for raw, unheld in zip(blocks, _free(blocks)):
+        if unheld:
             free += 1
             if free > POOL_BLOCKS:
                 continue
@@ -129,38 +144,48 @@ class output_arena:
         _arena.current = self._outer
 
 
-_wiped: list[np.ndarray] = []  # free blocks marked wipe-on-fork during a fork
-
-
-def _free_blocks() -> list[np.ndarray]:
-    """Every pooled block nobody holds (under the pool lock)."""
-    return [raw for blocks in _pool.values() for raw in blocks if sys.getrefcount(raw) <= 3]  # list, raw, call
+#: Per fork in progress (a signal handler may fork inside a fork's hooks), the blocks
+#: marked wipe-on-fork; each is recorded before it is marked, so none stays marked.
+_marks: list[list[np.ndarray]] = []
 
 
 def _before_fork() -> None:
     """Free blocks wipe-on-fork while this process forks (see the module doc); the pool
-    lock stays held until `_after_fork_parent` / `_after_fork_child`."""
+    lock stays held until `_after_fork_parent` / `_after_fork_child`, which CPython calls
+    even when this hook fails."""
     _pool_lock.acquire()
-    try:
-        _wiped[:] = [raw for raw in _free_blocks() if wipe_on_fork(raw.ctypes.data, raw.nbytes, True)]
-    except BaseException:
-        _pool_lock.release()
-        raise
+    marked: list[np.ndarray] = []
+    _marks.append(marked)
+    for blocks in _pool.values():
+        for raw, free in zip(blocks, _free(blocks)):
+            if free:
+                marked.append(raw)
+                wipe_on_fork(raw.ctypes.data, raw.nbytes, True)
+
+
+def _unmark() -> None:
+    """Take back the marks of the fork that just happened (whatever madvise returned)."""
+    for raw in _marks.pop() if _marks else ():
+        wipe_on_fork(raw.ctypes.data, raw.nbytes, False)
 
 
 def _after_fork_parent() -> None:
     try:
-        for raw in _wiped:
-            wipe_on_fork(raw.ctypes.data, raw.nbytes, False)  # later forks share it again once it is held
-        _wiped.clear()
+        _unmark()  # later forks share a block again once it is held
     finally:
         _pool_lock.release()
 
 
-def _after_fork_child() -> None:  # a forked child (keras_dataset workers) gets a fresh lock
+def _after_fork_child() -> None:
+    """The child inherits the marks (the kernel copies them): taken back, or its own
+    forks would give their children zeros in blocks it holds; and a fresh lock (the
+    parent's is held by the forking thread)."""
     global _pool_lock
-    _wiped.clear()
-    _pool_lock = threading.RLock()
+    try:
+        _unmark()
+    finally:
+        _marks.clear()
+        _pool_lock = threading.RLock()
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
