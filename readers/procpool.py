@@ -307,12 +307,13 @@ def _serve(sock: socket.socket, forked: bool, function: Callable, initializer: C
         if args is None:
             return
         try:
-            sock.sendall(_answer(function, args, failed))
+            sock.sendall(_compute(function, args, failed))
         except OSError:  # the pool is gone
             return
 
 
-def _answer(function: Callable, args: tuple, failed: Exception | None) -> bytes:
+def _compute(function: Callable, args: tuple, failed: Exception | None) -> bytes:
+    """The framed answer to one task: its result, its error, or the set-up error `failed`."""
     try:
         if failed is not None:
             raise failed

@@ -66,8 +66,9 @@ def timed_epochs(run_epoch: Callable[[], int], min_seconds: float) -> tuple[int,
             return samples, elapsed, cpu_seconds() - c0
 
 
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
+def _proc_stats() -> dict[int, list[bytes]]:
+    """The fields after the command name of every process's ``/proc/PID/stat``, by pid."""
+    stats: dict[int, list[bytes]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -76,35 +77,32 @@ def _children() -> dict[int, list[int]]:
                 stat = f.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        kids.setdefault(ppid, []).append(int(name))
+        stats[int(name)] = stat[stat.rindex(b")") + 2:].split()
+    return stats
+
+
+def _children(stats: dict[int, list[bytes]] | None = None) -> dict[int, list[int]]:
+    """A parent -> children map of the processes in `stats` (default: scan /proc now)."""
+    kids: dict[int, list[int]] = {}
+    for pid, fields in (_proc_stats() if stats is None else stats).items():
+        kids.setdefault(int(fields[1]), []).append(pid)
     return kids
 
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def process_cpu(pid: int | str) -> float:
-    """User + system CPU seconds of one live process from ``/proc/PID/stat`` (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        fields = stat[stat.rindex(b")") + 2:].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
 def descendant_cpu() -> dict[int, float]:
-    """CPU seconds of each live descendant of this process (worker pools; not in
-    `cpu_seconds`), by pid; empty without ``/proc``."""
+    """User + system CPU seconds of each live descendant of this process (worker pools; not
+    in `cpu_seconds`), by pid, from one scan of ``/proc``; empty without it."""
     if not os.path.isdir("/proc"):
         return {}
-    kids, out = _children(), {}
+    stats = _proc_stats()
+    kids, out = _children(stats), {}
     todo = list(kids.get(os.getpid(), ()))
     while todo:
         p = todo.pop()
-        out[p] = process_cpu(p)
+        out[p] = (int(stats[p][11]) + int(stats[p][12])) / _TICKS
         todo.extend(kids.get(p, ()))
     return out
 
